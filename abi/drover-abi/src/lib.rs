@@ -1,1 +1,302 @@
-//! placeholder
+//! The plugin contract: the traits every task driver implements (built-in, in-process cdylib or
+//! out-of-process gRPC sidecar) and the plain data that crosses the boundary.
+//!
+//! Must not depend on: tokio, tonic, abi_stable or any crate of Drover's core. Only serde,
+//! serde_json and thiserror. The contract is synchronous and blocking on purpose: a host wraps calls
+//! in its own threads, and a plugin never has to agree with the host on an async runtime.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+mod error;
+pub use error::DriverError;
+
+/// Version of this contract. A host refuses a plugin whose major version differs.
+pub const DRIVER_API_VERSION: &str = "0.1.0";
+
+/// What a plugin says about itself (Nomad's `PluginInfoResponse`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PluginInfo {
+    /// Name jobs use in `driver = "..."`.
+    pub name: String,
+    pub plugin_version: String,
+    pub api_version: String,
+}
+
+/// Health of a driver on this node, as Nomad's `HealthState`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HealthState {
+    Undetected,
+    Unhealthy,
+    Healthy,
+}
+
+/// One fingerprint of a driver: its health and the node attributes it contributes
+/// (for example `driver.raw_exec = "1"`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fingerprint {
+    pub health: HealthState,
+    pub health_description: String,
+    pub attributes: BTreeMap<String, String>,
+}
+
+/// How much of the host filesystem a task sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FsIsolation {
+    None,
+    Chroot,
+    Image,
+}
+
+/// What a driver can do beyond start/wait/stop.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Capabilities {
+    pub send_signals: bool,
+    pub exec: bool,
+    pub fs_isolation: FsIsolation,
+    pub network_isolation: bool,
+    pub mount_configs: bool,
+}
+
+/// Resources the scheduler granted a task.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskResources {
+    /// CPU in MHz (Nomad's `cpu`), turned into cpu shares by isolating drivers.
+    pub cpu_mhz: u64,
+    pub cores: u64,
+    pub memory_mb: u64,
+    /// Hard memory limit when oversubscription is used; 0 means same as `memory_mb`.
+    pub memory_max_mb: u64,
+}
+
+/// Everything a driver needs to start one task. Paths are absolute host paths.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskConfig {
+    /// Unique id of this task instance: `<alloc_id>/<task_name>/<random>`.
+    pub id: String,
+    /// The task's name in its group.
+    pub name: String,
+    pub alloc_id: String,
+    pub job_name: String,
+    pub group_name: String,
+    /// The full task environment (NOMAD_* and the task's `env`), already interpolated.
+    pub env: BTreeMap<String, String>,
+    /// The task's `config` block as JSON, with `${...}` runtime references already interpolated.
+    pub driver_config: serde_json::Value,
+    pub resources: TaskResources,
+    /// User to run as; empty means the driver's default.
+    pub user: String,
+    /// `<data_dir>/alloc/<alloc_id>`: holds `alloc/`, and one directory per task.
+    pub alloc_dir: PathBuf,
+    /// `<alloc_dir>/<task>`: the working directory; holds `local/`, `secrets/`, `tmp/`.
+    pub task_dir: PathBuf,
+    /// Named pipes (FIFOs) the host created and reads from; the driver connects the task's
+    /// stdout and stderr to them. The host rotates what arrives into `alloc/logs/`.
+    pub stdout_path: PathBuf,
+    pub stderr_path: PathBuf,
+}
+
+/// What the host keeps to find a running task again after the agent restarts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskHandle {
+    /// Version of the driver-specific `state` layout.
+    pub version: u32,
+    pub driver: String,
+    pub config: TaskConfig,
+    /// Driver-specific state, for example the task's pid.
+    pub state: serde_json::Value,
+}
+
+/// How a task ended.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExitResult {
+    pub exit_code: i32,
+    /// Signal number that ended the task, 0 when it exited on its own.
+    pub signal: i32,
+    pub oom_killed: bool,
+    /// Set when the driver could not run or observe the task to its end.
+    pub err: Option<String>,
+}
+
+impl ExitResult {
+    /// Nomad's rule: a task succeeded when it exited 0, not by a signal, and without a driver error.
+    pub fn successful(&self) -> bool {
+        self.exit_code == 0 && self.signal == 0 && self.err.is_none()
+    }
+}
+
+/// Lifecycle state of a task as the driver sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TaskState {
+    Unknown,
+    Running,
+    Exited,
+}
+
+/// Answer of `inspect_task`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskStatus {
+    pub id: String,
+    pub name: String,
+    pub state: TaskState,
+    /// Unix time in nanoseconds.
+    pub started_at: i64,
+    pub completed_at: i64,
+    pub exit_result: Option<ExitResult>,
+}
+
+/// Resource usage sample of a task.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TaskResourceUsage {
+    pub memory_rss_bytes: u64,
+    pub cpu_total_ticks: f64,
+    /// Unix time in nanoseconds.
+    pub timestamp: i64,
+}
+
+/// Output of a command run inside a task with `exec_task`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecOutput {
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    pub exit_code: i32,
+}
+
+/// A task driver. Built-in drivers implement exactly this trait, and the plugin host adapts
+/// in-process and out-of-process plugins to it, so the client never knows which kind it talks to.
+///
+/// Every method may block; hosts call them from threads that may block. Methods take `&self` so that
+/// one driver serves many tasks at once; drivers keep their task table behind their own locks.
+pub trait Driver: Send + Sync {
+    fn plugin_info(&self) -> PluginInfo;
+
+    /// Applies the agent's `plugin "NAME" { config { ... } }` block, as JSON. Called once before
+    /// any task starts; an empty object when the agent has no block for this driver.
+    fn set_config(&self, config: &serde_json::Value) -> Result<(), DriverError>;
+
+    fn capabilities(&self) -> Capabilities;
+
+    /// Current health and attributes. Hosts call it periodically.
+    fn fingerprint(&self) -> Fingerprint;
+
+    /// Checks a task's `config` block without starting anything; errors name the offending field.
+    fn validate_task_config(&self, config: &serde_json::Value) -> Result<(), DriverError>;
+
+    /// Starts the task and returns once it runs (or failed to start).
+    fn start_task(&self, config: &TaskConfig) -> Result<TaskHandle, DriverError>;
+
+    /// Waits up to `timeout` for the task to end. `Ok(None)` means it is still running.
+    /// May be called again after it returned a result; it returns the same result.
+    fn wait_task(&self, task_id: &str, timeout: Duration)
+    -> Result<Option<ExitResult>, DriverError>;
+
+    /// Sends `signal` (for example "SIGTERM"; empty means the driver's default), waits up to
+    /// `timeout`, then kills the task. Returns once the task is no longer running.
+    fn stop_task(&self, task_id: &str, timeout: Duration, signal: &str) -> Result<(), DriverError>;
+
+    /// Releases everything the driver holds for the task. With `force` a running task is killed
+    /// first; without it, destroying a running task is an error.
+    fn destroy_task(&self, task_id: &str, force: bool) -> Result<(), DriverError>;
+
+    fn inspect_task(&self, task_id: &str) -> Result<TaskStatus, DriverError>;
+
+    /// Takes a task started before the agent restarted back under management.
+    fn recover_task(&self, handle: &TaskHandle) -> Result<(), DriverError>;
+
+    fn signal_task(&self, task_id: &str, signal: &str) -> Result<(), DriverError> {
+        let _ = (task_id, signal);
+        Err(DriverError::NotSupported("signal_task".into()))
+    }
+
+    fn task_stats(&self, task_id: &str) -> Result<TaskResourceUsage, DriverError> {
+        let _ = task_id;
+        Err(DriverError::NotSupported("task_stats".into()))
+    }
+
+    fn exec_task(
+        &self,
+        task_id: &str,
+        command: &[String],
+        timeout: Duration,
+    ) -> Result<ExecOutput, DriverError> {
+        let _ = (task_id, command, timeout);
+        Err(DriverError::NotSupported("exec_task".into()))
+    }
+}
+
+/// Parses a signal name as Nomad's jobs write it ("SIGTERM", "TERM", "SIGKILL", ...) into its
+/// Linux number. Shared by every driver that sends signals.
+pub fn signal_number(name: &str) -> Option<i32> {
+    let upper = name.trim().to_ascii_uppercase();
+    let bare = upper.strip_prefix("SIG").unwrap_or(&upper);
+    let n = match bare {
+        "HUP" => 1,
+        "INT" => 2,
+        "QUIT" => 3,
+        "ILL" => 4,
+        "TRAP" => 5,
+        "ABRT" | "IOT" => 6,
+        "BUS" => 7,
+        "FPE" => 8,
+        "KILL" => 9,
+        "USR1" => 10,
+        "SEGV" => 11,
+        "USR2" => 12,
+        "PIPE" => 13,
+        "ALRM" => 14,
+        "TERM" => 15,
+        "STKFLT" => 16,
+        "CHLD" => 17,
+        "CONT" => 18,
+        "STOP" => 19,
+        "TSTP" => 20,
+        "TTIN" => 21,
+        "TTOU" => 22,
+        "URG" => 23,
+        "XCPU" => 24,
+        "XFSZ" => 25,
+        "VTALRM" => 26,
+        "PROF" => 27,
+        "WINCH" => 28,
+        "IO" | "POLL" => 29,
+        "PWR" => 30,
+        "SYS" => 31,
+        _ => return None,
+    };
+    Some(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signal_names_parse_with_and_without_prefix() {
+        assert_eq!(signal_number("SIGTERM"), Some(15));
+        assert_eq!(signal_number("term"), Some(15));
+        assert_eq!(signal_number("SIGKILL"), Some(9));
+        assert_eq!(signal_number("SIGNOPE"), None);
+    }
+
+    #[test]
+    fn exit_result_success_requires_zero_code_no_signal_no_error() {
+        assert!(ExitResult::default().successful());
+        assert!(
+            !ExitResult {
+                exit_code: 1,
+                ..Default::default()
+            }
+            .successful()
+        );
+        assert!(
+            !ExitResult {
+                signal: 9,
+                ..Default::default()
+            }
+            .successful()
+        );
+    }
+}
