@@ -1,1 +1,37 @@
-//! placeholder
+//! Drover's domain model: jobs, nodes, allocations, evaluations and plans, with the JSON field names
+//! and shapes of Nomad's HTTP API, Nomad's defaults (canonicalisation) and Nomad's validation rules.
+//!
+//! Must not depend on: any IO (no tokio, no filesystem, no network), and no other Drover crate. Every
+//! other crate depends on this one, so it stays plain data plus pure functions.
+
+pub mod alloc;
+pub mod canonicalize;
+pub mod decode;
+pub mod eval;
+pub mod job;
+pub mod multierror;
+pub mod node;
+pub mod plan;
+pub mod resources;
+pub mod summary;
+pub mod time;
+pub mod validate;
+
+pub use alloc::*;
+pub use eval::*;
+pub use job::*;
+pub use multierror::MultiError;
+pub use node::*;
+pub use plan::*;
+pub use resources::*;
+pub use summary::*;
+
+/// Namespace every object lives in unless told otherwise.
+pub const DEFAULT_NAMESPACE: &str = "default";
+/// Region of a single-region cluster.
+pub const DEFAULT_REGION: &str = "global";
+
+/// A fresh random id in Nomad's UUID format.
+pub fn generate_id() -> String {
+    uuid::Uuid::new_v4().to_string()
+}

@@ -1,0 +1,76 @@
+//! Plans: what a scheduler wants changed, and what the plan applier committed of it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::alloc::Allocation;
+use crate::job::Job;
+
+/// A scheduler's proposal for one evaluation.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    pub eval_id: String,
+    pub priority: i64,
+    /// The job version the placements run; `None` when the job was deregistered.
+    pub job: Option<Arc<Job>>,
+    /// Allocations to stop, by node. Each carries the new desired status and description.
+    pub node_update: BTreeMap<String, Vec<Allocation>>,
+    /// New or updated allocations, by node.
+    pub node_allocation: BTreeMap<String, Vec<Allocation>>,
+    /// The state index the scheduler planned against.
+    pub snapshot_index: u64,
+    /// All or nothing: if any node no longer fits, commit nothing.
+    pub all_at_once: bool,
+}
+
+impl Plan {
+    pub fn is_no_op(&self) -> bool {
+        self.node_update.is_empty() && self.node_allocation.is_empty()
+    }
+
+    pub fn append_stop(&mut self, alloc: &Allocation, desc: &str, client_status: Option<&str>) {
+        let mut a = alloc.clone();
+        a.job = None;
+        a.desired_status = crate::alloc::ALLOC_DESIRED_STOP.to_string();
+        a.desired_description = desc.to_string();
+        if let Some(cs) = client_status {
+            a.client_status = cs.to_string();
+        }
+        self.node_update
+            .entry(a.node_id.clone())
+            .or_default()
+            .push(a);
+    }
+
+    pub fn append_alloc(&mut self, alloc: Allocation) {
+        self.node_allocation
+            .entry(alloc.node_id.clone())
+            .or_default()
+            .push(alloc);
+    }
+}
+
+/// What the plan applier did with a plan.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PlanResult {
+    pub node_update: BTreeMap<String, Vec<Allocation>>,
+    pub node_allocation: BTreeMap<String, Vec<Allocation>>,
+    /// Non-zero when part of the plan was refused: the scheduler must refresh its state to at
+    /// least this index and retry what was left out.
+    pub refresh_index: u64,
+    /// Raft index at which the committed part was applied.
+    pub alloc_index: u64,
+}
+
+impl PlanResult {
+    /// Whether everything the plan asked for was committed.
+    pub fn full_commit(&self, plan: &Plan) -> (bool, usize, usize) {
+        let expected: usize = plan.node_allocation.values().map(Vec::len).sum::<usize>()
+            + plan.node_update.values().map(Vec::len).sum::<usize>();
+        let actual: usize = self.node_allocation.values().map(Vec::len).sum::<usize>()
+            + self.node_update.values().map(Vec::len).sum::<usize>();
+        (expected == actual, expected, actual)
+    }
+}
