@@ -1,0 +1,235 @@
+//! Encoding of the whole state for Raft snapshots: versioned JSON, so added fields are tolerated
+//! and an unknown version is refused with a clear error. Allocations are stored without their
+//! job; restore links each to the job version it ran.
+
+use std::sync::Arc;
+
+use drover_structs::{Allocation, Evaluation, Job, JobSummary, Node};
+use serde::{Deserialize, Serialize};
+
+use crate::store::StateStore;
+use crate::tables::{StateSnapshot, Table, Tables};
+
+pub const SNAPSHOT_VERSION: u32 = 1;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    #[error(
+        "state snapshot version {0} is not supported (this server reads version {SNAPSHOT_VERSION})"
+    )]
+    UnknownVersion(u32),
+    #[error("state snapshot is malformed: {0}")]
+    Malformed(String),
+}
+
+#[derive(Serialize, Deserialize)]
+struct Encoded {
+    version: u32,
+    latest_index: u64,
+    indexes: Vec<(String, u64)>,
+    job_versions: Vec<Job>,
+    jobs: Vec<(String, String, u64)>,
+    summaries: Vec<JobSummary>,
+    evals: Vec<Evaluation>,
+    allocs: Vec<EncodedAlloc>,
+    nodes: Vec<Node>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct EncodedAlloc {
+    alloc: Allocation,
+    job_version: Option<u64>,
+}
+
+pub(crate) fn encode(s: &StateSnapshot) -> Vec<u8> {
+    let t = &s.t;
+    let enc = Encoded {
+        version: SNAPSHOT_VERSION,
+        latest_index: t.latest_index,
+        indexes: t
+            .indexes
+            .iter()
+            .map(|(k, v)| (k.name().to_string(), *v))
+            .collect(),
+        job_versions: t.job_versions.values().map(|j| (**j).clone()).collect(),
+        jobs: t
+            .jobs
+            .iter()
+            .map(|((ns, id), j)| (ns.clone(), id.clone(), j.version))
+            .collect(),
+        summaries: t.job_summaries.values().map(|s| (**s).clone()).collect(),
+        evals: t.evals.values().map(|e| (**e).clone()).collect(),
+        allocs: t
+            .allocs
+            .values()
+            .map(|a| {
+                let mut alloc = (**a).clone();
+                let job_version = alloc.job.take().map(|j| j.version);
+                EncodedAlloc { alloc, job_version }
+            })
+            .collect(),
+        nodes: t.nodes.values().map(|n| (**n).clone()).collect(),
+    };
+    // Serialising plain data structs into a Vec cannot fail.
+    serde_json::to_vec(&enc).unwrap_or_default()
+}
+
+fn decode(data: &[u8]) -> Result<Tables, SnapshotError> {
+    #[derive(Deserialize)]
+    struct VersionOnly {
+        version: u32,
+    }
+    let v: VersionOnly =
+        serde_json::from_slice(data).map_err(|e| SnapshotError::Malformed(e.to_string()))?;
+    if v.version != SNAPSHOT_VERSION {
+        return Err(SnapshotError::UnknownVersion(v.version));
+    }
+    let enc: Encoded =
+        serde_json::from_slice(data).map_err(|e| SnapshotError::Malformed(e.to_string()))?;
+    let mut t = Tables {
+        latest_index: enc.latest_index,
+        ..Default::default()
+    };
+    for (name, idx) in enc.indexes {
+        if let Some(table) = Table::ALL.iter().find(|tb| tb.name() == name) {
+            t.indexes.insert(*table, idx);
+        }
+    }
+    for j in enc.job_versions {
+        let k = (j.namespace.clone(), j.id.clone());
+        t.job_versions.insert((k, j.version), Arc::new(j));
+    }
+    for (ns, id, version) in enc.jobs {
+        let k = (ns, id);
+        let Some(j) = t.job_versions.get(&(k.clone(), version)).cloned() else {
+            return Err(SnapshotError::Malformed(format!(
+                "job {}/{} version {version} missing from job versions",
+                k.0, k.1
+            )));
+        };
+        t.jobs.insert(k, j);
+    }
+    for s in enc.summaries {
+        t.job_summaries
+            .insert((s.namespace.clone(), s.job_id.clone()), Arc::new(s));
+    }
+    for e in enc.evals {
+        t.evals_by_job
+            .entry((e.namespace.clone(), e.job_id.clone()))
+            .or_default()
+            .insert(e.id.clone());
+        t.evals.insert(e.id.clone(), Arc::new(e));
+    }
+    for EncodedAlloc {
+        mut alloc,
+        job_version,
+    } in enc.allocs
+    {
+        let k = (alloc.namespace.clone(), alloc.job_id.clone());
+        alloc.job = job_version.and_then(|v| t.job_versions.get(&(k.clone(), v)).cloned());
+        t.allocs_by_node
+            .entry(alloc.node_id.clone())
+            .or_default()
+            .insert(alloc.id.clone());
+        t.allocs_by_job
+            .entry(k)
+            .or_default()
+            .insert(alloc.id.clone());
+        t.allocs.insert(alloc.id.clone(), Arc::new(alloc));
+    }
+    for n in enc.nodes {
+        t.nodes.insert(n.id.clone(), Arc::new(n));
+    }
+    Ok(t)
+}
+
+impl StateSnapshot {
+    /// Encodes every table for a Raft snapshot.
+    pub fn encode(&self) -> Vec<u8> {
+        encode(self)
+    }
+}
+
+impl StateStore {
+    /// Replaces the whole state with a decoded snapshot. On error nothing changes.
+    pub fn restore(&self, data: &[u8]) -> Result<(), SnapshotError> {
+        let t = decode(data)?;
+        self.replace(t);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use drover_structs::*;
+
+    fn job(id: &str) -> Job {
+        Job {
+            id: id.into(),
+            name: id.into(),
+            namespace: "default".into(),
+            job_type: "service".into(),
+            priority: 50,
+            task_groups: vec![TaskGroup {
+                name: "g".into(),
+                count: 1,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn snapshot_round_trip_keeps_every_table_and_links_jobs() {
+        let s = StateStore::new();
+        s.upsert_job(5, job("a"));
+        let mut j2 = job("a");
+        j2.task_groups[0].count = 3;
+        s.upsert_job(6, j2);
+        let alloc = Allocation {
+            id: "al1".into(),
+            namespace: "default".into(),
+            job_id: "a".into(),
+            node_id: "n1".into(),
+            task_group: "g".into(),
+            client_status: ALLOC_CLIENT_PENDING.into(),
+            desired_status: ALLOC_DESIRED_RUN.into(),
+            ..Default::default()
+        };
+        let jv = s.snapshot().job("default", "a");
+        s.upsert_plan_results(7, jv, vec![], vec![alloc], vec![]);
+        s.upsert_node(
+            8,
+            Node {
+                id: "n1".into(),
+                status: NODE_STATUS_READY.into(),
+                ..Default::default()
+            },
+        );
+        let snap = s.snapshot();
+        let data = snap.encode();
+
+        let restored = StateStore::new();
+        restored.restore(&data).unwrap();
+        let r = restored.snapshot();
+        assert_eq!(r.digest(), snap.digest());
+        assert_eq!(r.job("default", "a").unwrap().version, 1);
+        assert_eq!(r.job_versions("default", "a").len(), 2);
+        let a = r.alloc("al1").unwrap();
+        assert_eq!(a.job.as_ref().unwrap().version, 1);
+        assert_eq!(r.allocs_by_node("n1").len(), 1);
+        assert_eq!(r.latest_index(), 8);
+    }
+
+    #[test]
+    fn unknown_snapshot_version_is_refused_and_changes_nothing() {
+        let s = StateStore::new();
+        s.upsert_job(3, job("keep"));
+        let err = s.restore(br#"{"version": 99}"#).unwrap_err();
+        assert!(err.to_string().contains("version 99"));
+        assert!(s.snapshot().job("default", "keep").is_some());
+        assert!(s.restore(b"not json").is_err());
+        assert!(s.snapshot().job("default", "keep").is_some());
+    }
+}

@@ -1,0 +1,685 @@
+//! Writes to the tables. Each write is one FSM-applied entry with its Raft index; readers see
+//! either all of it or none of it, because a write builds on a private copy of the tables and
+//! swaps it in under the lock.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use drover_structs::time::{format_rfc3339_nanos, now_nanos};
+use drover_structs::*;
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use crate::StateError;
+use crate::tables::{NsKey, StateSnapshot, Table, Tables};
+
+/// What a client reports about one of its allocations.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AllocClientUpdate {
+    pub id: String,
+    pub client_status: String,
+    pub client_description: String,
+    pub task_states: Option<BTreeMap<String, TaskState>>,
+}
+
+pub struct StateStore {
+    tables: RwLock<Tables>,
+    /// Carries the latest applied index; blocking queries wait on it.
+    changes: watch::Sender<u64>,
+}
+
+impl Default for StateStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn key(ns: &str, id: &str) -> NsKey {
+    (ns.to_string(), id.to_string())
+}
+
+impl StateStore {
+    pub fn new() -> Self {
+        StateStore {
+            tables: RwLock::new(Tables::default()),
+            changes: watch::channel(0).0,
+        }
+    }
+
+    /// A consistent view of every table. O(1): the maps are persistent.
+    pub fn snapshot(&self) -> StateSnapshot {
+        // A poisoned lock means a writer panicked mid-way; the tables it swapped in are still
+        // whole (writes build on a copy), so reading them is sound.
+        let t = self.tables.read().unwrap_or_else(|e| e.into_inner());
+        StateSnapshot { t: t.clone() }
+    }
+
+    pub fn latest_index(&self) -> u64 {
+        *self.changes.borrow()
+    }
+
+    /// Waits until some table in `tables` has an index above `min_index`, or `timeout` passes.
+    /// Returns the snapshot to answer from.
+    pub async fn wait_for(
+        &self,
+        tables: &[Table],
+        min_index: u64,
+        timeout: Duration,
+    ) -> StateSnapshot {
+        let mut rx = self.changes.subscribe();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let snap = self.snapshot();
+            if min_index == 0 || snap.max_index(tables) > min_index {
+                return snap;
+            }
+            match tokio::time::timeout_at(deadline, rx.changed()).await {
+                Ok(Ok(())) => continue,
+                _ => return self.snapshot(),
+            }
+        }
+    }
+
+    /// Waits until the store has applied `index`.
+    pub async fn wait_for_index(&self, index: u64, timeout: Duration) -> bool {
+        let mut rx = self.changes.subscribe();
+        tokio::time::timeout(timeout, rx.wait_for(|i| *i >= index))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+
+    /// Runs one write against a copy of the tables and publishes it.
+    fn write<R>(&self, index: u64, touched: &[Table], f: impl FnOnce(&mut Tables) -> R) -> R {
+        let mut guard = self.tables.write().unwrap_or_else(|e| e.into_inner());
+        let mut t = guard.clone();
+        let r = f(&mut t);
+        for table in touched {
+            t.indexes.insert(*table, index);
+        }
+        t.latest_index = t.latest_index.max(index);
+        *guard = t;
+        drop(guard);
+        self.changes.send_replace(index);
+        r
+    }
+
+    /// Replaces every table (snapshot restore).
+    pub(crate) fn replace(&self, t: Tables) {
+        let index = t.latest_index;
+        *self.tables.write().unwrap_or_else(|e| e.into_inner()) = t;
+        self.changes.send_replace(index);
+    }
+
+    /// Registers a job or a new version of it. The version increases when the spec or the stop
+    /// flag changed; `JobModifyIndex` moves with it.
+    pub fn upsert_job(&self, index: u64, mut job: Job) {
+        self.write(
+            index,
+            &[Table::Jobs, Table::JobVersions, Table::JobSummary],
+            |t| {
+                let k = key(&job.namespace, &job.id);
+                match t.jobs.get(&k) {
+                    Some(existing) => {
+                        job.create_index = existing.create_index;
+                        if existing.spec_changed(&job) || existing.stop != job.stop {
+                            job.version = existing.version + 1;
+                            job.job_modify_index = index;
+                        } else {
+                            job.version = existing.version;
+                            job.job_modify_index = existing.job_modify_index;
+                            job.stable = existing.stable;
+                        }
+                    }
+                    None => {
+                        job.create_index = index;
+                        job.version = 0;
+                        job.job_modify_index = index;
+                    }
+                }
+                job.modify_index = index;
+                ensure_summary(t, &job, index);
+                let job = Arc::new(job);
+                t.job_versions.insert((k.clone(), job.version), job.clone());
+                t.jobs.insert(k.clone(), job);
+                refresh_job_status(t, &k, index);
+            },
+        )
+    }
+
+    /// Removes a job, its versions and summary (`?purge=true`). Its evaluations and
+    /// allocations stay until garbage collection, as in Nomad.
+    pub fn delete_job(&self, index: u64, namespace: &str, id: &str) -> Result<(), StateError> {
+        self.write(
+            index,
+            &[Table::Jobs, Table::JobVersions, Table::JobSummary],
+            |t| {
+                let k = key(namespace, id);
+                if t.jobs.remove(&k).is_none() {
+                    return Err(StateError::JobNotFound {
+                        namespace: namespace.into(),
+                        id: id.into(),
+                    });
+                }
+                let versions: Vec<_> = t
+                    .job_versions
+                    .range((k.clone(), 0)..=(k.clone(), u64::MAX))
+                    .map(|(vk, _)| vk.clone())
+                    .collect();
+                for vk in versions {
+                    t.job_versions.remove(&vk);
+                }
+                t.job_summaries.remove(&k);
+                Ok(())
+            },
+        )
+    }
+
+    pub fn upsert_evals(&self, index: u64, evals: Vec<Evaluation>) {
+        self.write(
+            index,
+            &[Table::Evals, Table::JobSummary, Table::Jobs],
+            |t| {
+                upsert_evals_in(t, index, evals);
+            },
+        )
+    }
+
+    /// Deletes evaluations (eval GC).
+    pub fn delete_evals(&self, index: u64, ids: &[String]) {
+        self.write(index, &[Table::Evals], |t| {
+            for id in ids {
+                if let Some(e) = t.evals.remove(id) {
+                    let k = key(&e.namespace, &e.job_id);
+                    if let Some(set) = t.evals_by_job.get_mut(&k) {
+                        set.remove(id);
+                    }
+                }
+            }
+        })
+    }
+
+    /// Applies a committed plan: allocations stopped and placed, with the job version the
+    /// placements run, and the evaluation updates that came with it.
+    pub fn upsert_plan_results(
+        &self,
+        index: u64,
+        job: Option<Arc<Job>>,
+        stopped: Vec<Allocation>,
+        placed: Vec<Allocation>,
+        evals: Vec<Evaluation>,
+    ) {
+        self.write(
+            index,
+            &[Table::Allocs, Table::JobSummary, Table::Jobs, Table::Evals],
+            |t| {
+                let now = now_nanos();
+                let mut jobs_touched = BTreeSet::new();
+                for stop in stopped {
+                    let Some(existing) = t.allocs.get(&stop.id).cloned() else {
+                        continue;
+                    };
+                    let mut a = (*existing).clone();
+                    a.desired_status = stop.desired_status;
+                    a.desired_description = stop.desired_description;
+                    if !stop.client_status.is_empty() && stop.client_status != a.client_status {
+                        a.client_status = stop.client_status;
+                    }
+                    if stop.followup_eval_id.is_empty() {
+                        // keep
+                    } else {
+                        a.followup_eval_id = stop.followup_eval_id;
+                    }
+                    a.modify_index = index;
+                    a.alloc_modify_index = index;
+                    a.modify_time = now;
+                    jobs_touched.insert(key(&a.namespace, &a.job_id));
+                    t.allocs.insert(a.id.clone(), Arc::new(a));
+                }
+                for mut a in placed {
+                    match t.allocs.get(&a.id).cloned() {
+                        Some(existing) => {
+                            // In-place update: the server's fields change, the client's stay.
+                            a.create_index = existing.create_index;
+                            a.create_time = existing.create_time;
+                            a.client_status = existing.client_status.clone();
+                            a.client_description = existing.client_description.clone();
+                            a.task_states = existing.task_states.clone();
+                        }
+                        None => {
+                            a.create_index = index;
+                            if a.create_time == 0 {
+                                a.create_time = now;
+                            }
+                        }
+                    }
+                    if a.job.is_none() {
+                        a.job = job.clone();
+                    }
+                    a.modify_index = index;
+                    a.alloc_modify_index = index;
+                    a.modify_time = now;
+                    index_alloc(t, &a);
+                    jobs_touched.insert(key(&a.namespace, &a.job_id));
+                    t.allocs.insert(a.id.clone(), Arc::new(a));
+                }
+                upsert_evals_in(t, index, evals);
+                for k in jobs_touched {
+                    recompute_summary(t, &k, index);
+                    refresh_job_status(t, &k, index);
+                }
+            },
+        )
+    }
+
+    /// Applies what clients report about their allocations.
+    pub fn update_allocs_from_client(&self, index: u64, updates: Vec<AllocClientUpdate>) {
+        self.write(
+            index,
+            &[Table::Allocs, Table::JobSummary, Table::Jobs],
+            |t| {
+                let now = now_nanos();
+                let mut jobs_touched = BTreeSet::new();
+                for u in updates {
+                    let Some(existing) = t.allocs.get(&u.id).cloned() else {
+                        continue;
+                    };
+                    let mut a = (*existing).clone();
+                    a.client_status = u.client_status;
+                    a.client_description = u.client_description;
+                    if u.task_states.is_some() {
+                        a.task_states = u.task_states;
+                    }
+                    a.modify_index = index;
+                    a.modify_time = now;
+                    jobs_touched.insert(key(&a.namespace, &a.job_id));
+                    t.allocs.insert(a.id.clone(), Arc::new(a));
+                }
+                for k in jobs_touched {
+                    recompute_summary(t, &k, index);
+                    refresh_job_status(t, &k, index);
+                }
+            },
+        )
+    }
+
+    /// Marks allocations for stopping on behalf of an operator (`alloc stop`) or the server.
+    pub fn update_allocs_desired(&self, index: u64, ids: &[String], desired: &str, desc: &str) {
+        self.write(index, &[Table::Allocs, Table::Jobs], |t| {
+            let mut jobs = BTreeSet::new();
+            for id in ids {
+                if let Some(existing) = t.allocs.get(id).cloned() {
+                    let mut a = (*existing).clone();
+                    a.desired_status = desired.to_string();
+                    a.desired_description = desc.to_string();
+                    a.modify_index = index;
+                    a.alloc_modify_index = index;
+                    jobs.insert(key(&a.namespace, &a.job_id));
+                    t.allocs.insert(a.id.clone(), Arc::new(a));
+                }
+            }
+            for k in jobs {
+                refresh_job_status(t, &k, index);
+            }
+        })
+    }
+
+    /// Registers a node or updates its fingerprint. Operator-set fields (eligibility, drain)
+    /// survive re-registration.
+    pub fn upsert_node(&self, index: u64, mut node: Node) {
+        self.write(index, &[Table::Nodes], |t| {
+            match t.nodes.get(&node.id) {
+                Some(existing) => {
+                    node.create_index = existing.create_index;
+                    node.drain = existing.drain;
+                    node.drain_strategy = existing.drain_strategy.clone();
+                    if !existing.scheduling_eligibility.is_empty() {
+                        node.scheduling_eligibility = existing.scheduling_eligibility.clone();
+                    }
+                    node.events = existing.events.clone();
+                }
+                None => {
+                    node.create_index = index;
+                    node.events = Some(vec![NodeEvent {
+                        message: "Node registered".into(),
+                        subsystem: "Cluster".into(),
+                        timestamp: format_rfc3339_nanos(
+                            now_nanos() / 1_000_000_000 * 1_000_000_000,
+                        ),
+                        create_index: 0,
+                        details: None,
+                    }]);
+                }
+            }
+            if node.scheduling_eligibility.is_empty() {
+                node.scheduling_eligibility = NODE_ELIGIBLE.to_string();
+            }
+            node.modify_index = index;
+            node.compute_class();
+            t.nodes.insert(node.id.clone(), Arc::new(node));
+        })
+    }
+
+    /// Sets a node's status (heartbeats, missed heartbeats), with a node event when it changes.
+    pub fn update_node_status(
+        &self,
+        index: u64,
+        node_id: &str,
+        status: &str,
+        updated_at: i64,
+    ) -> Result<(), StateError> {
+        self.write(index, &[Table::Nodes], |t| {
+            let Some(existing) = t.nodes.get(node_id).cloned() else {
+                return Err(StateError::NodeNotFound(node_id.into()));
+            };
+            let mut n = (*existing).clone();
+            if n.status != status {
+                let message = match status {
+                    NODE_STATUS_DOWN => "Node heartbeat missed",
+                    NODE_STATUS_READY => "Node status changed to ready",
+                    _ => "Node status changed",
+                };
+                n.events.get_or_insert_with(Vec::new).push(NodeEvent {
+                    message: message.into(),
+                    subsystem: "Cluster".into(),
+                    timestamp: format_rfc3339_nanos(updated_at * 1_000_000_000),
+                    create_index: index,
+                    details: None,
+                });
+                n.status = status.to_string();
+            }
+            n.status_updated_at = updated_at;
+            n.modify_index = index;
+            t.nodes.insert(n.id.clone(), Arc::new(n));
+            Ok(())
+        })
+    }
+
+    pub fn update_node_eligibility(
+        &self,
+        index: u64,
+        node_id: &str,
+        eligibility: &str,
+    ) -> Result<(), StateError> {
+        self.write(index, &[Table::Nodes], |t| {
+            let Some(existing) = t.nodes.get(node_id).cloned() else {
+                return Err(StateError::NodeNotFound(node_id.into()));
+            };
+            let mut n = (*existing).clone();
+            n.scheduling_eligibility = eligibility.to_string();
+            n.modify_index = index;
+            n.compute_class();
+            t.nodes.insert(n.id.clone(), Arc::new(n));
+            Ok(())
+        })
+    }
+}
+
+fn index_alloc(t: &mut Tables, a: &Allocation) {
+    t.allocs_by_node
+        .entry(a.node_id.clone())
+        .or_default()
+        .insert(a.id.clone());
+    t.allocs_by_job
+        .entry(key(&a.namespace, &a.job_id))
+        .or_default()
+        .insert(a.id.clone());
+}
+
+fn upsert_evals_in(t: &mut Tables, index: u64, evals: Vec<Evaluation>) {
+    let mut jobs = BTreeSet::new();
+    for mut e in evals {
+        match t.evals.get(&e.id) {
+            Some(existing) => {
+                e.create_index = existing.create_index;
+                e.create_time = existing.create_time;
+            }
+            None => e.create_index = index,
+        }
+        e.modify_index = index;
+        let k = key(&e.namespace, &e.job_id);
+        t.evals_by_job
+            .entry(k.clone())
+            .or_default()
+            .insert(e.id.clone());
+        if let Some(queued) = &e.queued_allocations
+            && let Some(s) = t.job_summaries.get(&k).cloned()
+        {
+            let mut s = (*s).clone();
+            for (tg, q) in queued {
+                if let Some(g) = s.summary.get_mut(tg) {
+                    g.queued = *q;
+                }
+            }
+            s.modify_index = index;
+            t.job_summaries.insert(k.clone(), Arc::new(s));
+        }
+        jobs.insert(k);
+        t.evals.insert(e.id.clone(), Arc::new(e));
+    }
+    for k in jobs {
+        refresh_job_status(t, &k, index);
+    }
+}
+
+fn ensure_summary(t: &mut Tables, job: &Job, index: u64) {
+    let k = key(&job.namespace, &job.id);
+    let mut s = t
+        .job_summaries
+        .get(&k)
+        .map(|s| (**s).clone())
+        .unwrap_or_else(|| JobSummary {
+            job_id: job.id.clone(),
+            namespace: job.namespace.clone(),
+            create_index: index,
+            ..Default::default()
+        });
+    for tg in &job.task_groups {
+        s.summary.entry(tg.name.clone()).or_default();
+    }
+    s.modify_index = index;
+    t.job_summaries.insert(k, Arc::new(s));
+}
+
+/// Recounts a job's allocations per group and client status.
+fn recompute_summary(t: &mut Tables, k: &NsKey, index: u64) {
+    let Some(existing) = t.job_summaries.get(k).cloned() else {
+        return;
+    };
+    let mut s = (*existing).clone();
+    for g in s.summary.values_mut() {
+        let queued = g.queued;
+        *g = TaskGroupSummary {
+            queued,
+            ..Default::default()
+        };
+    }
+    if let Some(ids) = t.allocs_by_job.get(k) {
+        for id in ids {
+            let Some(a) = t.allocs.get(id) else { continue };
+            let g = s.summary.entry(a.task_group.clone()).or_default();
+            match a.client_status.as_str() {
+                ALLOC_CLIENT_PENDING => g.starting += 1,
+                ALLOC_CLIENT_RUNNING => g.running += 1,
+                ALLOC_CLIENT_COMPLETE => g.complete += 1,
+                ALLOC_CLIENT_FAILED => g.failed += 1,
+                ALLOC_CLIENT_LOST => g.lost += 1,
+                _ => {}
+            }
+        }
+    }
+    if s != *existing {
+        s.modify_index = index;
+        t.job_summaries.insert(k.clone(), Arc::new(s));
+    }
+}
+
+/// Nomad's `getJobStatus`: running while any allocation is not terminal, pending while an
+/// evaluation is outstanding, dead once it had allocations or evaluations and all ended.
+fn refresh_job_status(t: &mut Tables, k: &NsKey, index: u64) {
+    let Some(job) = t.jobs.get(k).cloned() else {
+        return;
+    };
+    let status = job_status(t, k, &job);
+    if job.status != status {
+        let mut j = (*job).clone();
+        j.status = status.to_string();
+        j.modify_index = index;
+        let j = Arc::new(j);
+        t.job_versions.insert((k.clone(), j.version), j.clone());
+        t.jobs.insert(k.clone(), j);
+        t.indexes.insert(Table::Jobs, index);
+    }
+}
+
+fn job_status(t: &Tables, k: &NsKey, job: &Job) -> &'static str {
+    if job.job_type == JOB_TYPE_SYSTEM || job.is_parameterized() || job.is_periodic() {
+        return if job.stop {
+            JOB_STATUS_DEAD
+        } else {
+            JOB_STATUS_RUNNING
+        };
+    }
+    let mut has_alloc = false;
+    if let Some(ids) = t.allocs_by_job.get(k) {
+        for id in ids {
+            if let Some(a) = t.allocs.get(id) {
+                has_alloc = true;
+                if !a.terminal() {
+                    return JOB_STATUS_RUNNING;
+                }
+            }
+        }
+    }
+    let mut has_eval = false;
+    if let Some(ids) = t.evals_by_job.get(k) {
+        for id in ids {
+            if let Some(e) = t.evals.get(id) {
+                has_eval = true;
+                if !e.terminal() {
+                    return JOB_STATUS_PENDING;
+                }
+            }
+        }
+    }
+    if has_alloc || has_eval || job.stop {
+        JOB_STATUS_DEAD
+    } else {
+        JOB_STATUS_PENDING
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(id: &str, count: i64) -> Job {
+        Job {
+            id: id.into(),
+            name: id.into(),
+            namespace: "default".into(),
+            job_type: "service".into(),
+            priority: 50,
+            task_groups: vec![TaskGroup {
+                name: "g".into(),
+                count,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    }
+
+    fn alloc(id: &str, job: &str) -> Allocation {
+        Allocation {
+            id: id.into(),
+            namespace: "default".into(),
+            job_id: job.into(),
+            node_id: "n1".into(),
+            task_group: "g".into(),
+            name: format!("{job}.g[0]"),
+            desired_status: ALLOC_DESIRED_RUN.into(),
+            client_status: ALLOC_CLIENT_PENDING.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn job_version_bumps_only_when_spec_changes() {
+        let s = StateStore::new();
+        s.upsert_job(10, job("a", 1));
+        s.upsert_job(11, job("a", 1));
+        assert_eq!(s.snapshot().job("default", "a").unwrap().version, 0);
+        s.upsert_job(12, job("a", 2));
+        let j = s.snapshot().job("default", "a").unwrap();
+        assert_eq!((j.version, j.create_index, j.job_modify_index), (1, 10, 12));
+    }
+
+    #[test]
+    fn job_status_follows_allocs_and_evals() {
+        let s = StateStore::new();
+        s.upsert_job(1, job("a", 1));
+        assert_eq!(s.snapshot().job("default", "a").unwrap().status, "pending");
+        let jv = s.snapshot().job("default", "a");
+        s.upsert_plan_results(2, jv, vec![], vec![alloc("x", "a")], vec![]);
+        assert_eq!(s.snapshot().job("default", "a").unwrap().status, "running");
+        s.update_allocs_from_client(
+            3,
+            vec![AllocClientUpdate {
+                id: "x".into(),
+                client_status: ALLOC_CLIENT_COMPLETE.into(),
+                ..Default::default()
+            }],
+        );
+        let snap = s.snapshot();
+        assert_eq!(snap.job("default", "a").unwrap().status, "dead");
+        assert_eq!(
+            snap.job_summary("default", "a").unwrap().summary["g"].complete,
+            1
+        );
+    }
+
+    #[test]
+    fn snapshot_is_isolated_from_later_writes() {
+        let s = StateStore::new();
+        s.upsert_job(1, job("a", 1));
+        let before = s.snapshot();
+        s.upsert_job(2, job("b", 1));
+        assert!(before.job("default", "b").is_none());
+        assert!(s.snapshot().job("default", "b").is_some());
+        assert_eq!(before.table_index(Table::Jobs), 1);
+    }
+
+    #[test]
+    fn client_updates_do_not_move_alloc_modify_index() {
+        let s = StateStore::new();
+        s.upsert_job(1, job("a", 1));
+        let jv = s.snapshot().job("default", "a");
+        s.upsert_plan_results(2, jv, vec![], vec![alloc("x", "a")], vec![]);
+        s.update_allocs_from_client(
+            3,
+            vec![AllocClientUpdate {
+                id: "x".into(),
+                client_status: ALLOC_CLIENT_RUNNING.into(),
+                ..Default::default()
+            }],
+        );
+        let snap = s.snapshot();
+        assert_eq!(snap.node_allocs_index("n1"), 2);
+        assert_eq!(snap.alloc("x").unwrap().modify_index, 3);
+    }
+
+    #[tokio::test]
+    async fn blocking_wait_returns_on_change() {
+        let s = Arc::new(StateStore::new());
+        s.upsert_job(1, job("a", 1));
+        let s2 = s.clone();
+        let waiter =
+            tokio::spawn(
+                async move { s2.wait_for(&[Table::Jobs], 1, Duration::from_secs(5)).await },
+            );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        s.upsert_job(2, job("b", 1));
+        let snap = waiter.await.unwrap();
+        assert_eq!(snap.table_index(Table::Jobs), 2);
+    }
+}

@@ -1,0 +1,252 @@
+//! The tables and read access to them. A [`StateSnapshot`] is a cheap clone of all tables.
+
+use std::sync::Arc;
+
+use drover_structs::{Allocation, Evaluation, Job, JobSummary, Node};
+use imbl::{OrdMap, OrdSet};
+
+/// Key of namespaced objects: (namespace, id).
+pub type NsKey = (String, String);
+
+/// The tables, for index tracking and blocking queries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Table {
+    Jobs,
+    JobVersions,
+    JobSummary,
+    Evals,
+    Allocs,
+    Nodes,
+}
+
+impl Table {
+    pub const ALL: [Table; 6] = [
+        Table::Jobs,
+        Table::JobVersions,
+        Table::JobSummary,
+        Table::Evals,
+        Table::Allocs,
+        Table::Nodes,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Table::Jobs => "jobs",
+            Table::JobVersions => "job_version",
+            Table::JobSummary => "job_summary",
+            Table::Evals => "evals",
+            Table::Allocs => "allocs",
+            Table::Nodes => "nodes",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Tables {
+    pub jobs: OrdMap<NsKey, Arc<Job>>,
+    pub job_versions: OrdMap<(NsKey, u64), Arc<Job>>,
+    pub job_summaries: OrdMap<NsKey, Arc<JobSummary>>,
+    pub evals: OrdMap<String, Arc<Evaluation>>,
+    pub evals_by_job: OrdMap<NsKey, OrdSet<String>>,
+    pub allocs: OrdMap<String, Arc<Allocation>>,
+    pub allocs_by_node: OrdMap<String, OrdSet<String>>,
+    pub allocs_by_job: OrdMap<NsKey, OrdSet<String>>,
+    pub nodes: OrdMap<String, Arc<Node>>,
+    pub indexes: OrdMap<Table, u64>,
+    /// Raft index of the newest applied entry, whatever table it touched.
+    pub latest_index: u64,
+}
+
+/// A read-only, consistent view of all tables at one index.
+#[derive(Debug, Clone)]
+pub struct StateSnapshot {
+    pub(crate) t: Tables,
+}
+
+fn key(ns: &str, id: &str) -> NsKey {
+    (ns.to_string(), id.to_string())
+}
+
+impl StateSnapshot {
+    /// Raft index of the newest entry this view includes.
+    pub fn latest_index(&self) -> u64 {
+        self.t.latest_index
+    }
+
+    /// Index of the last change to a table (at least 1, so clients always see a valid index).
+    pub fn table_index(&self, table: Table) -> u64 {
+        self.t.indexes.get(&table).copied().unwrap_or(0).max(1)
+    }
+
+    /// The highest index among several tables.
+    pub fn max_index(&self, tables: &[Table]) -> u64 {
+        tables
+            .iter()
+            .map(|t| self.table_index(*t))
+            .max()
+            .unwrap_or(1)
+    }
+
+    pub fn job(&self, ns: &str, id: &str) -> Option<Arc<Job>> {
+        self.t.jobs.get(&key(ns, id)).cloned()
+    }
+
+    /// Jobs of a namespace (`None` = all namespaces), ordered by namespace and id.
+    pub fn jobs(&self, ns: Option<&str>) -> Vec<Arc<Job>> {
+        self.t
+            .jobs
+            .iter()
+            .filter(|((n, _), _)| ns.is_none_or(|want| want == n))
+            .map(|(_, j)| j.clone())
+            .collect()
+    }
+
+    pub fn job_version(&self, ns: &str, id: &str, version: u64) -> Option<Arc<Job>> {
+        self.t.job_versions.get(&(key(ns, id), version)).cloned()
+    }
+
+    /// Every stored version of a job, newest first.
+    pub fn job_versions(&self, ns: &str, id: &str) -> Vec<Arc<Job>> {
+        let k = key(ns, id);
+        let mut v: Vec<Arc<Job>> = self
+            .t
+            .job_versions
+            .range((k.clone(), 0)..=(k, u64::MAX))
+            .map(|(_, j)| j.clone())
+            .collect();
+        v.reverse();
+        v
+    }
+
+    pub fn job_summary(&self, ns: &str, id: &str) -> Option<Arc<JobSummary>> {
+        self.t.job_summaries.get(&key(ns, id)).cloned()
+    }
+
+    pub fn eval(&self, id: &str) -> Option<Arc<Evaluation>> {
+        self.t.evals.get(id).cloned()
+    }
+
+    pub fn evals(&self) -> Vec<Arc<Evaluation>> {
+        self.t.evals.values().cloned().collect()
+    }
+
+    pub fn evals_by_job(&self, ns: &str, job_id: &str) -> Vec<Arc<Evaluation>> {
+        self.t
+            .evals_by_job
+            .get(&key(ns, job_id))
+            .map(|ids| {
+                ids.iter()
+                    .filter_map(|id| self.t.evals.get(id).cloned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    pub fn alloc(&self, id: &str) -> Option<Arc<Allocation>> {
+        self.t.allocs.get(id).cloned()
+    }
+
+    pub fn allocs(&self) -> Vec<Arc<Allocation>> {
+        self.t.allocs.values().cloned().collect()
+    }
+
+    /// Number of allocations, without building a list.
+    pub fn alloc_count(&self) -> usize {
+        self.t.allocs.len()
+    }
+
+    pub fn allocs_by_job(&self, ns: &str, job_id: &str) -> Vec<Arc<Allocation>> {
+        self.t
+            .allocs_by_job
+            .get(&key(ns, job_id))
+            .map(|ids| {
+                ids.iter()
+                    .filter_map(|id| self.t.allocs.get(id).cloned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    pub fn allocs_by_node(&self, node_id: &str) -> Vec<Arc<Allocation>> {
+        self.t
+            .allocs_by_node
+            .get(node_id)
+            .map(|ids| {
+                ids.iter()
+                    .filter_map(|id| self.t.allocs.get(id).cloned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    pub fn allocs_by_eval(&self, eval_id: &str) -> Vec<Arc<Allocation>> {
+        let Some(eval) = self.eval(eval_id) else {
+            return Vec::new();
+        };
+        self.allocs_by_job(&eval.namespace, &eval.job_id)
+            .into_iter()
+            .filter(|a| a.eval_id == eval_id)
+            .collect()
+    }
+
+    /// The highest `AllocModifyIndex` among a node's allocations: clients block on this, and
+    /// their own status updates do not move it.
+    pub fn node_allocs_index(&self, node_id: &str) -> u64 {
+        self.t
+            .allocs_by_node
+            .get(node_id)
+            .map(|ids| {
+                ids.iter()
+                    .filter_map(|id| self.t.allocs.get(id))
+                    .map(|a| a.alloc_modify_index)
+                    .max()
+                    .unwrap_or(0)
+            })
+            .unwrap_or(0)
+    }
+
+    pub fn node(&self, id: &str) -> Option<Arc<Node>> {
+        self.t.nodes.get(id).cloned()
+    }
+
+    pub fn nodes(&self) -> Vec<Arc<Node>> {
+        self.t.nodes.values().cloned().collect()
+    }
+
+    /// Objects whose id starts with `prefix` (Nomad's `?prefix=` and short-id lookups).
+    pub fn allocs_by_prefix(&self, prefix: &str) -> Vec<Arc<Allocation>> {
+        self.t
+            .allocs
+            .range(prefix.to_string()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(_, a)| a.clone())
+            .collect()
+    }
+
+    pub fn evals_by_prefix(&self, prefix: &str) -> Vec<Arc<Evaluation>> {
+        self.t
+            .evals
+            .range(prefix.to_string()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(_, e)| e.clone())
+            .collect()
+    }
+
+    pub fn nodes_by_prefix(&self, prefix: &str) -> Vec<Arc<Node>> {
+        self.t
+            .nodes
+            .range(prefix.to_string()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(_, n)| n.clone())
+            .collect()
+    }
+
+    /// A digest of every table, equal on servers that applied the same entries.
+    pub fn digest(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        let enc = crate::snapshot_codec::encode(self);
+        enc.hash(&mut h);
+        h.finish()
+    }
+}
