@@ -13,7 +13,7 @@ mod store;
 mod tables;
 
 pub use snapshot_codec::{SNAPSHOT_VERSION, SnapshotError};
-pub use store::{AllocClientUpdate, StateStore};
+pub use store::StateStore;
 pub use tables::{StateSnapshot, Table};
 
 #[derive(Debug, thiserror::Error)]

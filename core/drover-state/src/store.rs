@@ -2,26 +2,16 @@
 //! either all of it or none of it, because a write builds on a private copy of the tables and
 //! swaps it in under the lock.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use drover_structs::time::{format_rfc3339_nanos, now_nanos};
 use drover_structs::*;
-use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use crate::StateError;
 use crate::tables::{NsKey, StateSnapshot, Table, Tables};
-
-/// What a client reports about one of its allocations.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct AllocClientUpdate {
-    pub id: String,
-    pub client_status: String,
-    pub client_description: String,
-    pub task_states: Option<BTreeMap<String, TaskState>>,
-}
 
 pub struct StateStore {
     tables: RwLock<Tables>,

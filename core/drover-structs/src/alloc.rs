@@ -524,3 +524,15 @@ mod tests {
         assert_eq!(format_go_duration_secs(300.0), "5m0s");
     }
 }
+
+/// What a client reports about one of its allocations.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AllocClientUpdate {
+    pub id: String,
+    pub client_status: String,
+    pub client_description: String,
+    pub task_states: Option<BTreeMap<String, TaskState>>,
+    /// Unix nanoseconds of the client's observation.
+    #[serde(default)]
+    pub modify_time: i64,
+}

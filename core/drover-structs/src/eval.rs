@@ -58,6 +58,9 @@ pub struct Evaluation {
     /// Nanoseconds to wait before the eval may be processed.
     #[serde(rename = "Wait", skip_serializing_if = "is_zero_i64")]
     pub wait: i64,
+    /// Unix nanoseconds before which the evaluation must not be processed (reschedule delays).
+    #[serde(rename = "WaitUntil", skip_serializing_if = "is_zero_i64")]
+    pub wait_until: i64,
     #[serde(rename = "NextEval", skip_serializing_if = "String::is_empty")]
     pub next_eval: String,
     #[serde(rename = "PreviousEval", skip_serializing_if = "String::is_empty")]

@@ -1,0 +1,30 @@
+//! The scheduler's view of state: a state store snapshot behind the scheduler's `State` trait.
+
+use std::sync::Arc;
+
+use drover_scheduler::State;
+use drover_state::StateSnapshot;
+use drover_structs::{Allocation, Job, Node};
+
+pub struct SnapshotState(pub StateSnapshot);
+
+impl State for SnapshotState {
+    fn index(&self) -> u64 {
+        self.0.latest_index()
+    }
+    fn job(&self, namespace: &str, id: &str) -> Option<Arc<Job>> {
+        self.0.job(namespace, id)
+    }
+    fn nodes(&self) -> Vec<Arc<Node>> {
+        self.0.nodes()
+    }
+    fn node(&self, id: &str) -> Option<Arc<Node>> {
+        self.0.node(id)
+    }
+    fn allocs_by_job(&self, namespace: &str, job_id: &str) -> Vec<Arc<Allocation>> {
+        self.0.allocs_by_job(namespace, job_id)
+    }
+    fn allocs_by_node(&self, node_id: &str) -> Vec<Arc<Allocation>> {
+        self.0.allocs_by_node(node_id)
+    }
+}

@@ -1,0 +1,620 @@
+//! The server: Raft, the state store and the leader's subsystems, and the endpoints (job
+//! register, node heartbeats, client updates...) that turn requests into log entries.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use drover_raft::{NoTransport, RaftConfig, RaftNode};
+use drover_scheduler::SchedulerConfig;
+use drover_state::{StateSnapshot, StateStore, Table};
+use drover_structs::time::now_nanos;
+use drover_structs::*;
+use tokio::sync::{mpsc, watch};
+
+use crate::ServerError;
+use crate::broker::EvalBroker;
+use crate::fsm::{Fsm, LogEntry};
+use crate::heartbeat::HeartbeatTimers;
+use crate::plan_apply::{PlanRequest, run_plan_applier};
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub data_dir: PathBuf,
+    /// Raft id of this server (non-zero).
+    pub raft_id: u64,
+    /// Region this server belongs to.
+    pub region: String,
+    pub datacenter: String,
+    /// Number of scheduler workers.
+    pub num_schedulers: usize,
+    /// How long a node may go without heartbeating before it is marked down.
+    pub heartbeat_ttl: Duration,
+    /// Extra time a node gets after a leader change before it can be marked down.
+    pub heartbeat_grace: Duration,
+    /// Raft snapshot every this many entries.
+    pub snapshot_threshold: u64,
+    pub eval_nack_timeout: Duration,
+    pub eval_delivery_limit: u32,
+}
+
+impl ServerConfig {
+    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
+        ServerConfig {
+            data_dir: data_dir.into(),
+            raft_id: 1,
+            region: DEFAULT_REGION.into(),
+            datacenter: "dc1".into(),
+            num_schedulers: 2,
+            heartbeat_ttl: Duration::from_secs(10),
+            heartbeat_grace: Duration::from_secs(10),
+            snapshot_threshold: 8192,
+            eval_nack_timeout: Duration::from_secs(60),
+            eval_delivery_limit: 3,
+        }
+    }
+}
+
+/// What a job registration returns (Nomad's `JobRegisterResponse`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RegisterResult {
+    pub eval_id: String,
+    pub eval_create_index: u64,
+    pub job_modify_index: u64,
+    pub index: u64,
+    pub warnings: String,
+}
+
+pub(crate) struct Inner {
+    pub config: ServerConfig,
+    pub state: Arc<StateStore>,
+    pub raft: RaftNode,
+    pub broker: EvalBroker,
+    pub plan_tx: mpsc::Sender<PlanRequest>,
+    pub sched_config: SchedulerConfig,
+    pub heartbeats: HeartbeatTimers,
+    /// Blocked evaluations by job: at most one per job.
+    pub blocked: Mutex<HashMap<(String, String), Evaluation>>,
+    pub shutdown_tx: watch::Sender<bool>,
+    pub shutdown_rx: watch::Receiver<bool>,
+}
+
+impl Inner {
+    /// Proposes an entry through Raft; resolves once it is applied to the state store.
+    pub async fn apply(&self, entry: LogEntry) -> Result<u64, ServerError> {
+        let index = self.raft.propose(entry.encode()).await?;
+        Ok(index)
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.raft.leadership().borrow().is_leader
+    }
+
+    /// Hands an evaluation to the broker now, or when its `WaitUntil` comes.
+    pub fn enqueue_when_due(self: &Arc<Self>, eval: Evaluation) {
+        if eval.terminal() || eval.status == EVAL_STATUS_BLOCKED {
+            return;
+        }
+        let wait = eval_delay(&eval);
+        if wait.is_zero() {
+            self.broker.enqueue(eval);
+        } else {
+            let inner = self.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(wait).await;
+                inner.broker.enqueue(eval);
+            });
+        }
+    }
+
+    /// Tracks a blocked evaluation; an older blocked one of the same job is cancelled.
+    pub async fn block_eval(&self, eval: Evaluation) {
+        let key = (eval.namespace.clone(), eval.job_id.clone());
+        let old = {
+            let mut b = self.blocked.lock().unwrap_or_else(|e| e.into_inner());
+            b.insert(key, eval.clone())
+        };
+        if let Some(mut old) = old.filter(|o| o.id != eval.id) {
+            old.status = EVAL_STATUS_CANCELED.into();
+            old.status_description = format!("evaluation {:?} successful", eval.id);
+            old.modify_time = now_nanos();
+            if let Err(e) = self.apply(LogEntry::EvalUpdate { evals: vec![old] }).await {
+                tracing::warn!(error = %e, "cancelling duplicate blocked eval");
+            }
+        }
+    }
+
+    /// Capacity changed (a node joined, allocations ended): every blocked evaluation gets
+    /// another try.
+    pub fn unblock_evals(&self) {
+        let evals: Vec<Evaluation> = {
+            let mut b = self.blocked.lock().unwrap_or_else(|e| e.into_inner());
+            b.drain().map(|(_, e)| e).collect()
+        };
+        if !evals.is_empty() {
+            tracing::debug!(count = evals.len(), "unblocking evaluations");
+            self.broker.enqueue_all(evals);
+        }
+    }
+}
+
+fn eval_delay(eval: &Evaluation) -> Duration {
+    let now = now_nanos();
+    let until = eval.wait_until.max(if eval.wait > 0 {
+        eval.create_time + eval.wait
+    } else {
+        0
+    });
+    if until > now {
+        Duration::from_nanos((until - now) as u64)
+    } else {
+        Duration::ZERO
+    }
+}
+
+/// A Drover server. Cheap to clone.
+#[derive(Clone)]
+pub struct Server {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl Server {
+    /// Opens (or creates) the server's Raft log under the data dir, replays it into the state
+    /// store and starts the leader's subsystems.
+    pub async fn start(config: ServerConfig) -> Result<Server, ServerError> {
+        let state = Arc::new(StateStore::new());
+        let mut raft_config =
+            RaftConfig::new(config.raft_id, &config.data_dir, vec![config.raft_id]);
+        raft_config.snapshot_threshold = config.snapshot_threshold;
+        let fsm = Fsm {
+            state: state.clone(),
+        };
+        let raft = RaftNode::start(raft_config, fsm, Arc::new(NoTransport))?;
+        let (plan_tx, plan_rx) = mpsc::channel(64);
+        let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let inner = Arc::new(Inner {
+            broker: EvalBroker::new(config.eval_nack_timeout, config.eval_delivery_limit),
+            config,
+            state,
+            raft,
+            plan_tx,
+            sched_config: SchedulerConfig::default(),
+            heartbeats: HeartbeatTimers::default(),
+            blocked: Mutex::new(HashMap::new()),
+            shutdown_tx,
+            shutdown_rx,
+        });
+        tokio::spawn(run_plan_applier(inner.clone(), plan_rx));
+        for id in 0..inner.config.num_schedulers.max(1) {
+            tokio::spawn(crate::worker::run_worker(inner.clone(), id));
+        }
+        tokio::spawn(leader_loop(inner.clone()));
+        Ok(Server { inner })
+    }
+
+    pub fn state(&self) -> &Arc<StateStore> {
+        &self.inner.state
+    }
+
+    pub fn snapshot(&self) -> StateSnapshot {
+        self.inner.state.snapshot()
+    }
+
+    pub fn config(&self) -> &ServerConfig {
+        &self.inner.config
+    }
+
+    pub fn raft_status(&self) -> drover_raft::RaftStatus {
+        self.inner.raft.status()
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.inner.is_leader()
+    }
+
+    /// Waits until this server leads and has applied everything before its term.
+    pub async fn wait_for_leadership(&self, timeout: Duration) -> Result<(), ServerError> {
+        let mut rx = self.inner.raft.leadership();
+        tokio::time::timeout(timeout, rx.wait_for(|l| l.is_leader))
+            .await
+            .map_err(|_| ServerError::NoLeader)?
+            .map_err(|_| ServerError::NoLeader)?;
+        Ok(())
+    }
+
+    pub fn shutdown(&self) {
+        let _ = self.inner.shutdown_tx.send(true);
+        self.inner.broker.set_enabled(false);
+        self.inner.raft.shutdown();
+    }
+
+    /// Registers a job (a new one or a new version). The job must be canonicalised; it is
+    /// validated here. `enforce_index` is Nomad's check-and-set on `JobModifyIndex`
+    /// (0 = the job must not exist).
+    pub async fn register_job(
+        &self,
+        mut job: Job,
+        enforce_index: Option<u64>,
+    ) -> Result<RegisterResult, ServerError> {
+        validate::validate_job(&job).map_err(ServerError::Validation)?;
+        let existing = self.snapshot().job(&job.namespace, &job.id);
+        if let Some(want) = enforce_index {
+            let have = existing.as_ref().map(|j| j.job_modify_index).unwrap_or(0);
+            if want != have {
+                return Err(ServerError::Conflict(if want == 0 {
+                    format!("Enforcing job modify index {want}: job already exists")
+                } else {
+                    format!(
+                        "Enforcing job modify index {want}: job exists with conflicting job modify index: {have}"
+                    )
+                }));
+            }
+        }
+        job.submit_time = now_nanos();
+        job.status = existing
+            .as_ref()
+            .map(|j| j.status.clone())
+            .unwrap_or_else(|| JOB_STATUS_PENDING.into());
+        job.stable = false;
+        let eval = (!job.is_periodic() && !job.is_parameterized())
+            .then(|| Evaluation::for_job(&job, TRIGGER_JOB_REGISTER));
+        let index = self
+            .inner
+            .apply(LogEntry::JobRegister {
+                job: job.clone(),
+                evals: eval.iter().cloned().collect(),
+            })
+            .await?;
+        let snap = self.snapshot();
+        let stored = snap
+            .job(&job.namespace, &job.id)
+            .ok_or_else(|| ServerError::Internal("job vanished after register".into()))?;
+        let mut result = RegisterResult {
+            job_modify_index: stored.job_modify_index,
+            index,
+            ..Default::default()
+        };
+        if let Some(eval) = eval.and_then(|e| snap.eval(&e.id)) {
+            result.eval_id = eval.id.clone();
+            result.eval_create_index = eval.create_index;
+            self.inner.enqueue_when_due((*eval).clone());
+        }
+        Ok(result)
+    }
+
+    /// Stops a job (`Stop = true`, a new version) or, with `purge`, removes it. Returns the
+    /// evaluation that stops its allocations.
+    pub async fn deregister_job(
+        &self,
+        namespace: &str,
+        job_id: &str,
+        purge: bool,
+    ) -> Result<(String, u64), ServerError> {
+        let Some(job) = self.snapshot().job(namespace, job_id) else {
+            return Err(ServerError::NotFound(format!("job not found")));
+        };
+        let mut eval = Evaluation::for_job(&job, TRIGGER_JOB_DEREGISTER);
+        let entry = if purge {
+            LogEntry::JobPurge {
+                namespace: namespace.into(),
+                job_id: job_id.into(),
+                evals: vec![eval.clone()],
+            }
+        } else {
+            let mut stopped = (*job).clone();
+            stopped.stop = true;
+            stopped.submit_time = now_nanos();
+            LogEntry::JobRegister {
+                job: stopped,
+                evals: vec![eval.clone()],
+            }
+        };
+        let index = self.inner.apply(entry).await?;
+        eval.create_index = index;
+        eval.modify_index = index;
+        self.inner.enqueue_when_due(eval.clone());
+        Ok((eval.id, index))
+    }
+
+    /// Stops one allocation (`alloc stop`); the scheduler replaces it if its job still wants it.
+    pub async fn stop_alloc(&self, alloc_id: &str) -> Result<(String, u64), ServerError> {
+        let snap = self.snapshot();
+        let alloc = snap
+            .alloc(alloc_id)
+            .ok_or_else(|| ServerError::NotFound("alloc not found".into()))?;
+        let job = alloc
+            .job
+            .clone()
+            .ok_or_else(|| ServerError::Internal("allocation has no job".into()))?;
+        let mut eval = Evaluation::for_job(&job, TRIGGER_ALLOC_STOP);
+        if let Some(current) = snap.job(&alloc.namespace, &alloc.job_id) {
+            eval.job_modify_index = current.job_modify_index;
+        }
+        let index = self
+            .inner
+            .apply(LogEntry::AllocDesiredUpdate {
+                ids: vec![alloc.id.clone()],
+                desired_status: ALLOC_DESIRED_STOP.into(),
+                desired_description: "alloc was stopped by operator".into(),
+                evals: vec![eval.clone()],
+            })
+            .await?;
+        eval.modify_index = index;
+        self.inner.enqueue_when_due(eval.clone());
+        Ok((eval.id, index))
+    }
+
+    /// Registers or re-registers a client node; returns the heartbeat TTL.
+    pub async fn register_node(&self, mut node: Node) -> Result<(u64, Duration), ServerError> {
+        if node.id.is_empty() {
+            return Err(ServerError::BadRequest("missing node ID".into()));
+        }
+        if node.datacenter.is_empty() {
+            return Err(ServerError::BadRequest("missing datacenter".into()));
+        }
+        node.status = NODE_STATUS_READY.into();
+        node.status_updated_at = now_nanos() / 1_000_000_000;
+        let index = self
+            .inner
+            .apply(LogEntry::NodeRegister { node: node.clone() })
+            .await?;
+        self.inner
+            .heartbeats
+            .reset(&node.id, self.inner.config.heartbeat_ttl);
+        self.inner.unblock_evals();
+        Ok((index, self.inner.config.heartbeat_ttl))
+    }
+
+    /// A node's heartbeat: resets its TTL and brings a down node back to ready.
+    pub async fn heartbeat(&self, node_id: &str) -> Result<Duration, ServerError> {
+        let node = self
+            .snapshot()
+            .node(node_id)
+            .ok_or_else(|| ServerError::NotFound(format!("node {node_id} not found")))?;
+        if node.status != NODE_STATUS_READY {
+            self.inner
+                .apply(LogEntry::NodeStatusUpdate {
+                    node_id: node_id.into(),
+                    status: NODE_STATUS_READY.into(),
+                    updated_at: now_nanos() / 1_000_000_000,
+                    evals: vec![],
+                })
+                .await?;
+            self.inner.unblock_evals();
+        }
+        self.inner
+            .heartbeats
+            .reset(node_id, self.inner.config.heartbeat_ttl);
+        Ok(self.inner.config.heartbeat_ttl)
+    }
+
+    /// Applies what a client reports about its allocations, in one log entry. Failed
+    /// allocations trigger an evaluation of their job so it can reschedule them.
+    pub async fn update_allocs(&self, updates: Vec<AllocClientUpdate>) -> Result<u64, ServerError> {
+        if updates.is_empty() {
+            return Ok(self.inner.state.latest_index());
+        }
+        let snap = self.snapshot();
+        let mut evals: BTreeMap<(String, String), Evaluation> = BTreeMap::new();
+        let mut frees = false;
+        for u in &updates {
+            let Some(a) = snap.alloc(&u.id) else { continue };
+            let terminal_now = matches!(
+                u.client_status.as_str(),
+                ALLOC_CLIENT_COMPLETE | ALLOC_CLIENT_FAILED | ALLOC_CLIENT_LOST
+            );
+            if terminal_now && !a.client_terminal() {
+                frees = true;
+            }
+            if u.client_status == ALLOC_CLIENT_FAILED
+                && a.client_status != ALLOC_CLIENT_FAILED
+                && a.desired_status == ALLOC_DESIRED_RUN
+                && let Some(job) = snap.job(&a.namespace, &a.job_id)
+                && !job.stop
+            {
+                evals
+                    .entry((job.namespace.clone(), job.id.clone()))
+                    .or_insert_with(|| Evaluation::for_job(&job, TRIGGER_RETRY_FAILED_ALLOC));
+            }
+        }
+        let evals: Vec<Evaluation> = evals.into_values().collect();
+        let index = self
+            .inner
+            .apply(LogEntry::AllocClientUpdate {
+                updates,
+                evals: evals.clone(),
+            })
+            .await?;
+        for mut e in evals {
+            e.modify_index = index;
+            self.inner.enqueue_when_due(e);
+        }
+        if frees {
+            self.inner.unblock_evals();
+        }
+        Ok(index)
+    }
+
+    /// A node's allocations, once their index passes `min_index` (or `wait` passes).
+    pub async fn node_allocs(
+        &self,
+        node_id: &str,
+        min_index: u64,
+        wait: Duration,
+    ) -> (Vec<Arc<Allocation>>, u64) {
+        let mut rx = self.inner.state.snapshot();
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let idx = rx.node_allocs_index(node_id);
+            if idx > min_index || tokio::time::Instant::now() >= deadline {
+                return (rx.allocs_by_node(node_id), idx.max(1));
+            }
+            let remaining = deadline - tokio::time::Instant::now();
+            rx = self
+                .inner
+                .state
+                .wait_for(&[Table::Allocs], rx.table_index(Table::Allocs), remaining)
+                .await;
+        }
+    }
+
+    /// Sets a node's scheduling eligibility.
+    pub async fn set_node_eligibility(
+        &self,
+        node_id: &str,
+        eligible: bool,
+    ) -> Result<u64, ServerError> {
+        if self.snapshot().node(node_id).is_none() {
+            return Err(ServerError::NotFound(format!("node {node_id} not found")));
+        }
+        let index = self
+            .inner
+            .apply(LogEntry::NodeEligibility {
+                node_id: node_id.into(),
+                eligibility: if eligible {
+                    NODE_ELIGIBLE
+                } else {
+                    NODE_INELIGIBLE
+                }
+                .into(),
+            })
+            .await?;
+        if eligible {
+            self.inner.unblock_evals();
+        }
+        Ok(index)
+    }
+
+    /// Broker and blocked-eval counts, for the agent's self report.
+    pub fn broker_stats(&self) -> crate::broker::BrokerStats {
+        self.inner.broker.stats()
+    }
+}
+
+/// Starts the leader's subsystems when this server gains leadership, stops them when it loses
+/// it; while leading, marks nodes down whose heartbeats stopped and fails evaluations the
+/// broker gave up on.
+async fn leader_loop(inner: Arc<Inner>) {
+    let mut leadership = inner.raft.leadership();
+    let mut shutdown = inner.shutdown_rx.clone();
+    let mut leading = false;
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    loop {
+        let is_leader = leadership.borrow().is_leader;
+        if is_leader && !leading {
+            leading = true;
+            establish_leadership(&inner).await;
+        } else if !is_leader && leading {
+            leading = false;
+            inner.broker.set_enabled(false);
+            inner.heartbeats.clear();
+            inner
+                .blocked
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clear();
+            tracing::info!("leadership lost: leader subsystems stopped");
+        }
+        tokio::select! {
+            _ = leadership.changed() => {}
+            _ = tick.tick() => {
+                if leading {
+                    expire_nodes(&inner).await;
+                    fail_undeliverable(&inner).await;
+                }
+            }
+            _ = shutdown.changed() => return,
+        }
+    }
+}
+
+async fn establish_leadership(inner: &Arc<Inner>) {
+    inner.broker.set_enabled(true);
+    let snap = inner.state.snapshot();
+    let mut pending = Vec::new();
+    let mut blocked = Vec::new();
+    for e in snap.evals() {
+        match e.status.as_str() {
+            EVAL_STATUS_PENDING => pending.push((*e).clone()),
+            EVAL_STATUS_BLOCKED => blocked.push((*e).clone()),
+            _ => {}
+        }
+    }
+    let (np, nb) = (pending.len(), blocked.len());
+    for e in pending {
+        inner.enqueue_when_due(e);
+    }
+    {
+        let mut b = inner.blocked.lock().unwrap_or_else(|e| e.into_inner());
+        for e in blocked {
+            b.insert((e.namespace.clone(), e.job_id.clone()), e);
+        }
+    }
+    // Every live node gets a fresh TTL plus grace: none is marked down just because the
+    // leader changed.
+    let grace = inner.config.heartbeat_ttl + inner.config.heartbeat_grace;
+    for n in snap.nodes() {
+        if n.status != NODE_STATUS_DOWN {
+            inner.heartbeats.reset(&n.id, grace);
+        }
+    }
+    tracing::info!(pending = np, blocked = nb, "leadership established");
+}
+
+async fn expire_nodes(inner: &Arc<Inner>) {
+    for node_id in inner.heartbeats.take_expired() {
+        let snap = inner.state.snapshot();
+        let jobs: BTreeSet<(String, String)> = snap
+            .allocs_by_node(&node_id)
+            .iter()
+            .filter(|a| !a.terminal())
+            .map(|a| (a.namespace.clone(), a.job_id.clone()))
+            .collect();
+        let evals: Vec<Evaluation> = jobs
+            .iter()
+            .filter_map(|(ns, id)| snap.job(ns, id))
+            .map(|job| {
+                let mut e = Evaluation::for_job(&job, TRIGGER_NODE_UPDATE);
+                e.node_id = node_id.clone();
+                e
+            })
+            .collect();
+        tracing::warn!(node = %node_id, jobs = evals.len(), "node missed its heartbeat: marking down");
+        let entry = LogEntry::NodeStatusUpdate {
+            node_id: node_id.clone(),
+            status: NODE_STATUS_DOWN.into(),
+            updated_at: now_nanos() / 1_000_000_000,
+            evals: evals.clone(),
+        };
+        match inner.apply(entry).await {
+            Ok(index) => {
+                for mut e in evals {
+                    e.modify_index = index;
+                    inner.enqueue_when_due(e);
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "marking node down"),
+        }
+    }
+}
+
+async fn fail_undeliverable(inner: &Arc<Inner>) {
+    let failed = inner.broker.take_failed();
+    if failed.is_empty() {
+        return;
+    }
+    let evals: Vec<Evaluation> = failed
+        .iter()
+        .map(|e| {
+            let mut e = (**e).clone();
+            e.status = EVAL_STATUS_FAILED.into();
+            e.status_description = "evaluation reached delivery limit".into();
+            e.modify_time = now_nanos();
+            e
+        })
+        .collect();
+    if let Err(e) = inner.apply(LogEntry::EvalUpdate { evals }).await {
+        tracing::warn!(error = %e, "failing undeliverable evals");
+    }
+}
