@@ -1,1 +1,28 @@
-//! placeholder
+//! drover-raft: a replicated log node driving the `raft` crate (tikv raft-rs), with the log,
+//! hard state, conf state and snapshots in one redb file (`<data_dir>/raft/raft.redb`).
+//!
+//! Entries are opaque bytes: the server's FSM gives them meaning through `StateMachine`.
+//! Proposals are group-committed: everything queued while the previous Ready was being
+//! written shares the next redb transaction, so one fsync covers many entries.
+//!
+//! Must not depend on any other Drover crate; the transport between servers is a trait
+//! (`Transport`) implemented elsewhere.
+
+mod config;
+mod driver;
+mod error;
+mod log_bridge;
+mod node;
+mod store;
+#[cfg(test)]
+mod test_support;
+#[cfg(test)]
+mod tests;
+
+pub use config::{DEFAULT_MAX_ENTRY_BYTES, RaftConfig};
+pub use error::RaftError;
+pub use node::{LeaderState, NoTransport, RaftNode, RaftStatus, StateMachine, Transport};
+pub use store::StorageStats;
+
+/// The raft crate's message types, for transports.
+pub use raft::eraftpb;

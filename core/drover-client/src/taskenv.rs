@@ -1,0 +1,241 @@
+//! Nomad's task environment: the `NOMAD_*` variables a task sees, and the lookup that
+//! interpolates `${NOMAD_*}`, `${attr.*}`, `${node.*}`, `${meta.*}` and `${env["..."]}` in task
+//! config and `env` values.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use drover_structs::{Allocation, Node, Task, TaskGroup};
+
+/// The directories of one task, as host paths.
+pub struct TaskPaths<'a> {
+    pub alloc_dir: &'a Path,
+    pub task_local_dir: &'a Path,
+    pub task_secrets_dir: &'a Path,
+    pub task_tmp_dir: &'a Path,
+}
+
+/// Builds the environment of `task` in `alloc` on `node`: Nomad's variables first, then the
+/// task's own `env` block (interpolated against them), as Nomad's taskenv builder does.
+pub fn build_env(
+    alloc: &Allocation,
+    group: &TaskGroup,
+    task: &Task,
+    node: &Node,
+    region: &str,
+    paths: &TaskPaths<'_>,
+) -> BTreeMap<String, String> {
+    let mut env = BTreeMap::new();
+    let mut set = |k: &str, v: String| {
+        env.insert(k.to_string(), v);
+    };
+    let job = alloc.job.as_deref();
+    set("NOMAD_ALLOC_DIR", paths.alloc_dir.join("alloc").display().to_string());
+    set("NOMAD_TASK_DIR", paths.task_local_dir.display().to_string());
+    set("NOMAD_SECRETS_DIR", paths.task_secrets_dir.display().to_string());
+    set("TMPDIR", paths.task_tmp_dir.display().to_string());
+    set("NOMAD_ALLOC_ID", alloc.id.clone());
+    set("NOMAD_SHORT_ALLOC_ID", alloc.id.chars().take(8).collect());
+    set("NOMAD_ALLOC_NAME", alloc.name.clone());
+    set(
+        "NOMAD_ALLOC_INDEX",
+        alloc.index().map(|i| i.to_string()).unwrap_or_default(),
+    );
+    set("NOMAD_TASK_NAME", task.name.clone());
+    set("NOMAD_GROUP_NAME", group.name.clone());
+    if let Some(job) = job {
+        set("NOMAD_JOB_NAME", job.name.clone());
+        set("NOMAD_JOB_ID", job.id.clone());
+        set("NOMAD_JOB_PARENT_ID", job.parent_id.clone());
+    }
+    set("NOMAD_NAMESPACE", alloc.namespace.clone());
+    set("NOMAD_REGION", region.to_string());
+    set("NOMAD_DC", node.datacenter.clone());
+    set("NOMAD_CPU_LIMIT", task.resources.cpu.to_string());
+    if task.resources.cores > 0 {
+        set("NOMAD_CPU_CORES", task.resources.cores.to_string());
+    }
+    set("NOMAD_MEMORY_LIMIT", task.resources.memory_mb.to_string());
+    if task.resources.memory_max_mb > 0 {
+        set(
+            "NOMAD_MEMORY_MAX_LIMIT",
+            task.resources.memory_max_mb.to_string(),
+        );
+    }
+    // Meta: job, then group, then task; later wins. Both as written and upper-cased.
+    let mut meta = BTreeMap::new();
+    for m in [
+        job.and_then(|j| j.meta.as_ref()),
+        group.meta.as_ref(),
+        task.meta.as_ref(),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        meta.extend(m.iter().map(|(k, v)| (k.clone(), v.clone())));
+    }
+    for (k, v) in &meta {
+        let clean = k.replace(['.', '-'], "_");
+        set(&format!("NOMAD_META_{clean}"), v.clone());
+        set(&format!("NOMAD_META_{}", clean.to_uppercase()), v.clone());
+    }
+    // Ports the allocation holds.
+    if let Some(res) = &alloc.allocated_resources {
+        for p in res.shared.ports.iter().flatten() {
+            let ip = if p.host_ip.is_empty() {
+                node.primary_ip()
+            } else {
+                p.host_ip.clone()
+            };
+            let label = p.label.replace('-', "_");
+            let inside = if p.to > 0 { p.to } else { p.value };
+            set(&format!("NOMAD_PORT_{label}"), inside.to_string());
+            set(&format!("NOMAD_HOST_PORT_{label}"), p.value.to_string());
+            set(&format!("NOMAD_IP_{label}"), ip.clone());
+            set(&format!("NOMAD_HOST_IP_{label}"), ip.clone());
+            set(&format!("NOMAD_ADDR_{label}"), format!("{ip}:{inside}"));
+            set(&format!("NOMAD_HOST_ADDR_{label}"), format!("{ip}:{}", p.value));
+            set(&format!("NOMAD_ALLOC_PORT_{label}"), inside.to_string());
+        }
+        if let Some(tr) = res.tasks.get(&task.name) {
+            for n in tr.networks.iter().flatten() {
+                for p in n.all_ports() {
+                    let label = p.label.replace('-', "_");
+                    set(&format!("NOMAD_PORT_{label}"), p.value.to_string());
+                    set(&format!("NOMAD_HOST_PORT_{label}"), p.value.to_string());
+                    set(&format!("NOMAD_IP_{label}"), n.ip.clone());
+                    set(&format!("NOMAD_ADDR_{label}"), format!("{}:{}", n.ip, p.value));
+                }
+            }
+        }
+    }
+    // The task's own env block, interpolated against what is set so far and the node.
+    if let Some(task_env) = &task.env {
+        let base = env.clone();
+        let lookup = |name: &str| lookup_in(name, &base, node, region);
+        for (k, v) in task_env {
+            env.insert(k.clone(), crate::interpolate::interpolate(v, &lookup));
+        }
+    }
+    env
+}
+
+/// Resolves one `${...}` reference against the task env and the node, as Nomad's client does.
+pub fn lookup_in(
+    name: &str,
+    env: &BTreeMap<String, String>,
+    node: &Node,
+    region: &str,
+) -> Option<String> {
+    if let Some(v) = env.get(name) {
+        return Some(v.clone());
+    }
+    if let Some(attr) = name.strip_prefix("attr.") {
+        return node.attributes.get(attr).cloned();
+    }
+    if let Some(key) = name.strip_prefix("meta.") {
+        return node.meta.get(key).cloned();
+    }
+    if let Some(inner) = name
+        .strip_prefix("env[\"")
+        .and_then(|s| s.strip_suffix("\"]"))
+    {
+        return env.get(inner).cloned();
+    }
+    match name {
+        "node.unique.id" => Some(node.id.clone()),
+        "node.unique.name" => Some(node.name.clone()),
+        "node.datacenter" => Some(node.datacenter.clone()),
+        "node.class" => Some(node.node_class.clone()),
+        "node.region" => Some(region.to_string()),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use drover_structs::*;
+    use std::path::PathBuf;
+    use std::sync::Arc;
+
+    #[test]
+    fn env_has_nomad_names_ports_meta_and_interpolated_task_env() {
+        let job = Job {
+            id: "web".into(),
+            name: "web".into(),
+            meta: Some([("owner".to_string(), "ops".to_string())].into()),
+            ..Default::default()
+        };
+        let mut alloc = Allocation {
+            id: "0123456789abcdef".into(),
+            name: "web.api[2]".into(),
+            namespace: "default".into(),
+            job: Some(Arc::new(job)),
+            ..Default::default()
+        };
+        let mut res = AllocatedResources::default();
+        res.shared.ports = Some(vec![AllocatedPortMapping {
+            label: "http".into(),
+            value: 23456,
+            to: 0,
+            host_ip: "127.0.0.1".into(),
+        }]);
+        alloc.allocated_resources = Some(res);
+        let group = TaskGroup {
+            name: "api".into(),
+            ..Default::default()
+        };
+        let task = Task {
+            name: "server".into(),
+            env: Some(
+                [
+                    ("LISTEN".to_string(), "${NOMAD_ADDR_http}".to_string()),
+                    ("KERNEL".to_string(), "${attr.kernel.name}".to_string()),
+                    ("NODE".to_string(), "${node.unique.id}".to_string()),
+                ]
+                .into(),
+            ),
+            resources: Resources {
+                cpu: 100,
+                memory_mb: 64,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let mut node = Node {
+            id: "node-1".into(),
+            datacenter: "dc1".into(),
+            ..Default::default()
+        };
+        node.attributes.insert("kernel.name".into(), "linux".into());
+        let a = PathBuf::from("/data/alloc/x");
+        let l = a.join("server/local");
+        let s = a.join("server/secrets");
+        let t = a.join("server/tmp");
+        let env = build_env(
+            &alloc,
+            &group,
+            &task,
+            &node,
+            "global",
+            &TaskPaths {
+                alloc_dir: &a,
+                task_local_dir: &l,
+                task_secrets_dir: &s,
+                task_tmp_dir: &t,
+            },
+        );
+        assert_eq!(env["NOMAD_ALLOC_DIR"], "/data/alloc/x/alloc");
+        assert_eq!(env["NOMAD_TASK_DIR"], "/data/alloc/x/server/local");
+        assert_eq!(env["NOMAD_ALLOC_INDEX"], "2");
+        assert_eq!(env["NOMAD_SHORT_ALLOC_ID"], "01234567");
+        assert_eq!(env["NOMAD_PORT_http"], "23456");
+        assert_eq!(env["NOMAD_META_owner"], "ops");
+        assert_eq!(env["NOMAD_META_OWNER"], "ops");
+        assert_eq!(env["NOMAD_MEMORY_LIMIT"], "64");
+        assert_eq!(env["LISTEN"], "127.0.0.1:23456");
+        assert_eq!(env["KERNEL"], "linux");
+        assert_eq!(env["NODE"], "node-1");
+    }
+}

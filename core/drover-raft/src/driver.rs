@@ -1,0 +1,545 @@
+//! The driver: one thread that owns the `RawNode`, its redb store and the state machine.
+//!
+//! Each turn it takes every queued command (up to `max_batch`), ticks when a tick is due, then
+//! handles the Ready: one redb transaction for all new entries and the hard state, messages
+//! out, committed entries into the state machine, proposals answered. Doing everything on one
+//! thread is what makes "applied in log order, answered after apply" hold without locks, and
+//! draining the queue before each Ready is the group commit.
+
+use std::collections::VecDeque;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
+use std::time::{Duration, Instant};
+
+use protobuf::Message as _;
+use raft::eraftpb::{
+    ConfChange, ConfChangeV2, ConfState, Entry, EntryType, Message, SnapshotMetadata,
+};
+use raft::{RawNode, SnapshotStatus, StateRole};
+use tokio::sync::oneshot;
+
+use crate::config::RaftConfig;
+use crate::error::RaftError;
+use crate::log_bridge;
+use crate::node::{LeaderState, Published, RaftStatus, StateMachine, Transport};
+use crate::store::{RedbStore, SnapshotToSave};
+
+type Reply = oneshot::Sender<Result<u64, RaftError>>;
+
+pub(crate) enum Command {
+    Propose { data: Vec<u8>, reply: Reply },
+    ProposeConfChange { change: ConfChangeV2, reply: Reply },
+    Step(Message),
+    ReportUnreachable(u64),
+    ReportSnapshot { peer: u64, delivered: bool },
+    Shutdown,
+}
+
+/// A proposal appended by this node as leader, waiting for its entry to be applied.
+struct Pending {
+    index: u64,
+    term: u64,
+    reply: Reply,
+}
+
+pub(crate) struct Driver<S: StateMachine> {
+    id: u64,
+    raw: RawNode<RedbStore>,
+    sm: S,
+    transport: Arc<dyn Transport>,
+    commands: Receiver<Command>,
+    published: Arc<Published>,
+    tick_interval: Duration,
+    max_batch: usize,
+    snapshot_threshold: u64,
+    /// In index order: the driver appends them in order and answers them in order.
+    pending: VecDeque<Pending>,
+    applied: u64,
+    /// The term in which this node became leader, and the last index it must apply before
+    /// announcing it (the leadership barrier). None while not leading.
+    leading: Option<(u64, u64)>,
+    /// Take a snapshot at the end of this Ready whatever the threshold says.
+    snapshot_due: bool,
+    /// Settled proposals, answered by the next `publish`.
+    answers: Vec<(Reply, Result<u64, RaftError>)>,
+}
+
+impl<S: StateMachine> Driver<S> {
+    /// Opens the store, bootstraps or restores, and brings `sm` up to the committed index.
+    pub(crate) fn open(
+        cfg: &RaftConfig,
+        mut sm: S,
+        transport: Arc<dyn Transport>,
+        commands: Receiver<Command>,
+        published: Arc<Published>,
+    ) -> Result<Driver<S>, RaftError> {
+        let mut store = RedbStore::open(&cfg.db_path())?;
+        let mut bootstrapped = false;
+        if !store.is_initialized() && !cfg.initial_voters.is_empty() {
+            tracing::info!(id = cfg.id, voters = ?cfg.initial_voters, "bootstrapping a new raft cluster");
+            store.bootstrap(&cfg.initial_voters, &sm.snapshot())?;
+            bootstrapped = true;
+        }
+        let snapshot_index = store.snapshot_meta().index;
+        // Just bootstrapped, the snapshot came from `sm` itself: nothing to restore.
+        if snapshot_index > 0 && !bootstrapped {
+            let data = store.snapshot_data()?;
+            sm.restore(snapshot_index, &data)
+                .map_err(|reason| RaftError::SnapshotRestore {
+                    index: snapshot_index,
+                    reason,
+                })?;
+        }
+        let single_voter = store.conf_state().voters == [cfg.id]
+            && store.conf_state().learners.is_empty()
+            && store.conf_state().voters_outgoing.is_empty();
+
+        let raft_cfg = raft::Config {
+            id: cfg.id,
+            election_tick: cfg.election_tick,
+            heartbeat_tick: cfg.heartbeat_tick,
+            applied: snapshot_index,
+            // Bounds one append message; followers catching up get many of them.
+            max_size_per_msg: 1024 * 1024,
+            max_inflight_msgs: 256,
+            // A leader cut off from a quorum steps down (failing its pending proposals)
+            // instead of accepting writes it can never commit.
+            check_quorum: true,
+            // A rejoining partitioned server does not depose a healthy leader.
+            pre_vote: true,
+            ..raft::Config::default()
+        };
+        let raw = RawNode::new(&raft_cfg, store, &log_bridge::logger())?;
+        let mut driver = Driver {
+            id: cfg.id,
+            raw,
+            sm,
+            transport,
+            commands,
+            published,
+            tick_interval: cfg.tick_interval,
+            max_batch: cfg.max_batch,
+            snapshot_threshold: cfg.snapshot_threshold,
+            pending: VecDeque::new(),
+            applied: snapshot_index,
+            leading: None,
+            snapshot_due: false,
+            answers: Vec::new(),
+        };
+        // Re-apply the committed log after the snapshot before start() returns, so the state
+        // machine is current when the caller first looks at it.
+        driver.process_ready()?;
+        if single_voter {
+            driver.raw.campaign()?;
+            driver.process_ready()?;
+        }
+        driver.publish(None);
+        Ok(driver)
+    }
+
+    /// The thread body: runs until shutdown, a fatal error, or every handle is gone.
+    pub(crate) fn run(mut self) {
+        let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| self.run_loop()));
+        let result = match outcome {
+            Ok(result) => result,
+            Err(panic) => {
+                let what = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_string()))
+                    .unwrap_or_else(|| "unknown panic".to_string());
+                Err(RaftError::Stopped {
+                    reason: format!("driver panicked: {what}"),
+                })
+            }
+        };
+        self.stop(result);
+    }
+
+    fn run_loop(&mut self) -> Result<(), RaftError> {
+        let mut next_tick = Instant::now() + self.tick_interval;
+        loop {
+            let wait = next_tick.saturating_duration_since(Instant::now());
+            let mut shutdown = match self.commands.recv_timeout(wait) {
+                Ok(cmd) => self.handle(cmd),
+                Err(RecvTimeoutError::Timeout) => false,
+                Err(RecvTimeoutError::Disconnected) => true,
+            };
+            // Group commit: everything queued meanwhile joins this Ready.
+            let mut taken = 1;
+            while !shutdown && taken < self.max_batch {
+                match self.commands.try_recv() {
+                    Ok(cmd) => {
+                        shutdown = self.handle(cmd);
+                        taken += 1;
+                    }
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => shutdown = true,
+                }
+            }
+            if Instant::now() >= next_tick {
+                self.raw.tick();
+                next_tick = Instant::now() + self.tick_interval;
+            }
+            self.process_ready()?;
+            self.publish(None);
+            if shutdown {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Handles one command; true means "shut down".
+    fn handle(&mut self, cmd: Command) -> bool {
+        match cmd {
+            Command::Propose { data, reply } => {
+                if let Err(e) = self.check_leader() {
+                    let _ = reply.send(Err(e));
+                    return false;
+                }
+                let result = self.raw.propose(Vec::new(), data);
+                self.track(result, reply);
+            }
+            Command::ProposeConfChange { change, reply } => {
+                if let Err(e) = self.check_leader() {
+                    let _ = reply.send(Err(e));
+                    return false;
+                }
+                let result = self.raw.propose_conf_change(Vec::new(), change);
+                self.track(result, reply);
+            }
+            Command::Step(msg) => {
+                if let Err(e) = self.raw.step(msg) {
+                    tracing::debug!(id = self.id, error = %e, "raft message ignored");
+                }
+            }
+            Command::ReportUnreachable(peer) => self.raw.report_unreachable(peer),
+            Command::ReportSnapshot { peer, delivered } => {
+                let status = if delivered {
+                    SnapshotStatus::Finish
+                } else {
+                    SnapshotStatus::Failure
+                };
+                self.raw.report_snapshot(peer, status);
+            }
+            Command::Shutdown => return true,
+        }
+        false
+    }
+
+    fn check_leader(&self) -> Result<(), RaftError> {
+        if self.raw.raft.state == StateRole::Leader {
+            Ok(())
+        } else {
+            let leader = self.raw.raft.leader_id;
+            Err(RaftError::NotLeader {
+                leader_hint: (leader != 0 && leader != self.id).then_some(leader),
+            })
+        }
+    }
+
+    /// Records an accepted proposal (its entry is the log's last one) or answers a refused one.
+    fn track(&mut self, result: raft::Result<()>, reply: Reply) {
+        match result {
+            Ok(()) => self.pending.push_back(Pending {
+                index: self.raw.raft.raft_log.last_index(),
+                term: self.raw.raft.term,
+                reply,
+            }),
+            Err(raft::Error::ProposalDropped) => {
+                let _ = reply.send(Err(RaftError::ProposalDropped {
+                    reason: "raft refused it (leadership transfer or change in progress)".into(),
+                }));
+            }
+            Err(e) => {
+                let _ = reply.send(Err(RaftError::Raft(e)));
+            }
+        }
+    }
+
+    /// Handles Readies until raft has nothing more to say.
+    fn process_ready(&mut self) -> Result<(), RaftError> {
+        while self.raw.has_ready() {
+            let mut rd = self.raw.ready();
+            if rd.ss().is_some() {
+                self.fail_pending_if_deposed();
+            }
+            // A leader may send before persisting (Raft thesis 10.2.1); followers' messages
+            // come back as persisted_messages below.
+            self.send(rd.take_messages());
+
+            let snapshot = rd.snapshot().clone();
+            if !snapshot.is_empty() {
+                self.install_snapshot(snapshot.get_metadata(), snapshot.get_data())?;
+            }
+            let committed = rd.take_committed_entries();
+            self.apply(committed)?;
+
+            if let Some(hs) = rd.hs() {
+                self.raw.mut_store().set_hard_state(hs.clone());
+            }
+            // One transaction, one fsync, for every entry of this Ready. A Ready that only
+            // moves the commit index needs no fsync (raft does not need it durable).
+            let durable = rd.must_sync();
+            let snapshot_to_save = (!snapshot.is_empty()).then(|| SnapshotToSave {
+                meta: snapshot.get_metadata().clone(),
+                data: snapshot.get_data(),
+            });
+            self.raw
+                .mut_store()
+                .write(snapshot_to_save, rd.entries(), durable)?;
+            self.send(rd.take_persisted_messages());
+
+            let mut light = self.raw.advance_append(rd);
+            if let Some(commit) = light.commit_index() {
+                self.raw.mut_store().set_commit(commit);
+            }
+            self.send(light.take_messages());
+            self.apply(light.take_committed_entries())?;
+            self.raw.advance_apply_to(self.applied);
+            self.maybe_snapshot()?;
+        }
+        self.fail_pending_if_deposed();
+        Ok(())
+    }
+
+    fn send(&self, msgs: Vec<Message>) {
+        if !msgs.is_empty() {
+            self.transport.send(msgs);
+        }
+    }
+
+    /// A snapshot from the leader replaces the state machine's whole state.
+    fn install_snapshot(&mut self, meta: &SnapshotMetadata, data: &[u8]) -> Result<(), RaftError> {
+        tracing::info!(
+            id = self.id,
+            index = meta.index,
+            term = meta.term,
+            "installing snapshot from the leader"
+        );
+        self.sm
+            .restore(meta.index, data)
+            .map_err(|reason| RaftError::SnapshotRestore {
+                index: meta.index,
+                reason,
+            })?;
+        self.applied = meta.index;
+        Ok(())
+    }
+
+    fn apply(&mut self, entries: Vec<Entry>) -> Result<(), RaftError> {
+        for entry in entries {
+            if entry.index <= self.applied {
+                continue;
+            }
+            match entry.get_entry_type() {
+                // Empty normal entries are the no-ops new leaders append.
+                EntryType::EntryNormal if entry.data.is_empty() => {}
+                EntryType::EntryNormal => self.sm.apply(entry.index, &entry.data),
+                EntryType::EntryConfChange => match ConfChange::parse_from_bytes(&entry.data) {
+                    Ok(change) => {
+                        let result = self.raw.apply_conf_change(&change);
+                        self.conf_change_applied(entry.index, result)?;
+                    }
+                    Err(e) => self.conf_change_undecodable(entry.index, &e),
+                },
+                EntryType::EntryConfChangeV2 => match ConfChangeV2::parse_from_bytes(&entry.data) {
+                    Ok(change) => {
+                        let result = self.raw.apply_conf_change(&change);
+                        self.conf_change_applied(entry.index, result)?;
+                    }
+                    Err(e) => self.conf_change_undecodable(entry.index, &e),
+                },
+            }
+            self.applied = entry.index;
+            self.answer(entry.index, entry.term);
+        }
+        Ok(())
+    }
+
+    // A committed conf change that cannot apply is refused identically on every server, so
+    // skipping it (loudly) keeps them in step; stopping would stop the whole cluster.
+    fn conf_change_undecodable(&self, index: u64, error: &protobuf::ProtobufError) {
+        tracing::error!(id = self.id, index, %error, "undecodable conf change skipped");
+    }
+
+    fn conf_change_applied(
+        &mut self,
+        index: u64,
+        result: raft::Result<ConfState>,
+    ) -> Result<(), RaftError> {
+        match result {
+            Ok(conf_state) => {
+                tracing::info!(id = self.id, index, voters = ?conf_state.voters, learners = ?conf_state.learners, "configuration changed");
+                // Durable at once: restart takes the configuration from here, not the log.
+                let store = self.raw.mut_store();
+                store.set_conf_state(conf_state);
+                store.write(None, &[], true)?;
+                // raft-rs refuses a snapshot whose configuration lacks the receiving server, and
+                // a server just added may need one: snapshot now, with the new configuration.
+                self.snapshot_due = true;
+                Ok(())
+            }
+            Err(e) => {
+                tracing::error!(id = self.id, index, error = %e, "invalid conf change skipped");
+                Ok(())
+            }
+        }
+    }
+
+    /// Answers the proposal waiting on `index`, if this node made it.
+    fn answer(&mut self, index: u64, term: u64) {
+        while let Some(front) = self.pending.front() {
+            if front.index > index {
+                break;
+            }
+            let Some(pending) = self.pending.pop_front() else {
+                break;
+            };
+            let result = if pending.index == index && pending.term == term {
+                Ok(index)
+            } else {
+                Err(RaftError::ProposalDropped {
+                    reason: format!(
+                        "index {} was taken by another leader's entry",
+                        pending.index
+                    ),
+                })
+            };
+            self.answers.push((pending.reply, result));
+        }
+    }
+
+    /// Proposals of a term this node no longer leads will never be answered by apply here:
+    /// fail them now rather than let callers hang.
+    fn fail_pending_if_deposed(&mut self) {
+        let leading_term = (self.raw.raft.state == StateRole::Leader).then_some(self.raw.raft.term);
+        while let Some(front) = self.pending.front() {
+            if Some(front.term) == leading_term {
+                break;
+            }
+            if let Some(pending) = self.pending.pop_front() {
+                self.answers.push((
+                    pending.reply,
+                    Err(RaftError::LeadershipLost {
+                        index: pending.index,
+                    }),
+                ));
+            }
+        }
+    }
+
+    /// Every `snapshot_threshold` applied entries (or when due for another reason): snapshot
+    /// the state machine and compact.
+    fn maybe_snapshot(&mut self) -> Result<(), RaftError> {
+        let store = self.raw.store();
+        let since = self.applied.saturating_sub(store.snapshot_meta().index);
+        let threshold_reached = self.snapshot_threshold > 0 && since >= self.snapshot_threshold;
+        if since == 0 || !(threshold_reached || self.snapshot_due) {
+            return Ok(());
+        }
+        self.snapshot_due = false;
+        let Some(term) = store.term_of(self.applied) else {
+            return Err(RaftError::CorruptStorage(format!(
+                "applied entry {} is not in the log",
+                self.applied
+            )));
+        };
+        let meta = SnapshotMetadata {
+            index: self.applied,
+            term,
+            conf_state: Some(store.conf_state().clone()).into(),
+            ..SnapshotMetadata::default()
+        };
+        let data = self.sm.snapshot();
+        tracing::debug!(
+            id = self.id,
+            index = meta.index,
+            bytes = data.len(),
+            "snapshot taken"
+        );
+        // Not durable by itself: if it is lost in a crash, so is the compaction (redb keeps
+        // the transaction whole), and the next durable commit makes both durable.
+        self.raw
+            .mut_store()
+            .write(Some(SnapshotToSave { meta, data: &data }), &[], false)
+    }
+
+    /// Refreshes the status and the leadership signal, then sends the answers held back.
+    fn publish(&mut self, stopped: Option<String>) {
+        let raft = &self.raw.raft;
+        let is_leader = raft.state == StateRole::Leader && stopped.is_none();
+        if is_leader {
+            if self.leading.map(|(term, _)| term) != Some(raft.term) {
+                self.leading = Some((raft.term, raft.raft_log.last_index()));
+                tracing::info!(id = self.id, term = raft.term, "became raft leader");
+            }
+        } else if let Some((term, _)) = self.leading.take() {
+            tracing::info!(id = self.id, term, "no longer raft leader");
+        }
+        let barrier_passed = self
+            .leading
+            .is_some_and(|(_, barrier)| self.applied >= barrier);
+        let leader_id = (raft.leader_id != 0 && stopped.is_none()).then_some(raft.leader_id);
+        let store = self.raw.store();
+        let mut voters = store.conf_state().voters.clone();
+        voters.sort_unstable();
+        let status = RaftStatus {
+            id: self.id,
+            leader_id,
+            term: raft.term,
+            is_leader,
+            commit_index: raft.raft_log.committed,
+            applied_index: self.applied,
+            first_log_index: store.first_index(),
+            last_log_index: store.last_index(),
+            snapshot_index: store.snapshot_meta().index,
+            voters,
+            storage: store.stats(),
+            stopped,
+        };
+        *self.published.status() = status;
+        self.published.set_leadership(LeaderState {
+            term: raft.term,
+            leader_id,
+            is_leader: barrier_passed,
+        });
+        // Answered only now, so a caller that got its index sees it applied in `status()`.
+        for (reply, result) in self.answers.drain(..) {
+            let _ = reply.send(result);
+        }
+    }
+
+    /// Fails whatever is in flight, flushes the commit index, and publishes the end.
+    fn stop(mut self, result: Result<(), RaftError>) {
+        let (reason, error) = match result {
+            Ok(()) => ("shut down".to_string(), None),
+            Err(e) => {
+                tracing::error!(id = self.id, error = %e, "raft driver stopped");
+                (e.to_string(), Some(e.to_string()))
+            }
+        };
+        let refusal = || match &error {
+            None => RaftError::ShuttingDown,
+            Some(reason) => RaftError::Stopped {
+                reason: reason.clone(),
+            },
+        };
+        for pending in self.pending.drain(..) {
+            let _ = pending.reply.send(Err(refusal()));
+        }
+        while let Ok(cmd) = self.commands.try_recv() {
+            if let Command::Propose { reply, .. } | Command::ProposeConfChange { reply, .. } = cmd {
+                let _ = reply.send(Err(refusal()));
+            }
+        }
+        if error.is_none()
+            && let Err(e) = self.raw.mut_store().write(None, &[], true)
+        {
+            tracing::error!(id = self.id, error = %e, "cannot flush the raft hard state");
+        }
+        self.publish(Some(reason));
+        // Dropping `self` drops the RawNode, its store and so the redb file.
+    }
+}

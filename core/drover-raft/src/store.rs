@@ -1,0 +1,719 @@
+//! The Raft log, hard state, conf state and newest snapshot, kept in one redb file.
+//!
+//! Every entry after the newest snapshot is also kept in memory, so the `raft::Storage` reads
+//! that raft does on its hot path never touch the disk. The log tail is bounded by the snapshot
+//! threshold, and entries are small. Only the snapshot payload stays on disk: it is read when a
+//! follower needs it.
+//!
+//! Writes happen in `write`: one redb transaction per call, so the driver's one call per Ready is
+//! one fsync for every entry in that Ready (group commit).
+
+use std::collections::VecDeque;
+use std::path::Path;
+
+use protobuf::Message as _;
+use raft::eraftpb::{ConfState, Entry, HardState, Snapshot, SnapshotMetadata};
+use raft::{GetEntriesContext, RaftState, Storage, StorageError};
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
+
+use crate::error::RaftError;
+
+/// Raft log: index -> protobuf-encoded `Entry`.
+const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("raft_log");
+/// Everything else, each under its own key, protobuf-encoded where it is a raft type.
+const META: TableDefinition<&str, &[u8]> = TableDefinition::new("raft_meta");
+
+const KEY_FORMAT: &str = "format";
+const KEY_HARD_STATE: &str = "hard_state";
+const KEY_CONF_STATE: &str = "conf_state";
+const KEY_SNAPSHOT_META: &str = "snapshot_meta";
+const KEY_SNAPSHOT_DATA: &str = "snapshot_data";
+
+/// Layout version of this file. A file with another version is refused, never guessed at.
+const FORMAT_VERSION: u32 = 1;
+
+/// A snapshot to install in a `write`: raft's metadata plus the state machine's payload.
+pub(crate) struct SnapshotToSave<'a> {
+    pub meta: SnapshotMetadata,
+    pub data: &'a [u8],
+}
+
+/// Counters of redb write transactions, for group-commit checks and metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StorageStats {
+    /// Write transactions committed since the node started.
+    pub commits: u64,
+    /// Of those, the ones committed with `Durability::Immediate` (an fsync each).
+    pub durable_commits: u64,
+}
+
+pub(crate) struct RedbStore {
+    db: Database,
+    hard_state: HardState,
+    /// The hard state as last written, to skip rewriting an unchanged one.
+    persisted_hard_state: HardState,
+    conf_state: ConfState,
+    conf_state_dirty: bool,
+    /// A non-durable commit happened since the last durable one.
+    unsynced: bool,
+    /// Metadata of the newest snapshot; index 0 means there is none.
+    snapshot_meta: SnapshotMetadata,
+    /// Every entry after `snapshot_meta.index`, contiguous.
+    entries: VecDeque<Entry>,
+    stats: StorageStats,
+}
+
+impl RedbStore {
+    /// Opens (or creates) the file and loads hard state, conf state, snapshot metadata and the
+    /// log tail into memory, checking that the log continues the snapshot without gaps.
+    pub fn open(path: &Path) -> Result<RedbStore, RaftError> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|source| RaftError::CreateDir {
+                path: dir.display().to_string(),
+                source,
+            })?;
+        }
+        let db = Database::create(path).map_err(|e| RaftError::storage("open database", e))?;
+        let mut store = RedbStore {
+            db,
+            hard_state: HardState::default(),
+            persisted_hard_state: HardState::default(),
+            conf_state: ConfState::default(),
+            conf_state_dirty: false,
+            unsynced: false,
+            snapshot_meta: SnapshotMetadata::default(),
+            entries: VecDeque::new(),
+            stats: StorageStats::default(),
+        };
+        store.load()?;
+        Ok(store)
+    }
+
+    fn load(&mut self) -> Result<(), RaftError> {
+        // A write transaction, so a fresh file gets its tables and format version on first open.
+        let txn = self
+            .db
+            .begin_write()
+            .map_err(|e| RaftError::storage("begin load", e))?;
+        let fresh;
+        {
+            let mut meta = txn
+                .open_table(META)
+                .map_err(|e| RaftError::storage("open meta table", e))?;
+            let format = meta
+                .get(KEY_FORMAT)
+                .map_err(|e| RaftError::storage("read format", e))?
+                .map(|v| v.value().to_vec());
+            fresh = format.is_none();
+            match format {
+                None => {
+                    meta.insert(KEY_FORMAT, FORMAT_VERSION.to_le_bytes().as_slice())
+                        .map_err(|e| RaftError::storage("write format", e))?;
+                }
+                Some(bytes) => {
+                    let version = <[u8; 4]>::try_from(bytes.as_slice())
+                        .map(u32::from_le_bytes)
+                        .map_err(|_| {
+                            RaftError::CorruptStorage("unreadable format version".into())
+                        })?;
+                    if version != FORMAT_VERSION {
+                        return Err(RaftError::CorruptStorage(format!(
+                            "unknown format version {version} (this build reads {FORMAT_VERSION})"
+                        )));
+                    }
+                }
+            }
+            self.hard_state = read_proto(&meta, KEY_HARD_STATE)?.unwrap_or_default();
+            self.persisted_hard_state = self.hard_state.clone();
+            self.conf_state = read_proto(&meta, KEY_CONF_STATE)?.unwrap_or_default();
+            self.snapshot_meta = read_proto(&meta, KEY_SNAPSHOT_META)?.unwrap_or_default();
+
+            let log = txn
+                .open_table(LOG)
+                .map_err(|e| RaftError::storage("open log table", e))?;
+            let rows = log
+                .range::<u64>(..)
+                .map_err(|e| RaftError::storage("scan log", e))?;
+            for (expected, row) in (self.snapshot_meta.index + 1..).zip(rows) {
+                let (key, value) = row.map_err(|e| RaftError::storage("scan log", e))?;
+                let index = key.value();
+                let entry = Entry::parse_from_bytes(value.value()).map_err(|e| {
+                    RaftError::CorruptStorage(format!("log entry {index} does not decode: {e}"))
+                })?;
+                if index != expected || entry.index != index {
+                    return Err(RaftError::CorruptStorage(format!(
+                        "log is not contiguous: expected entry {expected}, found key {index} \
+                         holding entry {}",
+                        entry.index
+                    )));
+                }
+                self.entries.push_back(entry);
+            }
+        }
+        if fresh {
+            txn.commit()
+                .map_err(|e| RaftError::storage("commit format", e))?;
+        } else {
+            txn.abort().map_err(|e| RaftError::storage("end load", e))?;
+        }
+        // The commit index is written lazily (raft does not require it to be durable), so it may
+        // trail the snapshot or, never, pass the log's end; bring it inside that range.
+        self.hard_state.commit = self
+            .hard_state
+            .commit
+            .max(self.snapshot_meta.index)
+            .min(self.last_index());
+        Ok(())
+    }
+
+    /// True once a configuration was bootstrapped or received with a snapshot.
+    pub fn is_initialized(&self) -> bool {
+        self.conf_state != ConfState::default()
+    }
+
+    /// Starts a fresh log: a snapshot at index 1, term 1 holding `voters` and the fresh state
+    /// machine's `data`, durably. The first configuration is thus in a snapshot rather than
+    /// only in this file, so a server added later receives it with the snapshot (raft-rs's
+    /// recommended bootstrap; its examples do the same).
+    pub fn bootstrap(&mut self, voters: &[u64], data: &[u8]) -> Result<(), RaftError> {
+        let meta = SnapshotMetadata {
+            index: 1,
+            term: 1,
+            conf_state: Some(ConfState::from((voters.to_vec(), Vec::<u64>::new()))).into(),
+            ..SnapshotMetadata::default()
+        };
+        self.hard_state.term = self.hard_state.term.max(1);
+        self.write(Some(SnapshotToSave { meta, data }), &[], true)
+    }
+
+    #[cfg(test)]
+    pub fn hard_state(&self) -> &HardState {
+        &self.hard_state
+    }
+
+    pub fn conf_state(&self) -> &ConfState {
+        &self.conf_state
+    }
+
+    pub fn snapshot_meta(&self) -> &SnapshotMetadata {
+        &self.snapshot_meta
+    }
+
+    pub fn stats(&self) -> StorageStats {
+        self.stats
+    }
+
+    pub fn first_index(&self) -> u64 {
+        self.snapshot_meta.index + 1
+    }
+
+    pub fn last_index(&self) -> u64 {
+        self.snapshot_meta.index + self.entries.len() as u64
+    }
+
+    /// The term of the entry at `index`, if it is in the log or is the snapshot's last entry.
+    pub fn term_of(&self, index: u64) -> Option<u64> {
+        if index == self.snapshot_meta.index {
+            return Some(self.snapshot_meta.term);
+        }
+        self.entry(index).map(|e| e.term)
+    }
+
+    fn entry(&self, index: u64) -> Option<&Entry> {
+        let offset = index.checked_sub(self.first_index())?;
+        self.entries.get(usize::try_from(offset).ok()?)
+    }
+
+    /// Entries `[low, high)`, clamped to what the log holds.
+    pub fn entries_between(&self, low: u64, high: u64) -> Vec<Entry> {
+        let low = low.max(self.first_index());
+        let high = high.min(self.last_index() + 1);
+        (low..high).filter_map(|i| self.entry(i).cloned()).collect()
+    }
+
+    /// Replaces the hard state in memory; it is written by the next `write`.
+    pub fn set_hard_state(&mut self, hs: HardState) {
+        self.hard_state = hs;
+    }
+
+    /// Raises the commit index in memory; it is written by the next `write`.
+    pub fn set_commit(&mut self, commit: u64) {
+        self.hard_state.commit = self.hard_state.commit.max(commit);
+    }
+
+    /// Replaces the conf state in memory; it is written by the next `write`.
+    pub fn set_conf_state(&mut self, cs: ConfState) {
+        self.conf_state = cs;
+        self.conf_state_dirty = true;
+    }
+
+    /// Reads the newest snapshot's payload.
+    pub fn snapshot_data(&self) -> Result<Vec<u8>, RaftError> {
+        let txn = self
+            .db
+            .begin_read()
+            .map_err(|e| RaftError::storage("begin snapshot read", e))?;
+        let meta = txn
+            .open_table(META)
+            .map_err(|e| RaftError::storage("open meta table", e))?;
+        let data = meta
+            .get(KEY_SNAPSHOT_DATA)
+            .map_err(|e| RaftError::storage("read snapshot", e))?
+            .map(|v| v.value().to_vec());
+        data.ok_or_else(|| {
+            RaftError::CorruptStorage(format!(
+                "snapshot {} has metadata but no payload",
+                self.snapshot_meta.index
+            ))
+        })
+    }
+
+    /// Persists, in ONE redb transaction: an optional snapshot (dropping the log it covers),
+    /// new entries (replacing any conflicting suffix), and the hard and conf state if they
+    /// changed. `durable` picks `Durability::Immediate` (fsync) over `Durability::None`;
+    /// `write(None, &[], true)` is thus a flush. Memory is updated only after the commit
+    /// succeeded. Nothing to write writes nothing.
+    pub fn write(
+        &mut self,
+        snapshot: Option<SnapshotToSave<'_>>,
+        entries: &[Entry],
+        durable: bool,
+    ) -> Result<(), RaftError> {
+        let hard_state_changed = self.hard_state != self.persisted_hard_state;
+        // A durable write with nothing new still commits if earlier non-durable commits wait
+        // for an fsync: it makes them durable.
+        let sync_needed = durable && self.unsynced;
+        if snapshot.is_none()
+            && entries.is_empty()
+            && !hard_state_changed
+            && !self.conf_state_dirty
+            && !sync_needed
+        {
+            return Ok(());
+        }
+        // Where the log stands once the snapshot (if any) is installed.
+        let mut keep_tail = true;
+        let mut base_index = self.snapshot_meta.index;
+        let mut last_index = self.last_index();
+        if let Some(snap) = &snapshot
+            && snap.meta.index < self.snapshot_meta.index
+        {
+            return Err(RaftError::CorruptStorage(format!(
+                "snapshot at {} is older than the stored one at {}",
+                snap.meta.index, self.snapshot_meta.index
+            )));
+        }
+        if let Some(snap) = &snapshot {
+            // Raft's rule: keep the entries after the snapshot only if the log holds the
+            // snapshot's last entry with the same term; otherwise the log is replaced.
+            let index = snap.meta.index;
+            keep_tail = self.term_of(index) == Some(snap.meta.term) && index <= last_index;
+            base_index = index;
+            last_index = if keep_tail { last_index } else { index };
+        }
+        if let Some(first) = entries.first()
+            && (first.index <= base_index || first.index > last_index + 1)
+        {
+            return Err(RaftError::CorruptStorage(format!(
+                "append of entries from {} to a log holding ({base_index}, {last_index}]",
+                first.index
+            )));
+        }
+
+        let mut txn = self
+            .db
+            .begin_write()
+            .map_err(|e| RaftError::storage("begin write", e))?;
+        txn.set_durability(if durable {
+            Durability::Immediate
+        } else {
+            Durability::None
+        })
+        .map_err(|e| RaftError::storage("set durability", e))?;
+        {
+            let mut log = txn
+                .open_table(LOG)
+                .map_err(|e| RaftError::storage("open log table", e))?;
+            let mut meta = txn
+                .open_table(META)
+                .map_err(|e| RaftError::storage("open meta table", e))?;
+            if let Some(snap) = &snapshot {
+                let drop_upto = if keep_tail { snap.meta.index } else { u64::MAX };
+                log.retain_in(..=drop_upto, |_, _| false)
+                    .map_err(|e| RaftError::storage("compact log", e))?;
+                meta.insert(KEY_SNAPSHOT_META, encode(&snap.meta)?.as_slice())
+                    .map_err(|e| RaftError::storage("write snapshot metadata", e))?;
+                meta.insert(KEY_SNAPSHOT_DATA, snap.data)
+                    .map_err(|e| RaftError::storage("write snapshot", e))?;
+            }
+            if let Some(first) = entries.first()
+                && first.index <= last_index
+            {
+                log.retain_in(first.index.., |_, _| false)
+                    .map_err(|e| RaftError::storage("truncate log", e))?;
+            }
+            for entry in entries {
+                log.insert(entry.index, encode(entry)?.as_slice())
+                    .map_err(|e| RaftError::storage("append entry", e))?;
+            }
+            let mut hard_state = self.hard_state.clone();
+            let mut conf_state = self.conf_state.clone();
+            if let Some(snap) = &snapshot {
+                hard_state.commit = hard_state.commit.max(snap.meta.index);
+                conf_state = snap.meta.get_conf_state().clone();
+            }
+            if hard_state != self.persisted_hard_state {
+                meta.insert(KEY_HARD_STATE, encode(&hard_state)?.as_slice())
+                    .map_err(|e| RaftError::storage("write hard state", e))?;
+            }
+            if self.conf_state_dirty || snapshot.is_some() {
+                meta.insert(KEY_CONF_STATE, encode(&conf_state)?.as_slice())
+                    .map_err(|e| RaftError::storage("write conf state", e))?;
+            }
+        }
+        txn.commit().map_err(|e| RaftError::storage("commit", e))?;
+        self.stats.commits += 1;
+        if durable {
+            self.stats.durable_commits += 1;
+        }
+        self.unsynced = !durable;
+
+        // The transaction is in; mirror it in memory.
+        if let Some(snap) = snapshot {
+            if keep_tail {
+                let covered = snap.meta.index - self.snapshot_meta.index;
+                self.entries.drain(..covered as usize);
+            } else {
+                self.entries.clear();
+            }
+            self.hard_state.commit = self.hard_state.commit.max(snap.meta.index);
+            self.conf_state = snap.meta.get_conf_state().clone();
+            self.snapshot_meta = snap.meta;
+        }
+        if let Some(first) = entries.first() {
+            let keep = (first.index - self.first_index()) as usize;
+            self.entries.truncate(keep);
+            self.entries.extend(entries.iter().cloned());
+        }
+        self.persisted_hard_state = self.hard_state.clone();
+        self.conf_state_dirty = false;
+        Ok(())
+    }
+}
+
+fn encode(msg: &impl protobuf::Message) -> Result<Vec<u8>, RaftError> {
+    msg.write_to_bytes().map_err(RaftError::from_codec)
+}
+
+fn read_proto<M: protobuf::Message>(
+    table: &impl ReadableTable<&'static str, &'static [u8]>,
+    key: &'static str,
+) -> Result<Option<M>, RaftError> {
+    let Some(value) = table
+        .get(key)
+        .map_err(|e| RaftError::storage("read metadata", e))?
+    else {
+        return Ok(None);
+    };
+    M::parse_from_bytes(value.value())
+        .map(Some)
+        .map_err(|e| RaftError::CorruptStorage(format!("{key} does not decode: {e}")))
+}
+
+impl Storage for RedbStore {
+    fn initial_state(&self) -> raft::Result<RaftState> {
+        Ok(RaftState::new(
+            self.hard_state.clone(),
+            self.conf_state.clone(),
+        ))
+    }
+
+    fn entries(
+        &self,
+        low: u64,
+        high: u64,
+        max_size: impl Into<Option<u64>>,
+        _context: GetEntriesContext,
+    ) -> raft::Result<Vec<Entry>> {
+        if low < self.first_index() {
+            return Err(raft::Error::Store(StorageError::Compacted));
+        }
+        if high > self.last_index() + 1 || low > high {
+            return Err(raft::Error::Store(StorageError::Unavailable));
+        }
+        let mut entries = self.entries_between(low, high);
+        raft::util::limit_size(&mut entries, max_size.into());
+        Ok(entries)
+    }
+
+    fn term(&self, idx: u64) -> raft::Result<u64> {
+        if let Some(term) = self.term_of(idx) {
+            return Ok(term);
+        }
+        if idx < self.first_index() {
+            Err(raft::Error::Store(StorageError::Compacted))
+        } else {
+            Err(raft::Error::Store(StorageError::Unavailable))
+        }
+    }
+
+    fn first_index(&self) -> raft::Result<u64> {
+        Ok(RedbStore::first_index(self))
+    }
+
+    fn last_index(&self) -> raft::Result<u64> {
+        Ok(RedbStore::last_index(self))
+    }
+
+    fn snapshot(&self, request_index: u64, to: u64) -> raft::Result<Snapshot> {
+        // "Temporarily unavailable" makes raft retry later instead of treating it as fatal.
+        if self.snapshot_meta.index == 0 || self.snapshot_meta.index < request_index {
+            return Err(raft::Error::Store(
+                StorageError::SnapshotTemporarilyUnavailable,
+            ));
+        }
+        match self.snapshot_data() {
+            Ok(data) => {
+                let mut snapshot = Snapshot::default();
+                snapshot.set_metadata(self.snapshot_meta.clone());
+                snapshot.set_data(data.into());
+                Ok(snapshot)
+            }
+            Err(e) => {
+                tracing::error!(to, error = %e, "cannot read the snapshot to send to a follower");
+                Err(raft::Error::Store(
+                    StorageError::SnapshotTemporarilyUnavailable,
+                ))
+            }
+        }
+    }
+}
+
+/// Replaces the stored snapshot's payload, as disk corruption or a foreign writer would.
+#[cfg(test)]
+pub(crate) fn overwrite_snapshot_payload(path: &Path, data: &[u8]) {
+    let db = Database::create(path).unwrap();
+    let txn = db.begin_write().unwrap();
+    {
+        let mut meta = txn.open_table(META).unwrap();
+        assert!(
+            meta.get(KEY_SNAPSHOT_DATA).unwrap().is_some(),
+            "no snapshot to corrupt"
+        );
+        meta.insert(KEY_SNAPSHOT_DATA, data).unwrap();
+    }
+    txn.commit().unwrap();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::TempDir;
+
+    fn entry(index: u64, term: u64, data: &[u8]) -> Entry {
+        Entry {
+            index,
+            term,
+            data: data.to_vec().into(),
+            ..Entry::default()
+        }
+    }
+
+    fn snapshot_meta(index: u64, term: u64, voters: Vec<u64>) -> SnapshotMetadata {
+        SnapshotMetadata {
+            index,
+            term,
+            conf_state: Some(ConfState::from((voters, Vec::<u64>::new()))).into(),
+            ..SnapshotMetadata::default()
+        }
+    }
+
+    #[test]
+    fn entries_hard_state_and_conf_state_survive_reopen() {
+        let dir = TempDir::new("store-reopen");
+        let path = dir.path().join("raft.redb");
+        {
+            let mut store = RedbStore::open(&path).unwrap();
+            assert!(!store.is_initialized());
+            store.bootstrap(&[1, 2, 3], b"fresh").unwrap();
+            assert_eq!((store.first_index(), store.last_index()), (2, 1));
+            store.set_hard_state(HardState {
+                term: 2,
+                vote: 1,
+                commit: 3,
+                ..HardState::default()
+            });
+            store
+                .write(
+                    None,
+                    &[entry(2, 1, b"a"), entry(3, 2, b"b"), entry(4, 2, b"c")],
+                    true,
+                )
+                .unwrap();
+        }
+        let store = RedbStore::open(&path).unwrap();
+        assert!(store.is_initialized());
+        assert_eq!(store.conf_state().voters, vec![1, 2, 3]);
+        assert_eq!((store.hard_state().term, store.hard_state().vote), (2, 1));
+        assert_eq!(store.hard_state().commit, 3);
+        assert_eq!((store.first_index(), store.last_index()), (2, 4));
+        assert_eq!(store.term_of(1), Some(1));
+        assert_eq!(store.snapshot_data().unwrap(), b"fresh".to_vec());
+        let datas: Vec<_> = store
+            .entries_between(2, 5)
+            .iter()
+            .map(|e| e.data.to_vec())
+            .collect();
+        assert_eq!(datas, vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]);
+    }
+
+    #[test]
+    fn one_write_is_one_commit_whatever_the_number_of_entries() {
+        let dir = TempDir::new("store-commits");
+        let mut store = RedbStore::open(&dir.path().join("raft.redb")).unwrap();
+        let batch: Vec<Entry> = (1..=500).map(|i| entry(i, 1, b"x")).collect();
+        store.write(None, &batch, true).unwrap();
+        assert_eq!(store.stats().commits, 1);
+        assert_eq!(store.stats().durable_commits, 1);
+        // Nothing changed: nothing written.
+        store.write(None, &[], true).unwrap();
+        assert_eq!(store.stats().commits, 1);
+    }
+
+    #[test]
+    fn a_flush_makes_earlier_non_durable_commits_durable() {
+        let dir = TempDir::new("store-flush");
+        let mut store = RedbStore::open(&dir.path().join("raft.redb")).unwrap();
+        store.write(None, &[entry(1, 1, b"a")], false).unwrap();
+        store.write(None, &[], false).unwrap();
+        assert_eq!(
+            store.stats().commits,
+            1,
+            "nothing new, not even a sync asked"
+        );
+        store.write(None, &[], true).unwrap();
+        assert_eq!(
+            store.stats(),
+            StorageStats {
+                commits: 2,
+                durable_commits: 1
+            }
+        );
+        store.write(None, &[], true).unwrap();
+        assert_eq!(store.stats().commits, 2, "already durable");
+    }
+
+    #[test]
+    fn conflicting_append_replaces_the_suffix_on_disk() {
+        let dir = TempDir::new("store-conflict");
+        let path = dir.path().join("raft.redb");
+        {
+            let mut store = RedbStore::open(&path).unwrap();
+            store
+                .write(
+                    None,
+                    &[entry(1, 1, b"a"), entry(2, 1, b"b"), entry(3, 1, b"c")],
+                    true,
+                )
+                .unwrap();
+            store.write(None, &[entry(2, 2, b"B")], true).unwrap();
+            assert_eq!(store.last_index(), 2);
+        }
+        let store = RedbStore::open(&path).unwrap();
+        assert_eq!(store.last_index(), 2);
+        assert_eq!(store.term_of(2), Some(2));
+        assert_eq!(store.entries_between(2, 3)[0].data.to_vec(), b"B".to_vec());
+    }
+
+    #[test]
+    fn local_snapshot_compacts_the_log_and_keeps_the_tail() {
+        let dir = TempDir::new("store-compact");
+        let path = dir.path().join("raft.redb");
+        {
+            let mut store = RedbStore::open(&path).unwrap();
+            let batch: Vec<Entry> = (1..=10).map(|i| entry(i, 1, b"x")).collect();
+            store.write(None, &batch, true).unwrap();
+            store
+                .write(
+                    Some(SnapshotToSave {
+                        meta: snapshot_meta(6, 1, vec![1]),
+                        data: b"state@6",
+                    }),
+                    &[],
+                    true,
+                )
+                .unwrap();
+            assert_eq!((store.first_index(), store.last_index()), (7, 10));
+        }
+        let store = RedbStore::open(&path).unwrap();
+        assert_eq!((store.first_index(), store.last_index()), (7, 10));
+        assert_eq!(store.term_of(6), Some(1));
+        assert_eq!(store.snapshot_data().unwrap(), b"state@6".to_vec());
+        assert_eq!(
+            store.term(5),
+            Err(raft::Error::Store(StorageError::Compacted))
+        );
+        assert_eq!(
+            store.entries(5, 8, None, GetEntriesContext::empty(false)),
+            Err(raft::Error::Store(StorageError::Compacted))
+        );
+        let snap = store.snapshot(0, 2).unwrap();
+        assert_eq!(snap.get_metadata().index, 6);
+        assert_eq!(snap.get_data(), b"state@6");
+    }
+
+    #[test]
+    fn snapshot_from_a_diverging_leader_replaces_the_whole_log() {
+        let dir = TempDir::new("store-install");
+        let mut store = RedbStore::open(&dir.path().join("raft.redb")).unwrap();
+        let batch: Vec<Entry> = (1..=5).map(|i| entry(i, 1, b"x")).collect();
+        store.write(None, &batch, true).unwrap();
+        // The leader's snapshot ends at index 4 but with term 3: our entries are stale.
+        store
+            .write(
+                Some(SnapshotToSave {
+                    meta: snapshot_meta(4, 3, vec![1, 2, 3]),
+                    data: b"leader",
+                }),
+                &[entry(5, 3, b"new")],
+                true,
+            )
+            .unwrap();
+        assert_eq!((store.first_index(), store.last_index()), (5, 5));
+        assert_eq!(store.term_of(5), Some(3));
+        assert_eq!(store.hard_state().commit, 4);
+        assert_eq!(store.conf_state().voters, vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn a_file_with_an_unknown_format_version_is_refused() {
+        let dir = TempDir::new("store-format");
+        let path = dir.path().join("raft.redb");
+        drop(RedbStore::open(&path).unwrap());
+        {
+            let db = Database::create(&path).unwrap();
+            let txn = db.begin_write().unwrap();
+            {
+                let mut meta = txn.open_table(META).unwrap();
+                meta.insert(KEY_FORMAT, 99u32.to_le_bytes().as_slice())
+                    .unwrap();
+            }
+            txn.commit().unwrap();
+        }
+        let err = RedbStore::open(&path).err().unwrap();
+        assert!(
+            matches!(&err, RaftError::CorruptStorage(m) if m.contains("unknown format version 99")),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn an_append_leaving_a_gap_is_refused() {
+        let dir = TempDir::new("store-gap");
+        let mut store = RedbStore::open(&dir.path().join("raft.redb")).unwrap();
+        store.write(None, &[entry(1, 1, b"a")], true).unwrap();
+        let err = store.write(None, &[entry(3, 1, b"c")], true).err().unwrap();
+        assert!(matches!(err, RaftError::CorruptStorage(_)), "{err}");
+        assert_eq!(store.last_index(), 1);
+    }
+}

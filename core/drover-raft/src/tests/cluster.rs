@@ -1,0 +1,198 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+use raft::eraftpb::{ConfChangeSingle, ConfChangeType, ConfChangeV2};
+
+use crate::test_support::{MemNetwork, RecordingSm, TempDir, eventually, fast_config};
+use crate::{RaftError, RaftNode};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+struct Cluster {
+    _dir: TempDir,
+    net: Arc<MemNetwork>,
+    nodes: Vec<(RaftNode, RecordingSm)>,
+}
+
+impl Cluster {
+    fn new(name: &str) -> Cluster {
+        Cluster {
+            _dir: TempDir::new(name),
+            net: Arc::new(MemNetwork::default()),
+            nodes: Vec::new(),
+        }
+    }
+
+    fn start(&mut self, id: u64, voters: Vec<u64>, snapshot_threshold: u64) {
+        let mut cfg = fast_config(id, &self._dir.path().join(format!("n{id}")), voters);
+        cfg.snapshot_threshold = snapshot_threshold;
+        let sm = RecordingSm::default();
+        let node = RaftNode::start(cfg, sm.clone(), self.net.clone()).unwrap();
+        self.net.register(&node);
+        self.nodes.push((node, sm));
+    }
+
+    fn node(&self, id: u64) -> &RaftNode {
+        &self.nodes.iter().find(|(n, _)| n.id() == id).unwrap().0
+    }
+
+    fn sm(&self, id: u64) -> &RecordingSm {
+        &self.nodes.iter().find(|(n, _)| n.id() == id).unwrap().1
+    }
+
+    /// Waits until exactly one of `ids` leads and all of them agree on it.
+    async fn leader_among(&self, ids: &[u64]) -> u64 {
+        let mut leader = 0;
+        eventually("one agreed leader", WAIT, || {
+            let statuses: Vec<_> = ids.iter().map(|id| self.node(*id).status()).collect();
+            let leaders: Vec<_> = statuses.iter().filter(|s| s.is_leader).collect();
+            if leaders.len() != 1 {
+                return false;
+            }
+            leader = leaders[0].id;
+            statuses.iter().all(|s| s.leader_id == Some(leader))
+        })
+        .await;
+        leader
+    }
+
+    fn shutdown(&self) {
+        for (node, _) in &self.nodes {
+            node.shutdown();
+        }
+    }
+}
+
+async fn propose_n(node: &RaftNode, range: std::ops::Range<u32>) {
+    for i in range {
+        node.propose(format!("e{i}").into_bytes()).await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_elect_one_leader_and_replicate_entries() {
+    let mut cluster = Cluster::new("cluster-replicate");
+    for id in 1..=3 {
+        cluster.start(id, vec![1, 2, 3], 0);
+    }
+    let leader = cluster.leader_among(&[1, 2, 3]).await;
+    propose_n(cluster.node(leader), 0..50).await;
+
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    match cluster.node(follower).propose(b"x".to_vec()).await {
+        Err(RaftError::NotLeader { leader_hint }) => assert_eq!(leader_hint, Some(leader)),
+        other => panic!("expected NotLeader, got {other:?}"),
+    }
+
+    let expected = cluster.sm(leader).entries();
+    assert_eq!(expected.len(), 50);
+    eventually("followers applied the same entries", WAIT, || {
+        (1..=3).all(|id| cluster.sm(id).entries() == expected)
+    })
+    .await;
+    cluster.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_follower_catches_up_from_the_leaders_snapshot() {
+    let mut cluster = Cluster::new("cluster-snapshot");
+    cluster.start(1, vec![1, 2, 3], 10);
+    cluster.start(2, vec![1, 2, 3], 10);
+    let leader = cluster.leader_among(&[1, 2]).await;
+    propose_n(cluster.node(leader), 0..35).await;
+    assert!(
+        cluster.node(leader).status().first_log_index > 1,
+        "leader compacted its log"
+    );
+
+    cluster.start(3, vec![1, 2, 3], 10);
+    let expected = cluster.sm(leader).entries();
+    eventually("node 3 caught up", WAIT, || {
+        cluster.sm(3).entries() == expected
+    })
+    .await;
+    assert!(
+        !cluster.sm(3).restored_at.lock().unwrap().is_empty(),
+        "node 3 got there through a snapshot"
+    );
+    // And keeps following with ordinary appends afterwards.
+    propose_n(cluster.node(leader), 35..40).await;
+    let expected = cluster.sm(leader).entries();
+    eventually("node 3 follows", WAIT, || {
+        cluster.sm(3).entries() == expected
+    })
+    .await;
+    cluster.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_isolated_leader_fails_its_pending_proposal_and_the_rest_elect_a_new_one() {
+    let mut cluster = Cluster::new("cluster-partition");
+    for id in 1..=3 {
+        cluster.start(id, vec![1, 2, 3], 0);
+    }
+    let old = cluster.leader_among(&[1, 2, 3]).await;
+    propose_n(cluster.node(old), 0..5).await;
+
+    cluster.net.isolate(old);
+    // Cannot commit without a quorum; check_quorum makes it step down, which must answer
+    // the proposal rather than leave it hanging.
+    let outcome = tokio::time::timeout(WAIT, cluster.node(old).propose(b"lost".to_vec()))
+        .await
+        .expect("the proposal was answered");
+    assert!(
+        matches!(outcome, Err(RaftError::LeadershipLost { .. })),
+        "{outcome:?}"
+    );
+
+    let rest: Vec<u64> = (1..=3).filter(|id| *id != old).collect();
+    let new = cluster.leader_among(&rest).await;
+    propose_n(cluster.node(new), 5..10).await;
+
+    cluster.net.heal(old);
+    let expected = cluster.sm(new).entries();
+    eventually("the old leader rejoined as a follower", WAIT, || {
+        cluster.node(old).status().leader_id == Some(new) && cluster.sm(old).entries() == expected
+    })
+    .await;
+    assert!(
+        expected.iter().all(|(_, data)| data != b"lost"),
+        "the uncommitted entry was overwritten"
+    );
+    cluster.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_voter_added_by_conf_change_receives_the_log() {
+    let mut cluster = Cluster::new("cluster-add");
+    for id in 1..=3 {
+        cluster.start(id, vec![1, 2, 3], 0);
+    }
+    let leader = cluster.leader_among(&[1, 2, 3]).await;
+    propose_n(cluster.node(leader), 0..10).await;
+
+    // Node 4 starts empty and waits to be added.
+    cluster.start(4, Vec::new(), 0);
+    let mut add = ConfChangeSingle::default();
+    add.set_change_type(ConfChangeType::AddNode);
+    add.node_id = 4;
+    let mut change = ConfChangeV2::default();
+    change.mut_changes().push(add);
+    cluster
+        .node(leader)
+        .propose_conf_change(change)
+        .await
+        .unwrap();
+    assert_eq!(cluster.node(leader).status().voters, vec![1, 2, 3, 4]);
+
+    propose_n(cluster.node(leader), 10..15).await;
+    let expected = cluster.sm(leader).entries();
+    eventually("node 4 applied the log", WAIT, || {
+        cluster.sm(4).entries() == expected && cluster.node(4).status().voters == [1, 2, 3, 4]
+    })
+    .await;
+    // It could only get there through a snapshot holding the new configuration: the first
+    // configuration is in the bootstrap snapshot, not in the log.
+    assert!(!cluster.sm(4).restored_at.lock().unwrap().is_empty());
+    cluster.shutdown();
+}
