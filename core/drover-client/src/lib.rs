@@ -5,9 +5,16 @@
 //! Must not depend on: drover-server, drover-state, drover-raft, drover-scheduler or drover-http;
 //! the agent talks to servers only over their public API. It talks to drivers through drover-abi.
 
+pub mod alloc_runner;
 pub mod allocdir;
+pub mod client;
 pub mod fingerprint;
 pub mod interpolate;
 pub mod logs;
 pub mod mountinfo;
+pub mod restarts;
 pub mod state_db;
+pub mod task_runner;
+pub mod taskenv;
+
+pub use client::{Client, ClientConfig, ClientError, ServerConn};

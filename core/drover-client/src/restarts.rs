@@ -114,7 +114,9 @@ impl RestartTracker {
         self.reason = REASON_DELAY.into();
         let interval = Duration::from_nanos(self.policy.interval.max(0) as u64);
         let end = self.interval_start + interval;
-        Some(Decision::Restart(end.saturating_duration_since(Instant::now())))
+        Some(Decision::Restart(
+            end.saturating_duration_since(Instant::now()),
+        ))
     }
 
     /// The policy's delay plus up to 25% jitter, as Nomad adds.
@@ -124,7 +126,11 @@ impl RestartTracker {
         self.jitter_seed ^= self.jitter_seed << 13;
         self.jitter_seed ^= self.jitter_seed >> 7;
         self.jitter_seed ^= self.jitter_seed << 17;
-        let j = if d == 0 { 0 } else { self.jitter_seed % d.max(1) / 4 };
+        let j = if d == 0 {
+            0
+        } else {
+            self.jitter_seed % d.max(1) / 4
+        };
         Duration::from_nanos(d + j)
     }
 }
@@ -154,14 +160,19 @@ mod tests {
         let mut b = RestartTracker::new(policy(2, "fail"), true);
         assert_eq!(b.on_exit(&ExitResult::default()), Decision::Terminated);
         let mut s = RestartTracker::new(policy(2, "fail"), false);
-        assert!(matches!(s.on_exit(&ExitResult::default()), Decision::Restart(_)));
+        assert!(matches!(
+            s.on_exit(&ExitResult::default()),
+            Decision::Restart(_)
+        ));
     }
 
     #[test]
     fn fail_mode_stops_after_attempts_with_nomads_reason() {
         let mut t = RestartTracker::new(policy(2, "fail"), false);
         let d = t.on_exit(&fail());
-        let Decision::Restart(delay) = d else { panic!("{d:?}") };
+        let Decision::Restart(delay) = d else {
+            panic!("{d:?}")
+        };
         assert!(delay >= Duration::from_secs(1) && delay <= Duration::from_millis(1250));
         assert!(matches!(t.on_exit(&fail()), Decision::Restart(_)));
         assert_eq!(t.on_exit(&fail()), Decision::NotRestarting);
@@ -185,7 +196,9 @@ mod tests {
     fn delay_mode_waits_for_the_interval_to_end() {
         let mut t = RestartTracker::new(policy(1, "delay"), false);
         assert!(matches!(t.on_exit(&fail()), Decision::Restart(_)));
-        let Decision::Restart(d) = t.on_exit(&fail()) else { panic!() };
+        let Decision::Restart(d) = t.on_exit(&fail()) else {
+            panic!()
+        };
         assert!(d > Duration::from_secs(50), "{d:?}");
         assert_eq!(t.reason(), REASON_DELAY);
     }

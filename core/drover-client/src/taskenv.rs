@@ -30,9 +30,15 @@ pub fn build_env(
         env.insert(k.to_string(), v);
     };
     let job = alloc.job.as_deref();
-    set("NOMAD_ALLOC_DIR", paths.alloc_dir.join("alloc").display().to_string());
+    set(
+        "NOMAD_ALLOC_DIR",
+        paths.alloc_dir.join("alloc").display().to_string(),
+    );
     set("NOMAD_TASK_DIR", paths.task_local_dir.display().to_string());
-    set("NOMAD_SECRETS_DIR", paths.task_secrets_dir.display().to_string());
+    set(
+        "NOMAD_SECRETS_DIR",
+        paths.task_secrets_dir.display().to_string(),
+    );
     set("TMPDIR", paths.task_tmp_dir.display().to_string());
     set("NOMAD_ALLOC_ID", alloc.id.clone());
     set("NOMAD_SHORT_ALLOC_ID", alloc.id.chars().take(8).collect());
@@ -94,7 +100,10 @@ pub fn build_env(
             set(&format!("NOMAD_IP_{label}"), ip.clone());
             set(&format!("NOMAD_HOST_IP_{label}"), ip.clone());
             set(&format!("NOMAD_ADDR_{label}"), format!("{ip}:{inside}"));
-            set(&format!("NOMAD_HOST_ADDR_{label}"), format!("{ip}:{}", p.value));
+            set(
+                &format!("NOMAD_HOST_ADDR_{label}"),
+                format!("{ip}:{}", p.value),
+            );
             set(&format!("NOMAD_ALLOC_PORT_{label}"), inside.to_string());
         }
         if let Some(tr) = res.tasks.get(&task.name) {
@@ -104,7 +113,10 @@ pub fn build_env(
                     set(&format!("NOMAD_PORT_{label}"), p.value.to_string());
                     set(&format!("NOMAD_HOST_PORT_{label}"), p.value.to_string());
                     set(&format!("NOMAD_IP_{label}"), n.ip.clone());
-                    set(&format!("NOMAD_ADDR_{label}"), format!("{}:{}", n.ip, p.value));
+                    set(
+                        &format!("NOMAD_ADDR_{label}"),
+                        format!("{}:{}", n.ip, p.value),
+                    );
                 }
             }
         }

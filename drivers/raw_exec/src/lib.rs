@@ -1,1 +1,17 @@
-//! placeholder
+//! The `raw_exec` task driver: runs a task's `command` with `args` directly on the host, with no
+//! isolation, as Nomad's raw_exec does. The agent process itself spawns each task (no helper
+//! process) in its own session, with exactly the task's environment, in the task directory, with
+//! stdout/stderr connected to the host's log FIFOs. Off unless the agent config enables it.
+//!
+//! Must not depend on: tokio, or any Drover crate other than drover-abi.
+//!
+//! The `shared` module is also compiled into the exec driver (through `#[path]`), since drivers
+//! may not depend on each other.
+
+mod driver;
+mod exec_in_task;
+mod plugin_config;
+mod shared;
+mod spawn;
+
+pub use driver::RawExecDriver;

@@ -1,0 +1,276 @@
+//! The allocation runner: builds an allocation's directory, runs one task runner per task,
+//! turns their states into the allocation's client status, and stops the tasks when the
+//! servers (or a failing sibling, or the leader task) say so.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use drover_abi::{Driver, TaskHandle};
+use drover_structs::*;
+use tokio::sync::{mpsc, watch};
+
+use crate::allocdir::AllocDir;
+use crate::state_db::ClientStateDb;
+use crate::task_runner::{KillReason, TaskContext, TaskRunner, TaskStateUpdate};
+
+/// Shared by all allocation runners of a client.
+#[derive(Clone)]
+pub struct RunnerEnv {
+    pub node: Arc<Node>,
+    pub region: String,
+    pub data_dir: std::path::PathBuf,
+    pub drivers: Arc<BTreeMap<String, Arc<dyn Driver>>>,
+    pub db: ClientStateDb,
+    /// Where allocation status reports go (the client batches them to the servers).
+    pub updates: mpsc::UnboundedSender<AllocClientUpdate>,
+}
+
+/// Handle the client keeps for a running allocation.
+pub struct AllocRunnerHandle {
+    stop_tx: watch::Sender<bool>,
+    pub alloc_dir: std::path::PathBuf,
+    done: watch::Receiver<bool>,
+}
+
+impl AllocRunnerHandle {
+    /// Asks every task to stop (idempotent).
+    pub fn stop(&self) {
+        let _ = self.stop_tx.send(true);
+    }
+
+    /// Whether every task has ended.
+    pub fn is_done(&self) -> bool {
+        *self.done.borrow()
+    }
+
+    pub async fn wait_done(&mut self) {
+        let _ = self.done.wait_for(|d| *d).await;
+    }
+}
+
+/// Nomad's `getClientStatus`: any failed task fails the allocation; else any running task
+/// makes it running; else any pending task keeps it pending; else it completed.
+pub fn client_status(states: &BTreeMap<String, TaskState>) -> (&'static str, &'static str) {
+    let (mut pending, mut running, mut dead, mut failed) = (false, false, false, false);
+    for s in states.values() {
+        match s.state.as_str() {
+            TASK_STATE_RUNNING => running = true,
+            TASK_STATE_PENDING => pending = true,
+            TASK_STATE_DEAD => {
+                if s.failed {
+                    failed = true
+                } else {
+                    dead = true
+                }
+            }
+            _ => {}
+        }
+    }
+    if failed {
+        (ALLOC_CLIENT_FAILED, "Failed tasks")
+    } else if running {
+        (ALLOC_CLIENT_RUNNING, "Tasks are running")
+    } else if pending {
+        (ALLOC_CLIENT_PENDING, "No tasks have started")
+    } else if dead {
+        (ALLOC_CLIENT_COMPLETE, "All tasks have completed")
+    } else {
+        (ALLOC_CLIENT_PENDING, "No tasks have started")
+    }
+}
+
+/// Starts (or, with `prior`, resumes after an agent restart) an allocation.
+pub fn start(
+    env: RunnerEnv,
+    alloc: Arc<Allocation>,
+    prior: BTreeMap<String, TaskState>,
+    handles: BTreeMap<String, TaskHandle>,
+) -> Result<AllocRunnerHandle, String> {
+    let job = alloc
+        .job
+        .clone()
+        .ok_or_else(|| format!("allocation {} has no job", alloc.id))?;
+    let group = job
+        .lookup_task_group(&alloc.task_group)
+        .cloned()
+        .ok_or_else(|| {
+            format!(
+                "allocation {} names unknown group {}",
+                alloc.id, alloc.task_group
+            )
+        })?;
+    let dir = AllocDir::new(&env.data_dir, &alloc.id).map_err(|e| e.to_string())?;
+    let names: Vec<String> = group.tasks.iter().map(|t| t.name.clone()).collect();
+    dir.build(&names).map_err(|e| e.to_string())?;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let (done_tx, done_rx) = watch::channel(false);
+    let handle = AllocRunnerHandle {
+        stop_tx,
+        alloc_dir: dir.path().to_path_buf(),
+        done: done_rx,
+    };
+    tokio::spawn(run(
+        env, alloc, group, dir, prior, handles, stop_rx, done_tx,
+    ));
+    Ok(handle)
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run(
+    env: RunnerEnv,
+    alloc: Arc<Allocation>,
+    group: TaskGroup,
+    dir: AllocDir,
+    prior: BTreeMap<String, TaskState>,
+    mut handles: BTreeMap<String, TaskHandle>,
+    mut stop_rx: watch::Receiver<bool>,
+    done_tx: watch::Sender<bool>,
+) {
+    let (task_tx, mut task_rx) = mpsc::unbounded_channel::<TaskStateUpdate>();
+    let mut states: BTreeMap<String, TaskState> = BTreeMap::new();
+    let mut kills: BTreeMap<String, watch::Sender<Option<KillReason>>> = BTreeMap::new();
+    let leader = group
+        .tasks
+        .iter()
+        .find(|t| t.leader)
+        .map(|t| t.name.clone());
+
+    for task in &group.tasks {
+        let prior_state = prior.get(&task.name).cloned();
+        if let Some(s) = &prior_state
+            && s.state == TASK_STATE_DEAD
+        {
+            // Finished before the agent restarted: nothing to run.
+            states.insert(task.name.clone(), s.clone());
+            continue;
+        }
+        let Some(driver) = env.drivers.get(&task.driver).cloned() else {
+            let mut s = prior_state.unwrap_or_default();
+            let mut ev = TaskEvent::new(TASK_EVENT_DRIVER_FAILURE);
+            ev.driver_error = format!("driver {:?} is not available on this node", task.driver);
+            ev.display_message = ev.default_display_message();
+            s.events.push(ev);
+            s.state = TASK_STATE_DEAD.into();
+            s.failed = true;
+            states.insert(task.name.clone(), s);
+            continue;
+        };
+        let task_dir = match dir.task_dir(&task.name) {
+            Ok(d) => d,
+            Err(e) => {
+                let mut s = TaskState::default();
+                let mut ev = TaskEvent::new(TASK_EVENT_SETUP_FAILURE);
+                ev.setup_error = e.to_string();
+                ev.display_message = ev.default_display_message();
+                s.events.push(ev);
+                s.state = TASK_STATE_DEAD.into();
+                s.failed = true;
+                states.insert(task.name.clone(), s);
+                continue;
+            }
+        };
+        let ctx = TaskContext {
+            alloc: alloc.clone(),
+            group: group.clone(),
+            task: task.clone(),
+            node: env.node.clone(),
+            region: env.region.clone(),
+            driver,
+            task_dir,
+            alloc_path: dir.path().to_path_buf(),
+            log_dir: dir.log_dir(),
+            db: env.db.clone(),
+        };
+        let (kill_tx, kill_rx) = watch::channel(None);
+        kills.insert(task.name.clone(), kill_tx);
+        states.insert(
+            task.name.clone(),
+            prior_state.clone().unwrap_or_else(|| TaskState {
+                state: TASK_STATE_PENDING.into(),
+                ..Default::default()
+            }),
+        );
+        let runner = TaskRunner::new(
+            ctx,
+            prior_state,
+            handles.remove(&task.name),
+            task_tx.clone(),
+        );
+        tokio::spawn(runner.run(kill_rx));
+    }
+    drop(task_tx);
+
+    let mut last_sent: Option<(String, BTreeMap<String, TaskState>)> = None;
+    let mut stopping = false;
+    loop {
+        let (status, desc) = client_status(&states);
+        if last_sent.as_ref() != Some(&(status.to_string(), states.clone())) {
+            let _ = env.updates.send(AllocClientUpdate {
+                id: alloc.id.clone(),
+                client_status: status.into(),
+                client_description: desc.into(),
+                task_states: Some(states.clone()),
+                modify_time: drover_structs::time::now_nanos(),
+            });
+            last_sent = Some((status.to_string(), states.clone()));
+        }
+        if states.values().all(|s| s.state == TASK_STATE_DEAD) {
+            break;
+        }
+        tokio::select! {
+            update = task_rx.recv() => {
+                let Some((name, state)) = update else { break };
+                let failed = state.state == TASK_STATE_DEAD && state.failed;
+                let leader_dead = state.state == TASK_STATE_DEAD && leader.as_deref() == Some(name.as_str());
+                states.insert(name.clone(), state);
+                if !stopping && (failed || leader_dead) {
+                    stopping = true;
+                    let reason = if failed { KillReason::SiblingFailed(name.clone()) } else { KillReason::LeaderDead };
+                    for (other, tx) in &kills {
+                        if *other != name {
+                            let _ = tx.send(Some(reason.clone()));
+                        }
+                    }
+                }
+            }
+            changed = stop_rx.changed(), if !stopping => {
+                if changed.is_err() || *stop_rx.borrow() {
+                    stopping = true;
+                    for tx in kills.values() {
+                        let _ = tx.send(Some(KillReason::Stop));
+                    }
+                }
+            }
+        }
+    }
+    let _ = done_tx.send(true);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn st(state: &str, failed: bool) -> TaskState {
+        TaskState {
+            state: state.into(),
+            failed,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn client_status_follows_nomads_precedence() {
+        let mut m = BTreeMap::new();
+        m.insert("a".to_string(), st(TASK_STATE_RUNNING, false));
+        m.insert("b".to_string(), st(TASK_STATE_PENDING, false));
+        assert_eq!(client_status(&m).0, ALLOC_CLIENT_RUNNING);
+        m.insert("c".to_string(), st(TASK_STATE_DEAD, true));
+        assert_eq!(client_status(&m).0, ALLOC_CLIENT_FAILED);
+        let mut done = BTreeMap::new();
+        done.insert("a".to_string(), st(TASK_STATE_DEAD, false));
+        assert_eq!(
+            client_status(&done),
+            (ALLOC_CLIENT_COMPLETE, "All tasks have completed")
+        );
+    }
+}

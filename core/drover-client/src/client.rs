@@ -1,0 +1,574 @@
+//! The client: registers this node with the servers, heartbeats, watches the node's
+//! allocations, runs them, and reports their status back in batches.
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use drover_abi::{Driver, HealthState, TaskHandle};
+use drover_structs::time::{format_rfc3339_nanos, now_nanos};
+use drover_structs::*;
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, watch};
+
+use crate::alloc_runner::{self, AllocRunnerHandle, RunnerEnv};
+use crate::state_db::ClientStateDb;
+
+/// How the client reaches the servers. In the dev agent this is the server itself, in-process;
+/// a networked client implements it over RPC.
+pub trait ServerConn: Send + Sync + 'static {
+    /// Registers (or re-registers) the node; returns the heartbeat TTL.
+    fn register_node(&self, node: Node) -> impl Future<Output = Result<Duration, String>> + Send;
+    /// Heartbeats; returns the TTL to heartbeat within.
+    fn heartbeat(&self, node_id: &str) -> impl Future<Output = Result<Duration, String>> + Send;
+    /// The node's allocations once their index passes `min_index`, or after `wait`.
+    fn node_allocs(
+        &self,
+        node_id: &str,
+        min_index: u64,
+        wait: Duration,
+    ) -> impl Future<Output = Result<(Vec<Arc<Allocation>>, u64), String>> + Send;
+    fn update_allocs(
+        &self,
+        updates: Vec<AllocClientUpdate>,
+    ) -> impl Future<Output = Result<(), String>> + Send;
+}
+
+#[derive(Clone)]
+pub struct ClientConfig {
+    pub data_dir: PathBuf,
+    pub node_name: String,
+    pub datacenter: String,
+    pub region: String,
+    pub node_class: String,
+    pub meta: BTreeMap<String, String>,
+    /// Overrides of the fingerprinted totals (`cpu_total_compute`, `memory_total_mb`).
+    pub cpu_total_compute: Option<u64>,
+    pub memory_total_mb: Option<u64>,
+    /// The `reserved { cpu memory disk reserved_ports }` block.
+    pub reserved_cpu: u64,
+    pub reserved_memory_mb: u64,
+    pub reserved_disk_mb: u64,
+    pub reserved_ports: String,
+    /// The agent's HTTP address, advertised as the node's `HTTPAddr`.
+    pub http_addr: String,
+    pub version: String,
+    /// Built-in and plugin drivers by name, already configured.
+    pub drivers: BTreeMap<String, Arc<dyn Driver>>,
+    /// How often status updates are sent to the servers, batched.
+    pub update_interval: Duration,
+}
+
+impl ClientConfig {
+    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
+        ClientConfig {
+            data_dir: data_dir.into(),
+            node_name: String::new(),
+            datacenter: "dc1".into(),
+            region: DEFAULT_REGION.into(),
+            node_class: String::new(),
+            meta: BTreeMap::new(),
+            cpu_total_compute: None,
+            memory_total_mb: None,
+            reserved_cpu: 0,
+            reserved_memory_mb: 0,
+            reserved_disk_mb: 0,
+            reserved_ports: String::new(),
+            http_addr: String::new(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            drivers: BTreeMap::new(),
+            update_interval: Duration::from_millis(50),
+        }
+    }
+}
+
+/// What the client keeps on disk per allocation, to resume it after a restart.
+#[derive(Serialize, Deserialize)]
+struct AllocRecord {
+    alloc: Allocation,
+    task_states: BTreeMap<String, TaskState>,
+}
+
+struct Shared {
+    runners: Mutex<HashMap<String, AllocRunnerHandle>>,
+    node: Mutex<Arc<Node>>,
+}
+
+/// A running client. Cheap to clone.
+#[derive(Clone)]
+pub struct Client {
+    shared: Arc<Shared>,
+    config: Arc<ClientConfig>,
+    shutdown: watch::Sender<bool>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("client state: {0}")]
+    State(#[from] crate::state_db::StateDbError),
+    #[error("client data dir {path}: {source}")]
+    DataDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+impl Client {
+    /// Fingerprints the node, restores allocations from the client state, registers with the
+    /// servers and starts running what they assign.
+    pub async fn start<S: ServerConn>(
+        config: ClientConfig,
+        server: Arc<S>,
+    ) -> Result<Client, ClientError> {
+        std::fs::create_dir_all(&config.data_dir).map_err(|source| ClientError::DataDir {
+            path: config.data_dir.clone(),
+            source,
+        })?;
+        let db_path = ClientStateDb::default_path(&config.data_dir);
+        if let Some(parent) = db_path.parent() {
+            std::fs::create_dir_all(parent).map_err(|source| ClientError::DataDir {
+                path: parent.to_path_buf(),
+                source,
+            })?;
+        }
+        let db = ClientStateDb::open(&db_path)?;
+        let node = build_node(&config, &db)?;
+        let node = Arc::new(node);
+        let (updates_tx, updates_rx) = mpsc::unbounded_channel();
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let shared = Arc::new(Shared {
+            runners: Mutex::new(HashMap::new()),
+            node: Mutex::new(node.clone()),
+        });
+        let config = Arc::new(config);
+        let env = RunnerEnv {
+            node: node.clone(),
+            region: config.region.clone(),
+            data_dir: config.data_dir.clone(),
+            drivers: Arc::new(config.drivers.clone()),
+            db: db.clone(),
+            updates: updates_tx,
+        };
+        let client = Client {
+            shared: shared.clone(),
+            config: config.clone(),
+            shutdown,
+        };
+        let known = client.restore(&env, &db);
+        tokio::spawn(sync_updates(
+            server.clone(),
+            db.clone(),
+            updates_rx,
+            config.update_interval,
+        ));
+        tokio::spawn(register_and_heartbeat(
+            server.clone(),
+            node.clone(),
+            shutdown_rx.clone(),
+        ));
+        tokio::spawn(watch_allocs(
+            client.clone(),
+            server,
+            env,
+            known,
+            shutdown_rx,
+        ));
+        Ok(client)
+    }
+
+    pub fn node(&self) -> Arc<Node> {
+        self.shared
+            .node
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub fn node_id(&self) -> String {
+        self.node().id.clone()
+    }
+
+    /// Root of an allocation's directory on this node, if this client ran it.
+    pub fn alloc_dir(&self, alloc_id: &str) -> Option<PathBuf> {
+        let runners = self
+            .shared
+            .runners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(r) = runners.get(alloc_id) {
+            return Some(r.alloc_dir.clone());
+        }
+        let dir = crate::allocdir::AllocDir::new(&self.config.data_dir, alloc_id).ok()?;
+        dir.path().is_dir().then(|| dir.path().to_path_buf())
+    }
+
+    /// Number of allocations this client is running or has run since it started.
+    pub fn alloc_count(&self) -> usize {
+        self.shared
+            .runners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
+    }
+
+    /// Stops watching for allocations. Tasks keep running (they are recovered on restart),
+    /// as Nomad's client leaves them when the agent stops.
+    pub fn shutdown(&self) {
+        let _ = self.shutdown.send(true);
+    }
+
+    /// Resumes the allocations saved before a restart. Returns the allocations it knows.
+    fn restore(&self, env: &RunnerEnv, db: &ClientStateDb) -> HashMap<String, u64> {
+        let mut known = HashMap::new();
+        let records = match db.all_allocs() {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading client state");
+                return known;
+            }
+        };
+        for (id, bytes) in records {
+            let Ok(rec) = serde_json::from_slice::<AllocRecord>(&bytes) else {
+                tracing::warn!(alloc = %id, "client state record unreadable; skipping");
+                continue;
+            };
+            known.insert(id.clone(), rec.alloc.alloc_modify_index);
+            if rec.alloc.server_terminal()
+                || rec.task_states.values().all(|s| s.state == TASK_STATE_DEAD)
+                    && !rec.task_states.is_empty()
+            {
+                continue;
+            }
+            let handles: BTreeMap<String, TaskHandle> = db
+                .task_handles(&id)
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|(task, b)| Some((task, serde_json::from_slice(&b).ok()?)))
+                .collect();
+            match alloc_runner::start(env.clone(), Arc::new(rec.alloc), rec.task_states, handles) {
+                Ok(h) => {
+                    self.shared
+                        .runners
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(id, h);
+                }
+                Err(e) => tracing::warn!(alloc = %id, error = %e, "restoring allocation"),
+            }
+        }
+        known
+    }
+}
+
+/// The node as fingerprinted: host attributes and resources, drivers, reserved resources.
+fn build_node(config: &ClientConfig, db: &ClientStateDb) -> Result<Node, ClientError> {
+    // The node id survives restarts: the servers know the node by it.
+    let id = match db.get_meta("node_id")? {
+        Some(b) => String::from_utf8_lossy(&b).to_string(),
+        None => {
+            let id = generate_id();
+            db.put_meta("node_id", id.as_bytes())?;
+            id
+        }
+    };
+    let secret = match db.get_meta("secret_id")? {
+        Some(b) => String::from_utf8_lossy(&b).to_string(),
+        None => {
+            let s = generate_id();
+            db.put_meta("secret_id", s.as_bytes())?;
+            s
+        }
+    };
+    let fp = crate::fingerprint::fingerprint_host(&config.data_dir, &config.version);
+    let mut attributes = fp.attributes.clone();
+    let cpu = config.cpu_total_compute.unwrap_or(fp.cpu_total_mhz) as i64;
+    let mem = config.memory_total_mb.unwrap_or(fp.memory_mb) as i64;
+    let disk = fp.disk_mb as i64;
+    attributes.insert("cpu.totalcompute".into(), cpu.to_string());
+    attributes.insert("memory.totalbytes".into(), (mem * 1024 * 1024).to_string());
+    attributes.insert("nomad.version".into(), config.version.clone());
+    let mut drivers = BTreeMap::new();
+    let now = format_rfc3339_nanos(now_nanos());
+    for (name, d) in &config.drivers {
+        let f = d.fingerprint();
+        let healthy = f.health == HealthState::Healthy;
+        if healthy {
+            for (k, v) in &f.attributes {
+                attributes.insert(k.clone(), v.clone());
+            }
+        }
+        drivers.insert(
+            name.clone(),
+            DriverInfo {
+                attributes: (!f.attributes.is_empty()).then(|| f.attributes.clone()),
+                detected: f.health != HealthState::Undetected,
+                healthy,
+                health_description: f.health_description.clone(),
+                update_time: now.clone(),
+            },
+        );
+    }
+    let hostname = attributes
+        .get("unique.hostname")
+        .cloned()
+        .unwrap_or_else(|| "localhost".into());
+    let ip = attributes
+        .get("unique.network.ip-address")
+        .cloned()
+        .unwrap_or_else(|| "127.0.0.1".into());
+    let network = NetworkResource {
+        mode: "host".into(),
+        device: "lo".into(),
+        cidr: format!("{ip}/32"),
+        ip,
+        mbits: 1000,
+        ..Default::default()
+    };
+    let mut node = Node {
+        id,
+        secret_id: secret,
+        datacenter: config.datacenter.clone(),
+        name: if config.node_name.is_empty() {
+            hostname
+        } else {
+            config.node_name.clone()
+        },
+        http_addr: config.http_addr.clone(),
+        attributes,
+        meta: config.meta.clone(),
+        node_class: config.node_class.clone(),
+        drivers,
+        status: NODE_STATUS_INIT.into(),
+        scheduling_eligibility: NODE_ELIGIBLE.into(),
+        ..Default::default()
+    };
+    node.node_resources.cpu.cpu_shares = cpu;
+    node.node_resources.cpu.total_cpu_cores = fp
+        .attributes
+        .get("cpu.numcores")
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(1);
+    node.node_resources.memory.memory_mb = mem;
+    node.node_resources.disk.disk_mb = disk;
+    node.node_resources.networks = Some(vec![network.clone()]);
+    node.reserved_resources.cpu.cpu_shares = config.reserved_cpu as i64;
+    node.reserved_resources.memory.memory_mb = config.reserved_memory_mb as i64;
+    node.reserved_resources.disk.disk_mb = config.reserved_disk_mb as i64;
+    node.reserved_resources.networks.reserved_host_ports = config.reserved_ports.clone();
+    node.resources = Resources {
+        cpu,
+        memory_mb: mem,
+        disk_mb: disk,
+        networks: Some(vec![network]),
+        ..Default::default()
+    };
+    node.reserved = Resources {
+        cpu: config.reserved_cpu as i64,
+        memory_mb: config.reserved_memory_mb as i64,
+        disk_mb: config.reserved_disk_mb as i64,
+        ..Default::default()
+    };
+    node.compute_class();
+    Ok(node)
+}
+
+/// Registers the node, then heartbeats at half the TTL; re-registers when the servers forgot it.
+async fn register_and_heartbeat<S: ServerConn>(
+    server: Arc<S>,
+    node: Arc<Node>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut ttl = loop {
+        match server.register_node((*node).clone()).await {
+            Ok(ttl) => break ttl,
+            Err(e) => {
+                tracing::warn!(error = %e, "registering node; retrying");
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    _ = shutdown.changed() => return,
+                }
+            }
+        }
+    };
+    tracing::info!(node = %node.id, "node registered");
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(ttl / 2) => {}
+            _ = shutdown.changed() => return,
+        }
+        match server.heartbeat(&node.id).await {
+            Ok(t) => ttl = t,
+            Err(e) => {
+                tracing::warn!(error = %e, "heartbeat failed; re-registering");
+                if let Ok(t) = server.register_node((*node).clone()).await {
+                    ttl = t;
+                } else {
+                    ttl = Duration::from_secs(2);
+                }
+            }
+        }
+    }
+}
+
+/// Watches the node's allocations and starts, stops or forgets runners to match.
+async fn watch_allocs<S: ServerConn>(
+    client: Client,
+    server: Arc<S>,
+    env: RunnerEnv,
+    mut known: HashMap<String, u64>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let node_id = env.node.id.clone();
+    let mut index = 0u64;
+    loop {
+        let res = tokio::select! {
+            r = server.node_allocs(&node_id, index, Duration::from_secs(300)) => r,
+            _ = shutdown.changed() => return,
+        };
+        let (allocs, new_index) = match res {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::warn!(error = %e, "fetching allocations");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        index = new_index;
+        let mut to_save = Vec::new();
+        for alloc in allocs {
+            let seen = known.get(&alloc.id).copied();
+            if seen == Some(alloc.alloc_modify_index) {
+                continue;
+            }
+            known.insert(alloc.id.clone(), alloc.alloc_modify_index);
+            let mut runners = client
+                .shared
+                .runners
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            match runners.get(&alloc.id) {
+                Some(r) => {
+                    if alloc.server_terminal() {
+                        r.stop();
+                    }
+                }
+                None => {
+                    if alloc.terminal() {
+                        continue;
+                    }
+                    to_save.push(alloc.clone());
+                    match alloc_runner::start(
+                        env.clone(),
+                        alloc.clone(),
+                        BTreeMap::new(),
+                        BTreeMap::new(),
+                    ) {
+                        Ok(h) => {
+                            runners.insert(alloc.id.clone(), h);
+                        }
+                        Err(e) => {
+                            tracing::warn!(alloc = %alloc.id, error = %e, "starting allocation");
+                            let _ = env.updates.send(AllocClientUpdate {
+                                id: alloc.id.clone(),
+                                client_status: ALLOC_CLIENT_FAILED.into(),
+                                client_description: e,
+                                task_states: None,
+                                modify_time: now_nanos(),
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        if !to_save.is_empty() {
+            let db = env.db.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                let recs: Vec<(String, Vec<u8>)> = to_save
+                    .iter()
+                    .map(|a| {
+                        let rec = AllocRecord {
+                            alloc: (**a).clone(),
+                            task_states: BTreeMap::new(),
+                        };
+                        (a.id.clone(), serde_json::to_vec(&rec).unwrap_or_default())
+                    })
+                    .collect();
+                let refs: Vec<(&str, &[u8])> = recs
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_slice()))
+                    .collect();
+                if let Err(e) = db.put_allocs(&refs) {
+                    tracing::warn!(error = %e, "saving allocations");
+                }
+            })
+            .await;
+        }
+    }
+}
+
+/// Collects allocation status reports, coalesces them per allocation, saves them to the client
+/// state (one transaction per batch) and sends them to the servers (one request per batch).
+async fn sync_updates<S: ServerConn>(
+    server: Arc<S>,
+    db: ClientStateDb,
+    mut rx: mpsc::UnboundedReceiver<AllocClientUpdate>,
+    interval: Duration,
+) {
+    let mut pending: BTreeMap<String, AllocClientUpdate> = BTreeMap::new();
+    loop {
+        if pending.is_empty() {
+            match rx.recv().await {
+                Some(u) => {
+                    pending.insert(u.id.clone(), u);
+                }
+                None => return,
+            }
+        }
+        tokio::time::sleep(interval).await;
+        while let Ok(u) = rx.try_recv() {
+            pending.insert(u.id.clone(), u);
+        }
+        let batch: Vec<AllocClientUpdate> = std::mem::take(&mut pending).into_values().collect();
+        persist_task_states(&db, &batch).await;
+        if let Err(e) = server.update_allocs(batch.clone()).await {
+            tracing::warn!(error = %e, "sending allocation updates; will retry");
+            for u in batch {
+                pending.entry(u.id.clone()).or_insert(u);
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+}
+
+async fn persist_task_states(db: &ClientStateDb, batch: &[AllocClientUpdate]) {
+    let db = db.clone();
+    let batch = batch.to_vec();
+    let _ = tokio::task::spawn_blocking(move || {
+        let mut recs = Vec::new();
+        for u in &batch {
+            let Ok(Some(bytes)) = db.get_alloc(&u.id) else {
+                continue;
+            };
+            let Ok(mut rec) = serde_json::from_slice::<AllocRecord>(&bytes) else {
+                continue;
+            };
+            if let Some(ts) = &u.task_states {
+                rec.task_states = ts.clone();
+            }
+            rec.alloc.client_status = u.client_status.clone();
+            recs.push((u.id.clone(), serde_json::to_vec(&rec).unwrap_or_default()));
+        }
+        let refs: Vec<(&str, &[u8])> = recs
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_slice()))
+            .collect();
+        if !refs.is_empty()
+            && let Err(e) = db.put_allocs(&refs)
+        {
+            tracing::warn!(error = %e, "saving task states");
+        }
+    })
+    .await;
+}

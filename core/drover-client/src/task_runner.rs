@@ -1,0 +1,456 @@
+//! The task runner: runs one task of an allocation through its driver, from setup to its end,
+//! restarting it by its restart policy and recording Nomad's task events on the way.
+//!
+//! Driver calls block, so they run on Tokio's blocking pool; the runner itself is a task on the
+//! runtime. No helper process per task: logs are pumped by the agent (see `logs`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use drover_abi::{Driver, DriverError, ExitResult, TaskConfig, TaskHandle, TaskResources};
+use drover_structs::time::{format_rfc3339_nanos, now_nanos};
+use drover_structs::*;
+use tokio::sync::{mpsc, watch};
+
+use crate::allocdir::TaskDir;
+use crate::logs::{LogConfig, LogKind, LogPump, create_fifo, fifo_path};
+use crate::restarts::{Decision, RestartTracker};
+use crate::state_db::ClientStateDb;
+use crate::taskenv::{TaskPaths, build_env, lookup_in};
+
+/// Why a task is being killed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KillReason {
+    /// The allocation is stopping (server asked, or the agent shuts it down).
+    Stop,
+    /// Another task of the allocation failed.
+    SiblingFailed(String),
+    /// The group's leader task finished.
+    LeaderDead,
+}
+
+/// Everything a task runner needs, fixed for its lifetime.
+pub struct TaskContext {
+    pub alloc: Arc<Allocation>,
+    pub group: TaskGroup,
+    pub task: Task,
+    pub node: Arc<Node>,
+    pub region: String,
+    pub driver: Arc<dyn Driver>,
+    pub task_dir: TaskDir,
+    pub alloc_path: std::path::PathBuf,
+    pub log_dir: std::path::PathBuf,
+    pub db: ClientStateDb,
+}
+
+/// Sent to the allocation runner whenever the task's state changes.
+pub type TaskStateUpdate = (String, TaskState);
+
+pub struct TaskRunner {
+    ctx: TaskContext,
+    state: TaskState,
+    updates: mpsc::UnboundedSender<TaskStateUpdate>,
+    /// A task started before the agent restarted, to take back rather than start again.
+    recovered: Option<TaskHandle>,
+}
+
+impl TaskRunner {
+    pub fn new(
+        ctx: TaskContext,
+        prior: Option<TaskState>,
+        recovered: Option<TaskHandle>,
+        updates: mpsc::UnboundedSender<TaskStateUpdate>,
+    ) -> Self {
+        let fresh = prior.is_none();
+        let mut r = TaskRunner {
+            ctx,
+            state: prior.unwrap_or_else(|| TaskState {
+                state: TASK_STATE_PENDING.into(),
+                ..Default::default()
+            }),
+            updates,
+            recovered,
+        };
+        if fresh {
+            r.event(TaskEvent::new(TASK_EVENT_RECEIVED));
+        }
+        r
+    }
+
+    fn event(&mut self, e: TaskEvent) {
+        // Nomad keeps the last 10 events of a task.
+        self.state.events.push(e);
+        if self.state.events.len() > 10 {
+            let excess = self.state.events.len() - 10;
+            self.state.events.drain(..excess);
+        }
+        self.publish();
+    }
+
+    fn publish(&self) {
+        let _ = self
+            .updates
+            .send((self.ctx.task.name.clone(), self.state.clone()));
+    }
+
+    fn set_state(&mut self, state: &str) {
+        self.state.state = state.into();
+        match state {
+            TASK_STATE_RUNNING => {
+                if self.state.started_at.is_none() {
+                    self.state.started_at = Some(format_rfc3339_nanos(now_nanos()));
+                }
+            }
+            TASK_STATE_DEAD => {
+                self.state.finished_at = Some(format_rfc3339_nanos(now_nanos()));
+            }
+            _ => {}
+        }
+    }
+
+    fn finish(&mut self, failed: bool) {
+        self.state.failed = failed;
+        self.set_state(TASK_STATE_DEAD);
+        self.publish();
+    }
+
+    /// Runs the task to its end. `kill` turns `Some` when the task must stop.
+    pub async fn run(mut self, mut kill: watch::Receiver<Option<KillReason>>) {
+        let name = self.ctx.task.name.clone();
+        let log_cfg = self
+            .ctx
+            .task
+            .log_config
+            .as_ref()
+            .map(|l| LogConfig {
+                max_files: l.max_files.max(1) as u32,
+                max_file_size_mb: l.max_file_size_mb.max(1) as u64,
+            })
+            .unwrap_or_default();
+        let stdout_fifo = fifo_path(&self.ctx.log_dir, &name, LogKind::Stdout);
+        let stderr_fifo = fifo_path(&self.ctx.log_dir, &name, LogKind::Stderr);
+        if self.recovered.is_none() && self.state.events.len() <= 1 {
+            self.event(TaskEvent::new(TASK_EVENT_SETUP).with_message("Building Task Directory"));
+        }
+        let pumps = (|| {
+            create_fifo(&stdout_fifo)?;
+            create_fifo(&stderr_fifo)?;
+            let out = LogPump::start(
+                &stdout_fifo,
+                &self.ctx.log_dir,
+                &name,
+                LogKind::Stdout,
+                log_cfg,
+            )?;
+            let err = LogPump::start(
+                &stderr_fifo,
+                &self.ctx.log_dir,
+                &name,
+                LogKind::Stderr,
+                log_cfg,
+            )?;
+            Ok::<_, crate::logs::LogError>((out, err))
+        })();
+        let pumps = match pumps {
+            Ok(p) => p,
+            Err(e) => {
+                let mut ev = TaskEvent::new(TASK_EVENT_SETUP_FAILURE);
+                ev.setup_error = format!("failed to set up task logs: {e}");
+                ev.fails_task = true;
+                ev.display_message = ev.default_display_message();
+                self.event(ev);
+                self.finish(true);
+                return;
+            }
+        };
+
+        let batch = self
+            .ctx
+            .alloc
+            .job
+            .as_ref()
+            .is_some_and(|j| j.is_batch_like());
+        let policy = self
+            .ctx
+            .task
+            .restart_policy
+            .clone()
+            .or_else(|| self.ctx.group.restart_policy.clone())
+            .unwrap_or_default();
+        let mut tracker = RestartTracker::new(policy, batch);
+        let mut running: Option<String> = None;
+
+        if let Some(handle) = self.recovered.take() {
+            let driver = self.ctx.driver.clone();
+            let h = handle.clone();
+            let recovered = tokio::task::spawn_blocking(move || driver.recover_task(&h)).await;
+            match recovered {
+                Ok(Ok(())) => {
+                    self.set_state(TASK_STATE_RUNNING);
+                    self.publish();
+                    running = Some(handle.config.id.clone());
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(task = %name, error = %e, "could not recover task; restarting it")
+                }
+                Err(e) => tracing::warn!(task = %name, error = %e, "recover panicked"),
+            }
+        }
+
+        loop {
+            let requested = kill.borrow().clone();
+            if let Some(reason) = requested {
+                if let Some(id) = running.take() {
+                    self.kill(&id, reason).await;
+                } else {
+                    self.finish(false);
+                }
+                break;
+            }
+            let task_id = match running.clone() {
+                Some(id) => id,
+                None => match self.start(&stdout_fifo, &stderr_fifo).await {
+                    Ok(id) => {
+                        running = Some(id.clone());
+                        id
+                    }
+                    Err(e) => {
+                        let (message, recoverable) = match &e {
+                            DriverError::StartFailed {
+                                message,
+                                recoverable,
+                            } => (message.clone(), *recoverable),
+                            other => (other.to_string(), false),
+                        };
+                        let mut ev = TaskEvent::new(TASK_EVENT_DRIVER_FAILURE);
+                        ev.driver_error = message;
+                        ev.display_message = ev.default_display_message();
+                        self.event(ev);
+                        let decision = tracker.on_start_error(recoverable);
+                        if !self
+                            .after_decision(decision, tracker.reason(), &mut kill)
+                            .await
+                        {
+                            break;
+                        }
+                        continue;
+                    }
+                },
+            };
+
+            let exit = tokio::select! {
+                exit = wait_exit(self.ctx.driver.clone(), task_id.clone()) => exit,
+                _ = kill.changed() => continue,
+            };
+            running = None;
+            let mut ev = TaskEvent::new(TASK_EVENT_TERMINATED);
+            ev.exit_code = exit.exit_code as i64;
+            ev.signal = exit.signal as i64;
+            ev.message = exit.err.clone().unwrap_or_default();
+            ev.details
+                .insert("exit_code".into(), exit.exit_code.to_string());
+            ev.details.insert("signal".into(), exit.signal.to_string());
+            ev.details
+                .insert("oom_killed".into(), exit.oom_killed.to_string());
+            ev.display_message = ev.default_display_message();
+            self.event(ev);
+            self.release(&task_id).await;
+            let decision = tracker.on_exit(&exit);
+            if !self
+                .after_decision(decision, tracker.reason(), &mut kill)
+                .await
+            {
+                break;
+            }
+        }
+        let (out, err) = pumps;
+        out.stop().await;
+        err.stop().await;
+    }
+
+    /// Acts on a restart decision. Returns whether the task should be started again.
+    async fn after_decision(
+        &mut self,
+        decision: Decision,
+        reason: &str,
+        kill: &mut watch::Receiver<Option<KillReason>>,
+    ) -> bool {
+        match decision {
+            Decision::Restart(delay) => {
+                let mut ev = TaskEvent::new(TASK_EVENT_RESTARTING);
+                ev.restart_reason = reason.to_string();
+                ev.start_delay = delay.as_nanos() as i64;
+                ev.display_message = ev.default_display_message();
+                self.set_state(TASK_STATE_PENDING);
+                self.event(ev);
+                tokio::select! {
+                    _ = tokio::time::sleep(delay) => {}
+                    _ = kill.changed() => {}
+                }
+                let killed = kill.borrow().is_some();
+                if killed {
+                    self.finish(false);
+                    return false;
+                }
+                self.state.restarts += 1;
+                self.state.last_restart = Some(format_rfc3339_nanos(now_nanos()));
+                true
+            }
+            Decision::Terminated => {
+                self.finish(false);
+                false
+            }
+            Decision::NotRestarting => {
+                let mut ev = TaskEvent::new(TASK_EVENT_NOT_RESTARTING);
+                ev.restart_reason = reason.to_string();
+                ev.fails_task = true;
+                ev.display_message = ev.default_display_message();
+                self.event(ev);
+                self.finish(true);
+                false
+            }
+        }
+    }
+
+    /// Builds the driver's task config and starts the task.
+    async fn start(
+        &mut self,
+        stdout: &std::path::Path,
+        stderr: &std::path::Path,
+    ) -> Result<String, DriverError> {
+        let c = &self.ctx;
+        let paths = TaskPaths {
+            alloc_dir: &c.alloc_path,
+            task_local_dir: &c.task_dir.local_dir,
+            task_secrets_dir: &c.task_dir.secrets_dir,
+            task_tmp_dir: &c.task_dir.tmp_dir,
+        };
+        let env = build_env(&c.alloc, &c.group, &c.task, &c.node, &c.region, &paths);
+        let lookup = |name: &str| lookup_in(name, &env, &c.node, &c.region);
+        let raw_config = serde_json::Value::Object(c.task.config.clone().unwrap_or_default());
+        let driver_config = crate::interpolate::interpolate_json(&raw_config, &lookup);
+        let suffix: String = uuid::Uuid::new_v4()
+            .simple()
+            .to_string()
+            .chars()
+            .take(8)
+            .collect();
+        let cfg = TaskConfig {
+            id: format!("{}/{}/{}", c.alloc.id, c.task.name, suffix),
+            name: c.task.name.clone(),
+            alloc_id: c.alloc.id.clone(),
+            job_name: c.alloc.job_id.clone(),
+            group_name: c.group.name.clone(),
+            env,
+            driver_config,
+            resources: TaskResources {
+                cpu_mhz: c.task.resources.cpu.max(0) as u64,
+                cores: c.task.resources.cores.max(0) as u64,
+                memory_mb: c.task.resources.memory_mb.max(0) as u64,
+                memory_max_mb: c.task.resources.memory_max_mb.max(0) as u64,
+            },
+            user: c.task.user.clone(),
+            alloc_dir: c.alloc_path.clone(),
+            task_dir: c.task_dir.dir.clone(),
+            stdout_path: stdout.to_path_buf(),
+            stderr_path: stderr.to_path_buf(),
+        };
+        let driver = c.driver.clone();
+        let db = c.db.clone();
+        let alloc_id = c.alloc.id.clone();
+        let task_name = c.task.name.clone();
+        let handle = tokio::task::spawn_blocking(move || {
+            let handle = driver.start_task(&cfg)?;
+            // The handle lets a restarted agent find the task again.
+            let bytes = serde_json::to_vec(&handle).unwrap_or_default();
+            if let Err(e) = db.put_task_handle(&alloc_id, &task_name, &bytes) {
+                tracing::warn!(error = %e, "saving task handle");
+            }
+            Ok::<_, DriverError>(handle)
+        })
+        .await
+        .map_err(|e| DriverError::Other(format!("driver panicked starting the task: {e}")))??;
+        self.set_state(TASK_STATE_RUNNING);
+        self.event(TaskEvent::new(TASK_EVENT_STARTED));
+        Ok(handle.config.id)
+    }
+
+    /// Stops a running task: signal, wait up to the kill timeout, then kill.
+    async fn kill(&mut self, task_id: &str, reason: KillReason) {
+        if let KillReason::SiblingFailed(sibling) = &reason {
+            let mut ev = TaskEvent::new(TASK_EVENT_SIBLING_FAILED);
+            ev.failed_sibling = sibling.clone();
+            ev.display_message = ev.default_display_message();
+            self.event(ev);
+        }
+        let timeout = Duration::from_nanos(self.ctx.task.kill_timeout.max(0) as u64);
+        let mut ev = TaskEvent::new(TASK_EVENT_KILLING);
+        ev.kill_timeout = timeout.as_nanos() as i64;
+        ev.display_message = ev.default_display_message();
+        self.event(ev);
+        let driver = self.ctx.driver.clone();
+        let id = task_id.to_string();
+        // Nomad's default kill signal is SIGINT.
+        let signal = if self.ctx.task.kill_signal.is_empty() {
+            "SIGINT".to_string()
+        } else {
+            self.ctx.task.kill_signal.clone()
+        };
+        let stopped =
+            tokio::task::spawn_blocking(move || driver.stop_task(&id, timeout, &signal)).await;
+        let mut ev = TaskEvent::new(TASK_EVENT_KILLED);
+        match stopped {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => ev.kill_error = e.to_string(),
+            Err(e) => ev.kill_error = format!("driver panicked stopping the task: {e}"),
+        }
+        ev.display_message = ev.default_display_message();
+        self.event(ev);
+        self.release(task_id).await;
+        self.finish(false);
+    }
+
+    /// Lets the driver free the task and forgets its handle.
+    async fn release(&self, task_id: &str) {
+        let driver = self.ctx.driver.clone();
+        let db = self.ctx.db.clone();
+        let id = task_id.to_string();
+        let alloc_id = self.ctx.alloc.id.clone();
+        let task = self.ctx.task.name.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            if let Err(e) = driver.destroy_task(&id, true) {
+                tracing::debug!(error = %e, "destroying task");
+            }
+            let _ = db.delete_task_handle(&alloc_id, &task);
+        })
+        .await;
+    }
+}
+
+/// Waits for a task to exit, on the blocking pool.
+async fn wait_exit(driver: Arc<dyn Driver>, task_id: String) -> ExitResult {
+    loop {
+        let d = driver.clone();
+        let id = task_id.clone();
+        let r =
+            tokio::task::spawn_blocking(move || d.wait_task(&id, Duration::from_secs(30))).await;
+        match r {
+            Ok(Ok(Some(exit))) => return exit,
+            Ok(Ok(None)) => continue,
+            Ok(Err(e)) => {
+                return ExitResult {
+                    exit_code: -1,
+                    err: Some(e.to_string()),
+                    ..Default::default()
+                };
+            }
+            Err(e) => {
+                return ExitResult {
+                    exit_code: -1,
+                    err: Some(format!("driver panicked waiting for the task: {e}")),
+                    ..Default::default()
+                };
+            }
+        }
+    }
+}

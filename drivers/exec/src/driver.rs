@@ -1,0 +1,393 @@
+//! `ExecDriver`: the `drover_abi::Driver` implementation and its task table.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::os::fd::OwnedFd;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use drover_abi::{
+    Capabilities, DRIVER_API_VERSION, Driver, DriverError, ExitResult, Fingerprint, FsIsolation,
+    HealthState, PluginInfo, TaskConfig, TaskHandle, TaskResourceUsage, TaskState, TaskStatus,
+    signal_number,
+};
+use nix::errno::Errno;
+
+use crate::cgroup::{self, Layout, TaskCgroup};
+use crate::isolate::{CommandSpec, IsolateError, IsolatedCommand, Step, spawn_isolated};
+use crate::plugin_config::{PluginConfig, parse_plugin_config};
+use crate::shared::fifo::open_fifo_writer;
+use crate::shared::lookup::resolve_command;
+use crate::shared::procfs;
+use crate::shared::task_config::parse_command_config;
+use crate::shared::task_state::{ProcessState, TASK_STATE_VERSION};
+use crate::shared::time::unix_nanos_now;
+use crate::shared::user::resolve_user;
+use crate::shared::watch::{ExitHook, ProcessWatch};
+
+/// Name jobs use in `driver = "exec"`.
+pub const DRIVER_NAME: &str = "exec";
+
+/// Sent by `stop_task` when the task has no `kill_signal`.
+const DEFAULT_STOP_SIGNAL: i32 = libc::SIGTERM;
+
+/// The namespaces every task gets, as named under /proc/self/ns.
+const NAMESPACES: [&str; 4] = ["pid", "mnt", "ipc", "uts"];
+
+struct IsolatedTask {
+    config: TaskConfig,
+    watch: Arc<ProcessWatch>,
+    started_at: i64,
+    cgroup: TaskCgroup,
+}
+
+/// Runs tasks isolated in namespaces with cgroup limits. Cheap to share: methods take `&self`.
+#[derive(Default)]
+pub struct ExecDriver {
+    plugin_config: Mutex<PluginConfig>,
+    tasks: Mutex<HashMap<String, Arc<IsolatedTask>>>,
+}
+
+fn start_failed(recoverable: bool) -> impl Fn(String) -> DriverError {
+    move |message| DriverError::StartFailed {
+        message,
+        recoverable,
+    }
+}
+
+fn parse_signal(name: &str) -> Result<i32, DriverError> {
+    if name.trim().is_empty() {
+        return Ok(DEFAULT_STOP_SIGNAL);
+    }
+    signal_number(name)
+        .ok_or_else(|| DriverError::InvalidConfig(format!("unknown signal {name:?}")))
+}
+
+/// Marks the exit as an OOM kill when the kernel's OOM killer struck in the task's cgroup.
+fn oom_hook(cgroup: TaskCgroup) -> ExitHook {
+    Box::new(move |exit: &mut ExitResult| {
+        if cgroup.oom_kills().unwrap_or(0) > 0 {
+            exit.oom_killed = true;
+        }
+    })
+}
+
+impl ExecDriver {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn tasks(&self) -> MutexGuard<'_, HashMap<String, Arc<IsolatedTask>>> {
+        self.tasks.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn task(&self, task_id: &str) -> Result<Arc<IsolatedTask>, DriverError> {
+        self.tasks()
+            .get(task_id)
+            .cloned()
+            .ok_or_else(|| DriverError::TaskNotFound(task_id.to_string()))
+    }
+
+    /// Whether this host can run exec tasks; the cgroup layout to use if so, otherwise why not.
+    fn readiness(&self) -> Result<Layout, String> {
+        if !nix::unistd::geteuid().is_root() {
+            return Err("exec driver must run as root".to_string());
+        }
+        if let Some(missing) = NAMESPACES
+            .iter()
+            .find(|ns| !std::path::Path::new("/proc/self/ns").join(ns).exists())
+        {
+            return Err(format!("kernel lacks {missing} namespaces"));
+        }
+        let parent = self
+            .plugin_config
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .cgroup_parent
+            .clone();
+        cgroup::detect(parent.as_deref()).map_err(|e| e.to_string())
+    }
+
+    /// Starts the process inside `cgroup`; the caller removes the cgroup if this fails.
+    fn launch(
+        &self,
+        config: &TaskConfig,
+        cgroup: &TaskCgroup,
+    ) -> Result<(Arc<ProcessWatch>, u64), DriverError> {
+        let command = parse_command_config(&config.driver_config)
+            .map_err(|e| DriverError::InvalidConfig(e.to_string()))?;
+        let run_as = resolve_user(&config.user).map_err(|e| start_failed(false)(e.to_string()))?;
+        let env_path = config.env.get("PATH").map(String::as_str);
+        let program = resolve_command(&config.task_dir, &command.command, env_path)
+            .map_err(|e| start_failed(false)(e.to_string()))?;
+        let stdout = open_fifo_writer(&config.stdout_path)
+            .map_err(|e| start_failed(true)(format!("connecting stdout: {e}")))?;
+        let stderr = open_fifo_writer(&config.stderr_path)
+            .map_err(|e| start_failed(true)(format!("connecting stderr: {e}")))?;
+        let stdin = File::open("/dev/null")
+            .map_err(|e| start_failed(true)(format!("opening /dev/null: {e}")))?;
+        let procs = cgroup.procs_files();
+        let isolated = IsolatedCommand::new(CommandSpec {
+            program: &program,
+            args: &command.args,
+            env: &config.env,
+            task_dir: &config.task_dir,
+            hostname: &config.name,
+            cgroup_procs: &procs,
+            stdin: OwnedFd::from(stdin),
+            stdout: OwnedFd::from(stdout),
+            stderr: OwnedFd::from(stderr),
+            run_as,
+        })
+        .map_err(|e| start_failed(false)(e.to_string()))?;
+        let pid = spawn_isolated(&isolated).map_err(|e| {
+            let permanent = matches!(
+                e,
+                IsolateError::ChildSetup {
+                    step: Step::Exec | Step::ChangeDir | Step::SwitchUser,
+                    errno: Errno::ENOENT | Errno::EACCES | Errno::ENOEXEC | Errno::EPERM,
+                }
+            );
+            start_failed(!permanent)(format!("starting {}: {e}", program.display()))
+        })?;
+        // The parent's copies of the task's stdio close here; the task holds its own.
+        drop(isolated);
+        let watch = match ProcessWatch::child(pid, Some(oom_hook(cgroup.clone()))) {
+            Ok(watch) => watch,
+            Err(e) => {
+                // Without a watcher nobody would reap it; kill and reap here instead.
+                // SAFETY: plain syscalls on the child we just cloned and have not reaped.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                    libc::waitpid(pid, std::ptr::null_mut(), 0);
+                }
+                return Err(start_failed(true)(e.to_string()));
+            }
+        };
+        // The leader is at worst a zombie here (never reaped before destroy), so /proc has it.
+        match procfs::read_stat(pid) {
+            Ok(stat) => Ok((watch, stat.start_ticks)),
+            Err(e) => {
+                let _ = watch.stop(Duration::ZERO, libc::SIGKILL);
+                watch.reap();
+                Err(start_failed(true)(format!("reading /proc/{pid}/stat: {e}")))
+            }
+        }
+    }
+
+    /// Kills (if needed) and reaps the task, then removes its cgroup.
+    fn release(task: &IsolatedTask) -> Result<(), DriverError> {
+        if task.watch.exit_result().is_none() {
+            task.watch
+                .stop(Duration::ZERO, libc::SIGKILL)
+                .map_err(DriverError::other)?;
+        }
+        task.watch.reap();
+        task.cgroup
+            .remove()
+            .map_err(|e| DriverError::Other(format!("removing the task cgroup: {e}")))
+    }
+}
+
+impl Driver for ExecDriver {
+    fn plugin_info(&self) -> PluginInfo {
+        PluginInfo {
+            name: DRIVER_NAME.to_string(),
+            plugin_version: env!("CARGO_PKG_VERSION").to_string(),
+            api_version: DRIVER_API_VERSION.to_string(),
+        }
+    }
+
+    fn set_config(&self, config: &serde_json::Value) -> Result<(), DriverError> {
+        let parsed =
+            parse_plugin_config(config).map_err(|e| DriverError::InvalidConfig(e.to_string()))?;
+        *self
+            .plugin_config
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = parsed;
+        Ok(())
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            send_signals: true,
+            // Running a command inside the task's namespaces would need an nsenter-style
+            // helper; not implemented.
+            exec: false,
+            // Tasks see the host filesystem (with their own /proc): no chroot is built.
+            fs_isolation: FsIsolation::None,
+            network_isolation: false,
+            mount_configs: false,
+        }
+    }
+
+    fn fingerprint(&self) -> Fingerprint {
+        match self.readiness() {
+            Ok(layout) => Fingerprint {
+                health: HealthState::Healthy,
+                health_description: format!("Healthy (cgroup v{})", layout.version()),
+                attributes: BTreeMap::from([(format!("driver.{DRIVER_NAME}"), "1".to_string())]),
+            },
+            Err(why) => Fingerprint {
+                health: HealthState::Unhealthy,
+                health_description: why,
+                attributes: BTreeMap::new(),
+            },
+        }
+    }
+
+    fn validate_task_config(&self, config: &serde_json::Value) -> Result<(), DriverError> {
+        parse_command_config(config)
+            .map(drop)
+            .map_err(|e| DriverError::InvalidConfig(e.to_string()))
+    }
+
+    fn start_task(&self, config: &TaskConfig) -> Result<TaskHandle, DriverError> {
+        parse_command_config(&config.driver_config)
+            .map_err(|e| DriverError::InvalidConfig(e.to_string()))?;
+        let layout = self.readiness().map_err(start_failed(false))?;
+        let already_started =
+            || DriverError::Other(format!("task with ID {:?} already started", config.id));
+        if self.tasks().contains_key(&config.id) {
+            return Err(already_started());
+        }
+        let cgroup = TaskCgroup::create(&layout, &config.id, &config.resources)
+            .map_err(|e| start_failed(false)(format!("setting up the task cgroup: {e}")))?;
+        let (watch, start_ticks) = match self.launch(config, &cgroup) {
+            Ok(launched) => launched,
+            Err(e) => {
+                // The start error is what the caller needs; a leftover empty cgroup is harmless.
+                let _ = cgroup.remove();
+                return Err(e);
+            }
+        };
+        let started_at = unix_nanos_now();
+        let state = ProcessState {
+            pid: watch.pid(),
+            start_ticks,
+            started_at,
+            cgroups: cgroup.dirs().to_vec(),
+        };
+        let task = IsolatedTask {
+            config: config.clone(),
+            watch,
+            started_at,
+            cgroup,
+        };
+        let state = match serde_json::to_value(&state) {
+            Ok(state) => state,
+            Err(e) => {
+                let _ = Self::release(&task);
+                return Err(DriverError::other(e));
+            }
+        };
+        let mut tasks = self.tasks();
+        if tasks.contains_key(&config.id) {
+            // Lost a race with a concurrent start of the same ID: undo ours.
+            drop(tasks);
+            let _ = Self::release(&task);
+            return Err(already_started());
+        }
+        tasks.insert(config.id.clone(), Arc::new(task));
+        Ok(TaskHandle {
+            version: TASK_STATE_VERSION,
+            driver: DRIVER_NAME.to_string(),
+            config: config.clone(),
+            state,
+        })
+    }
+
+    fn wait_task(
+        &self,
+        task_id: &str,
+        timeout: Duration,
+    ) -> Result<Option<ExitResult>, DriverError> {
+        Ok(self.task(task_id)?.watch.wait(timeout))
+    }
+
+    /// The signal goes to the task's process group. Like any PID 1, the task's main process
+    /// does not receive signals it has no handler for (only SIGKILL), so a command that does not
+    /// handle `signal` ends at the SIGKILL after `timeout`.
+    fn stop_task(&self, task_id: &str, timeout: Duration, signal: &str) -> Result<(), DriverError> {
+        let task = self.task(task_id)?;
+        let signal = parse_signal(signal)?;
+        task.watch
+            .stop(timeout, signal)
+            .map(drop)
+            .map_err(DriverError::other)
+    }
+
+    fn destroy_task(&self, task_id: &str, force: bool) -> Result<(), DriverError> {
+        let task = self.task(task_id)?;
+        if task.watch.exit_result().is_none() && !force {
+            return Err(DriverError::TaskRunning(task_id.to_string()));
+        }
+        // On failure (a cgroup that will not go away) the task stays listed so that destroy
+        // can be retried.
+        Self::release(&task)?;
+        self.tasks().remove(task_id);
+        Ok(())
+    }
+
+    fn inspect_task(&self, task_id: &str) -> Result<TaskStatus, DriverError> {
+        let task = self.task(task_id)?;
+        let exit_result = task.watch.exit_result();
+        Ok(TaskStatus {
+            id: task.config.id.clone(),
+            name: task.config.name.clone(),
+            state: if exit_result.is_some() {
+                TaskState::Exited
+            } else {
+                TaskState::Running
+            },
+            started_at: task.started_at,
+            completed_at: task.watch.completed_at(),
+            exit_result,
+        })
+    }
+
+    fn recover_task(&self, handle: &TaskHandle) -> Result<(), DriverError> {
+        if self.tasks().contains_key(&handle.config.id) {
+            return Ok(());
+        }
+        if handle.version != TASK_STATE_VERSION {
+            return Err(DriverError::Other(format!(
+                "task state version {} is not supported (expected {TASK_STATE_VERSION})",
+                handle.version
+            )));
+        }
+        let state: ProcessState = serde_json::from_value(handle.state.clone())
+            .map_err(|e| DriverError::Other(format!("decoding task state: {e}")))?;
+        let watch = ProcessWatch::recovered(state.pid, state.start_ticks)
+            .map_err(|e| DriverError::Other(format!("recovering task: {e}")))?;
+        self.tasks()
+            .entry(handle.config.id.clone())
+            .or_insert_with(|| {
+                Arc::new(IsolatedTask {
+                    config: handle.config.clone(),
+                    watch,
+                    started_at: state.started_at,
+                    cgroup: TaskCgroup::from_dirs(state.cgroups),
+                })
+            });
+        Ok(())
+    }
+
+    fn signal_task(&self, task_id: &str, signal: &str) -> Result<(), DriverError> {
+        let task = self.task(task_id)?;
+        let signal = parse_signal(signal)?;
+        match task.watch.signal_leader(signal) {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(DriverError::Other(format!("task {task_id} has exited"))),
+            Err(e) => Err(DriverError::other(e)),
+        }
+    }
+
+    fn task_stats(&self, task_id: &str) -> Result<TaskResourceUsage, DriverError> {
+        let task = self.task(task_id)?;
+        procfs::group_usage(task.watch.pid()).map_err(DriverError::other)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,441 @@
+//! Watching one task process until it exits, and signalling its process group safely.
+//!
+//! For a process this agent started, one thread per task blocks in `waitid(WNOWAIT)`: it learns
+//! the exit status without reaping, so the exited leader stays a zombie and its pid (which is
+//! also the task's process group id) cannot be reused until `reap` at destroy time. That makes
+//! every `kill(-pgid)` this module sends hit the task's group and nothing else.
+//!
+//! A process recovered after an agent restart is not our child: it is watched through a pidfd
+//! (`poll` reports its exit) and its exit status cannot be learned.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use drover_abi::ExitResult;
+use nix::errno::Errno;
+use thiserror::Error;
+
+use super::procfs;
+use super::time::unix_nanos_now;
+
+/// The error reported for a recovered task, whose exit status only its former parent could see.
+pub const UNKNOWN_EXIT_STATUS: &str =
+    "exit status unknown: task was recovered after an agent restart";
+
+/// How long a task may take to die after SIGKILL before `stop` gives up (Nomad waits as long).
+pub const KILL_GRACE: Duration = Duration::from_secs(15);
+
+/// Bash's convention, which Nomad mirrors: a task killed by signal N exits with 128 + N.
+const SIGNAL_EXIT_BASE: i32 = 128;
+
+const WATCHER_STACK: usize = 64 * 1024;
+
+/// Adjusts the exit result once, before any waiter sees it (the exec driver adds OOM facts).
+pub type ExitHook = Box<dyn FnOnce(&mut ExitResult) + Send>;
+
+#[derive(Debug, Error)]
+pub enum WatchError {
+    #[error("starting the watcher thread for pid {pid}: {source}")]
+    Thread { pid: i32, source: std::io::Error },
+    #[error("process {pid} no longer exists")]
+    Gone { pid: i32 },
+    #[error("pid {pid} now belongs to another process (start time {found}, expected {expected})")]
+    PidReused { pid: i32, expected: u64, found: u64 },
+    #[error("opening a pidfd for process {pid}: {source}")]
+    Pidfd { pid: i32, source: Errno },
+    #[error("sending signal {signal} to task process {pid}: {source}")]
+    Signal {
+        pid: i32,
+        signal: i32,
+        source: Errno,
+    },
+    #[error("task process {pid} did not exit {grace:?} after SIGKILL")]
+    Unkillable { pid: i32, grace: Duration },
+}
+
+enum Origin {
+    /// Our child: exit status via waitid, reaped on `reap`.
+    Child,
+    /// Adopted after a restart: exit seen through the pidfd, status unknown.
+    Recovered { pidfd: OwnedFd },
+}
+
+#[derive(Default)]
+struct WatchState {
+    exit: Option<ExitResult>,
+    completed_at: i64,
+    reaped: bool,
+}
+
+/// One task process, from start until it is reaped.
+pub struct ProcessWatch {
+    pid: i32,
+    origin: Origin,
+    state: Mutex<WatchState>,
+    exited: Condvar,
+}
+
+fn send_signal(target: i32, signal: i32) -> Result<(), Errno> {
+    // SAFETY: kill has no memory-safety preconditions.
+    Errno::result(unsafe { libc::kill(target, signal) }).map(drop)
+}
+
+impl ProcessWatch {
+    /// Watches `pid`, a child this process just started in its own process group.
+    pub fn child(pid: i32, on_exit: Option<ExitHook>) -> Result<Arc<Self>, WatchError> {
+        let watch = Arc::new(ProcessWatch {
+            pid,
+            origin: Origin::Child,
+            state: Mutex::new(WatchState::default()),
+            exited: Condvar::new(),
+        });
+        let watcher = Arc::clone(&watch);
+        std::thread::Builder::new()
+            .name(format!("drover-wait-{pid}"))
+            .stack_size(WATCHER_STACK)
+            .spawn(move || watcher.wait_for_child(on_exit))
+            .map_err(|source| WatchError::Thread { pid, source })?;
+        Ok(watch)
+    }
+
+    /// Adopts `pid` after an agent restart, provided it is still the process that started at
+    /// `start_ticks` (and not a later process that reused the pid).
+    pub fn recovered(pid: i32, start_ticks: u64) -> Result<Arc<Self>, WatchError> {
+        let check_identity = || -> Result<(), WatchError> {
+            let stat = procfs::read_stat(pid).map_err(|_| WatchError::Gone { pid })?;
+            if stat.start_ticks != start_ticks {
+                return Err(WatchError::PidReused {
+                    pid,
+                    expected: start_ticks,
+                    found: stat.start_ticks,
+                });
+            }
+            Ok(())
+        };
+        check_identity()?;
+        // SAFETY: pidfd_open takes two integers and returns a new descriptor or -1.
+        let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        if raw < 0 {
+            return Err(WatchError::Pidfd {
+                pid,
+                source: Errno::last(),
+            });
+        }
+        // SAFETY: `raw` is a descriptor we just opened and own; it fits an i32 as every fd does.
+        let pidfd = unsafe { OwnedFd::from_raw_fd(raw as i32) };
+        // The pidfd pins one process; checking again after opening it closes the race with a
+        // pid reused between the first check and the open.
+        check_identity()?;
+        let watch = Arc::new(ProcessWatch {
+            pid,
+            origin: Origin::Recovered { pidfd },
+            state: Mutex::new(WatchState::default()),
+            exited: Condvar::new(),
+        });
+        let watcher = Arc::clone(&watch);
+        std::thread::Builder::new()
+            .name(format!("drover-poll-{pid}"))
+            .stack_size(WATCHER_STACK)
+            .spawn(move || watcher.poll_recovered())
+            .map_err(|source| WatchError::Thread { pid, source })?;
+        Ok(watch)
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    fn lock(&self) -> MutexGuard<'_, WatchState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn finish(&self, result: ExitResult) {
+        let mut state = self.lock();
+        state.exit = Some(result);
+        state.completed_at = unix_nanos_now();
+        self.exited.notify_all();
+    }
+
+    fn wait_for_child(&self, on_exit: Option<ExitHook>) {
+        // SAFETY: an all-zero siginfo_t is a valid value for waitid to fill in.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let outcome = loop {
+            // SAFETY: `info` is a valid, writable siginfo_t.
+            let rc = unsafe {
+                libc::waitid(
+                    libc::P_PID,
+                    self.pid as libc::id_t,
+                    &mut info,
+                    libc::WEXITED | libc::WNOWAIT,
+                )
+            };
+            match Errno::result(rc) {
+                Err(Errno::EINTR) => continue,
+                other => break other,
+            }
+        };
+        let mut result = match outcome {
+            Ok(_) => {
+                // SAFETY: waitid succeeded for a child that exited, so si_status is set.
+                let status = unsafe { info.si_status() };
+                if info.si_code == libc::CLD_EXITED {
+                    ExitResult {
+                        exit_code: status,
+                        ..ExitResult::default()
+                    }
+                } else {
+                    ExitResult {
+                        exit_code: SIGNAL_EXIT_BASE + status,
+                        signal: status,
+                        ..ExitResult::default()
+                    }
+                }
+            }
+            Err(e) => ExitResult {
+                exit_code: -1,
+                err: Some(format!("waiting for task process {}: {e}", self.pid)),
+                ..ExitResult::default()
+            },
+        };
+        if let Some(hook) = on_exit {
+            hook(&mut result);
+        }
+        self.finish(result);
+    }
+
+    fn poll_recovered(&self) {
+        let Origin::Recovered { pidfd } = &self.origin else {
+            return;
+        };
+        let mut fds = libc::pollfd {
+            fd: pidfd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        loop {
+            // SAFETY: `fds` is one valid pollfd.
+            let rc = unsafe { libc::poll(&mut fds, 1, -1) };
+            if rc > 0 || Errno::last() != Errno::EINTR {
+                break;
+            }
+        }
+        self.finish(ExitResult {
+            err: Some(UNKNOWN_EXIT_STATUS.to_string()),
+            ..ExitResult::default()
+        });
+    }
+
+    /// The exit result, once the process has exited.
+    pub fn exit_result(&self) -> Option<ExitResult> {
+        self.lock().exit.clone()
+    }
+
+    /// Unix nanoseconds of the exit, 0 while running.
+    pub fn completed_at(&self) -> i64 {
+        self.lock().completed_at
+    }
+
+    /// Blocks up to `timeout` for the exit; `None` if the process still runs.
+    pub fn wait(&self, timeout: Duration) -> Option<ExitResult> {
+        let deadline = Instant::now().checked_add(timeout);
+        let mut state = self.lock();
+        loop {
+            if let Some(exit) = &state.exit {
+                return Some(exit.clone());
+            }
+            let remaining = match deadline {
+                Some(d) => d.saturating_duration_since(Instant::now()),
+                // A timeout too large to add to now is as good as forever.
+                None => Duration::from_secs(3600),
+            };
+            if remaining.is_zero() {
+                return None;
+            }
+            state = self
+                .exited
+                .wait_timeout(state, remaining)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+
+    /// Whether signals may still be aimed at the pid: a child until it is reaped (its zombie
+    /// holds the pid), a recovered process only until its exit is seen.
+    fn pid_is_ours(&self, state: &WatchState) -> bool {
+        match self.origin {
+            Origin::Child => !state.reaped,
+            Origin::Recovered { .. } => state.exit.is_none(),
+        }
+    }
+
+    /// Sends `signal` to the task's whole process group. Returns whether it was sent.
+    pub fn signal_group(&self, signal: i32) -> Result<bool, WatchError> {
+        let state = self.lock();
+        if !self.pid_is_ours(&state) {
+            return Ok(false);
+        }
+        match send_signal(-self.pid, signal) {
+            Ok(()) => Ok(true),
+            Err(Errno::ESRCH) => Ok(false),
+            Err(source) => Err(WatchError::Signal {
+                pid: self.pid,
+                signal,
+                source,
+            }),
+        }
+    }
+
+    /// Sends `signal` to the task's main process only (Nomad's `SignalTask`).
+    pub fn signal_leader(&self, signal: i32) -> Result<bool, WatchError> {
+        let state = self.lock();
+        if state.exit.is_some() || !self.pid_is_ours(&state) {
+            return Ok(false);
+        }
+        let sent = match &self.origin {
+            Origin::Child => send_signal(self.pid, signal),
+            Origin::Recovered { pidfd } => {
+                // SAFETY: pidfd_send_signal with a null siginfo is the same as kill(2), aimed
+                // through a descriptor that cannot name a reused pid.
+                let rc = unsafe {
+                    libc::syscall(
+                        libc::SYS_pidfd_send_signal,
+                        pidfd.as_raw_fd(),
+                        signal,
+                        std::ptr::null::<libc::siginfo_t>(),
+                        0,
+                    )
+                };
+                Errno::result(rc).map(drop)
+            }
+        };
+        match sent {
+            Ok(()) => Ok(true),
+            Err(Errno::ESRCH) => Ok(false),
+            Err(source) => Err(WatchError::Signal {
+                pid: self.pid,
+                signal,
+                source,
+            }),
+        }
+    }
+
+    /// Nomad's shutdown: `signal` to the group, up to `timeout` for the exit, then SIGKILL; once
+    /// the main process is gone, SIGKILL whatever it left behind in its group.
+    /// A zero `timeout` kills at once.
+    pub fn stop(&self, timeout: Duration, signal: i32) -> Result<ExitResult, WatchError> {
+        if self.exit_result().is_none() && !timeout.is_zero() {
+            self.signal_group(signal)?;
+            self.wait(timeout);
+        }
+        if self.exit_result().is_none() {
+            self.signal_group(libc::SIGKILL)?;
+        }
+        let exit = self.wait(KILL_GRACE).ok_or(WatchError::Unkillable {
+            pid: self.pid,
+            grace: KILL_GRACE,
+        })?;
+        self.signal_group(libc::SIGKILL)?;
+        Ok(exit)
+    }
+
+    /// Releases the exited child's zombie (and with it the pid). No-op for recovered processes
+    /// and for a child still running.
+    pub fn reap(&self) {
+        let mut state = self.lock();
+        if state.reaped || state.exit.is_none() || !matches!(self.origin, Origin::Child) {
+            return;
+        }
+        loop {
+            // SAFETY: waitpid with a null status pointer only reaps the exited child.
+            let rc = unsafe { libc::waitpid(self.pid, std::ptr::null_mut(), 0) };
+            if rc >= 0 || Errno::last() != Errno::EINTR {
+                break;
+            }
+        }
+        state.reaped = true;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::CommandExt;
+    use std::process::Command;
+
+    // The watch under test is what reaps the child, so std must not wait for it.
+    #[allow(clippy::zombie_processes)]
+    fn spawn_in_own_group(script: &str) -> i32 {
+        let child = Command::new("/bin/sh")
+            .args(["-c", script])
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        child.id() as i32
+    }
+
+    #[test]
+    fn exit_code_is_reported_and_repeated() {
+        let watch = ProcessWatch::child(spawn_in_own_group("exit 7"), None).unwrap();
+        let first = watch.wait(Duration::from_secs(10)).unwrap();
+        assert_eq!(first.exit_code, 7);
+        assert_eq!(first.signal, 0);
+        assert_eq!(watch.wait(Duration::ZERO), Some(first));
+        assert!(watch.completed_at() > 0);
+        watch.reap();
+    }
+
+    #[test]
+    fn running_process_times_out_with_none() {
+        let watch = ProcessWatch::child(spawn_in_own_group("sleep 30"), None).unwrap();
+        let started = Instant::now();
+        assert_eq!(watch.wait(Duration::from_millis(200)), None);
+        assert!(started.elapsed() >= Duration::from_millis(200));
+        watch.stop(Duration::ZERO, libc::SIGTERM).unwrap();
+        watch.reap();
+    }
+
+    #[test]
+    fn stop_with_term_reports_the_signal() {
+        let watch = ProcessWatch::child(spawn_in_own_group("exec sleep 30"), None).unwrap();
+        let exit = watch.stop(Duration::from_secs(5), libc::SIGTERM).unwrap();
+        assert_eq!(exit.signal, libc::SIGTERM);
+        assert_eq!(exit.exit_code, 128 + libc::SIGTERM);
+        watch.reap();
+    }
+
+    #[test]
+    fn exit_hook_adjusts_the_result() {
+        let hook: ExitHook = Box::new(|r: &mut ExitResult| r.oom_killed = true);
+        let watch = ProcessWatch::child(spawn_in_own_group("true"), Some(hook)).unwrap();
+        assert!(watch.wait(Duration::from_secs(10)).unwrap().oom_killed);
+        watch.reap();
+    }
+
+    #[test]
+    fn reaped_child_is_never_signalled_again() {
+        let watch = ProcessWatch::child(spawn_in_own_group("true"), None).unwrap();
+        watch.wait(Duration::from_secs(10)).unwrap();
+        assert!(
+            watch.signal_group(0).unwrap(),
+            "zombie still holds the group"
+        );
+        watch.reap();
+        assert!(!watch.signal_group(libc::SIGKILL).unwrap());
+    }
+
+    #[test]
+    fn recovered_process_with_wrong_start_time_is_refused() {
+        let pid = std::process::id() as i32;
+        let real = procfs::read_stat(pid).unwrap().start_ticks;
+        match ProcessWatch::recovered(pid, real + 1) {
+            Err(WatchError::PidReused {
+                expected, found, ..
+            }) => {
+                assert_eq!((expected, found), (real + 1, real));
+            }
+            Err(e) => panic!("unexpected error {e}"),
+            Ok(_) => panic!("a different start time must be refused"),
+        }
+    }
+}
