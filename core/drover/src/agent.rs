@@ -1,0 +1,55 @@
+//! `drover agent`: runs a server, a client, or both in one process.
+
+use std::path::PathBuf;
+
+/// Flags of `drover agent` (Nomad's names).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct AgentArgs {
+    /// Dev mode: server and client in one process, raw_exec enabled, data in a temp dir
+    /// unless --data-dir is given.
+    #[arg(long)]
+    pub dev: bool,
+    /// Run a server.
+    #[arg(long)]
+    pub server: bool,
+    /// Run a client.
+    #[arg(long)]
+    pub client: bool,
+    /// Agent config file (HCL, Nomad's agent format). Repeatable; later files win.
+    #[arg(long = "config")]
+    pub config: Vec<PathBuf>,
+    #[arg(long = "data-dir")]
+    pub data_dir: Option<PathBuf>,
+    /// Address to bind the HTTP and RPC listeners to.
+    #[arg(long)]
+    pub bind: Option<String>,
+    #[arg(long = "http-port")]
+    pub http_port: Option<u16>,
+    #[arg(long = "rpc-port")]
+    pub rpc_port: Option<u16>,
+    /// Node name.
+    #[arg(long)]
+    pub node: Option<String>,
+    /// Datacenter.
+    #[arg(long)]
+    pub dc: Option<String>,
+    #[arg(long = "plugin-dir")]
+    pub plugin_dir: Option<PathBuf>,
+    /// Log level (trace, debug, info, warn, error).
+    #[arg(long = "log-level")]
+    pub log_level: Option<String>,
+}
+
+pub fn run(args: AgentArgs) -> anyhow::Result<()> {
+    let level = args.log_level.clone().unwrap_or_else(|| "info".into());
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level.to_lowercase()));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(crate::agent_run::run(args))
+}

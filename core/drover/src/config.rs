@@ -1,0 +1,219 @@
+//! The agent configuration: Nomad's agent HCL format (`data_dir`, `bind_addr`, `ports`,
+//! `server`, `client`, `plugin "NAME" { config { ... } }`), merged over defaults, then the
+//! command-line flags over that.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use serde::Deserialize;
+use serde_json::Value;
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentFile {
+    pub name: Option<String>,
+    pub region: Option<String>,
+    pub datacenter: Option<String>,
+    pub data_dir: Option<PathBuf>,
+    pub bind_addr: Option<String>,
+    pub log_level: Option<String>,
+    pub plugin_dir: Option<PathBuf>,
+    pub ports: Option<Ports>,
+    pub server: Option<ServerBlock>,
+    pub client: Option<ClientBlock>,
+    /// `plugin "raw_exec" { config { enabled = true } }`.
+    pub plugin: Option<BTreeMap<String, PluginBlock>>,
+    /// Accepted for compatibility with Nomad agent files; not used by Drover yet.
+    pub advertise: Option<Value>,
+    pub addresses: Option<Value>,
+    pub telemetry: Option<Value>,
+    pub consul: Option<Value>,
+    pub vault: Option<Value>,
+    pub acl: Option<Value>,
+    pub tls: Option<Value>,
+    pub ui: Option<Value>,
+    pub leave_on_interrupt: Option<bool>,
+    pub leave_on_terminate: Option<bool>,
+    pub enable_debug: Option<bool>,
+    pub disable_update_check: Option<bool>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct Ports {
+    pub http: Option<u16>,
+    pub rpc: Option<u16>,
+    pub serf: Option<u16>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct ServerBlock {
+    pub enabled: Option<bool>,
+    pub bootstrap_expect: Option<u32>,
+    pub num_schedulers: Option<usize>,
+    pub heartbeat_grace: Option<String>,
+    pub min_heartbeat_ttl: Option<String>,
+    /// Other server settings Nomad accepts; kept, not interpreted yet.
+    #[serde(flatten)]
+    pub other: BTreeMap<String, Value>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct ClientBlock {
+    pub enabled: Option<bool>,
+    pub node_class: Option<String>,
+    pub meta: Option<BTreeMap<String, String>>,
+    pub cpu_total_compute: Option<u64>,
+    pub memory_total_mb: Option<u64>,
+    pub reserved: Option<Reserved>,
+    pub servers: Option<Vec<String>>,
+    pub options: Option<BTreeMap<String, String>>,
+    #[serde(flatten)]
+    pub other: BTreeMap<String, Value>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct Reserved {
+    pub cpu: Option<u64>,
+    pub memory: Option<u64>,
+    pub disk: Option<u64>,
+    pub reserved_ports: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct PluginBlock {
+    pub config: Option<Value>,
+    pub args: Option<Vec<String>>,
+}
+
+/// hcl-rs turns a repeated or single labeled block into a map; a block written twice would
+/// come out as an array of maps, which we merge in order.
+fn normalize_plugin_blocks(v: &mut Value) {
+    if let Some(Value::Array(items)) = v.get("plugin").cloned() {
+        let mut merged = serde_json::Map::new();
+        for item in items {
+            if let Value::Object(m) = item {
+                merged.extend(m);
+            }
+        }
+        v["plugin"] = Value::Object(merged);
+    }
+    // `config { ... }` inside a plugin block may also arrive as a one-element array.
+    if let Some(Value::Object(plugins)) = v.get_mut("plugin") {
+        for p in plugins.values_mut() {
+            if let Some(Value::Array(cfgs)) = p.get("config").cloned() {
+                let mut merged = serde_json::Map::new();
+                for c in cfgs {
+                    if let Value::Object(m) = c {
+                        merged.extend(m);
+                    }
+                }
+                p["config"] = Value::Object(merged);
+            }
+        }
+    }
+}
+
+/// Parses one agent config file (HCL or JSON).
+pub fn parse_file(path: &Path) -> anyhow::Result<AgentFile> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading agent config {}", path.display()))?;
+    parse_str(&text, &path.display().to_string())
+}
+
+pub fn parse_str(text: &str, name: &str) -> anyhow::Result<AgentFile> {
+    let mut value: Value = if text.trim_start().starts_with('{') {
+        serde_json::from_str(text).with_context(|| format!("{name}: invalid JSON"))?
+    } else {
+        match hcl::from_str::<Value>(text) {
+            Ok(v) => v,
+            Err(e) => bail!("{name}: {e}"),
+        }
+    };
+    normalize_plugin_blocks(&mut value);
+    serde_path_to_error::deserialize::<_, AgentFile>(value)
+        .map_err(|e| anyhow::anyhow!("{name}: {}: {}", e.path(), e.inner()))
+}
+
+impl AgentFile {
+    /// Merges `other` over `self`: set fields of the later file win.
+    pub fn merge(mut self, other: AgentFile) -> AgentFile {
+        macro_rules! take {
+            ($($f:ident),*) => { $( if other.$f.is_some() { self.$f = other.$f; } )* };
+        }
+        take!(name, region, datacenter, data_dir, bind_addr, log_level, plugin_dir);
+        if let Some(p) = other.ports {
+            let mine = self.ports.get_or_insert_with(Ports::default);
+            if p.http.is_some() {
+                mine.http = p.http;
+            }
+            if p.rpc.is_some() {
+                mine.rpc = p.rpc;
+            }
+            if p.serf.is_some() {
+                mine.serf = p.serf;
+            }
+        }
+        if let Some(s) = other.server {
+            self.server = Some(s);
+        }
+        if let Some(c) = other.client {
+            self.client = Some(c);
+        }
+        if let Some(p) = other.plugin {
+            self.plugin.get_or_insert_with(BTreeMap::new).extend(p);
+        }
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_nomads_agent_format() {
+        let f = parse_str(
+            r#"
+data_dir  = "/tmp/d"
+bind_addr = "0.0.0.0"
+ports { http = 5646 }
+server { enabled = true }
+client {
+  enabled = true
+  cpu_total_compute = 4000
+  reserved {
+    cpu = 500
+    memory = 256
+    reserved_ports = "22"
+  }
+  meta { rack = "r1" }
+}
+plugin "raw_exec" {
+  config { enabled = true }
+}
+"#,
+            "agent.hcl",
+        )
+        .unwrap();
+        assert_eq!(f.data_dir.unwrap(), PathBuf::from("/tmp/d"));
+        assert_eq!(f.ports.unwrap().http, Some(5646));
+        let c = f.client.unwrap();
+        assert_eq!(c.cpu_total_compute, Some(4000));
+        assert_eq!(c.reserved.unwrap().cpu, Some(500));
+        assert_eq!(c.meta.unwrap()["rack"], "r1");
+        let p = f.plugin.unwrap();
+        assert_eq!(p["raw_exec"].config.as_ref().unwrap()["enabled"], true);
+    }
+
+    #[test]
+    fn unknown_top_level_key_is_an_error_naming_it() {
+        let e = parse_str("bogus_key = 1\n", "a.hcl").unwrap_err().to_string();
+        assert!(e.contains("bogus_key"), "{e}");
+    }
+}
