@@ -1,1 +1,212 @@
-//! placeholder
+//! Drover's HTTP API: Nomad's `/v1` surface (paths, PascalCase JSON, `X-Nomad-*` headers,
+//! blocking queries, plain-text errors) served with axum over a [`drover_server::Server`] and,
+//! on agents that run a client, the node's allocation directories and logs.
+//!
+//! Must not depend on: drover-raft or drover-scheduler directly, drivers or plugins. It reads
+//! state through the server's snapshots and writes only through the server's endpoints; the
+//! client side is reached through the [`NodeClient`] trait so the agent decides what backs it.
+
+mod agent;
+mod allocs;
+mod body;
+mod client_fs;
+mod error;
+mod evals;
+mod jobs;
+mod jobspec;
+mod logs;
+mod nodes;
+mod query;
+mod response;
+mod stream;
+#[cfg(test)]
+mod test_support;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+
+pub use query::parse_go_duration;
+
+/// Largest request body accepted (a job with many groups stays far below this).
+pub const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
+
+/// What the agent tells the API about itself (`/v1/agent/self`, `/v1/status/leader`...).
+#[derive(Debug, Clone)]
+pub struct AgentInfo {
+    pub name: String,
+    pub region: String,
+    pub datacenter: String,
+    pub http_addr: SocketAddr,
+    pub rpc_addr: SocketAddr,
+    pub server: bool,
+    pub client: bool,
+    pub version: String,
+    /// The agent configuration, returned as `config` by `/v1/agent/self`.
+    pub config_json: serde_json::Value,
+}
+
+/// The node agent running beside this API, for the `/v1/client/...` endpoints.
+pub trait NodeClient: Send + Sync + 'static {
+    fn node_id(&self) -> String;
+    /// Root directory of that allocation on this node (`<data_dir>/alloc/<alloc_id>`), `None`
+    /// if the client does not know the allocation.
+    fn alloc_dir(&self, alloc_id: &str) -> Option<PathBuf>;
+    /// Host statistics in Nomad's `HostStats` shape, for `/v1/client/stats`.
+    fn stats(&self) -> serde_json::Value;
+}
+
+/// What every handler shares.
+#[derive(Clone)]
+pub(crate) struct AppState {
+    pub server: drover_server::Server,
+    pub client: Option<Arc<dyn NodeClient>>,
+    pub agent: Arc<AgentInfo>,
+}
+
+/// The whole `/v1` API.
+pub fn router(
+    server: drover_server::Server,
+    client: Option<Arc<dyn NodeClient>>,
+    agent: AgentInfo,
+) -> Router {
+    let state = AppState {
+        server,
+        client,
+        agent: Arc::new(agent),
+    };
+    Router::new()
+        .route(
+            "/v1/jobs",
+            get(jobs::list).put(jobs::register).post(jobs::register),
+        )
+        .route("/v1/jobs/parse", post(jobspec::parse).put(jobspec::parse))
+        .route(
+            "/v1/job/{*rest}",
+            get(jobs::job_get)
+                .put(jobs::job_write)
+                .post(jobs::job_write)
+                .delete(jobs::job_delete),
+        )
+        .route(
+            "/v1/validate/job",
+            post(jobspec::validate).put(jobspec::validate),
+        )
+        .route("/v1/allocations", get(allocs::list))
+        .route("/v1/allocation/{id}", get(allocs::get_one))
+        .route(
+            "/v1/allocation/{id}/stop",
+            post(allocs::stop).put(allocs::stop),
+        )
+        .route("/v1/evaluations", get(evals::list))
+        .route("/v1/evaluation/{id}", get(evals::get_one))
+        .route("/v1/evaluation/{id}/allocations", get(evals::allocations))
+        .route("/v1/nodes", get(nodes::list))
+        .route("/v1/node/{id}", get(nodes::get_one))
+        .route("/v1/node/{id}/allocations", get(nodes::allocations))
+        .route(
+            "/v1/node/{id}/eligibility",
+            post(nodes::eligibility).put(nodes::eligibility),
+        )
+        .route("/v1/agent/self", get(agent::agent_self))
+        .route("/v1/agent/members", get(agent::members))
+        .route("/v1/agent/health", get(agent::health))
+        .route("/v1/status/leader", get(agent::leader))
+        .route("/v1/status/peers", get(agent::peers))
+        .route("/v1/regions", get(agent::regions))
+        .route("/v1/client/fs/logs/{alloc}", get(logs::logs))
+        .route("/v1/client/fs/ls/{alloc}", get(client_fs::ls))
+        .route("/v1/client/fs/stat/{alloc}", get(client_fs::stat))
+        .route("/v1/client/fs/cat/{alloc}", get(client_fs::cat))
+        .route("/v1/client/stats", get(client_fs::stats))
+        .fallback(error::not_found_fallback)
+        .method_not_allowed_fallback(error::method_not_allowed_fallback)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(state)
+}
+
+/// How long [`serve`] waits, after `shutdown` completes, for open requests to finish.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Serves `router` on `listener` until `shutdown` completes. New connections stop at once;
+/// requests in flight get [`SHUTDOWN_GRACE`] to finish. Long ones (a followed log stream, a
+/// blocking query) are then left behind: they end with the runtime or when their client goes.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let (fired_tx, mut fired_rx) = tokio::sync::watch::channel(false);
+    let graceful = axum::serve(listener, router).with_graceful_shutdown(async move {
+        shutdown.await;
+        let _ = fired_tx.send(true);
+    });
+    let grace_over = async move {
+        // An error means the sender is gone, which only happens once serving ended.
+        let _ = fired_rx.wait_for(|fired| *fired).await;
+        tokio::time::sleep(SHUTDOWN_GRACE).await;
+    };
+    tokio::select! {
+        served = graceful => served,
+        () = grace_over => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use axum::http::{Method, StatusCode};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use crate::test_support::TestApi;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn serve_answers_over_tcp_and_stops_on_shutdown() {
+        let api = TestApi::start().await;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let serving = tokio::spawn(super::serve(listener, api.router.clone(), async move {
+            let _ = stop_rx.await;
+        }));
+
+        let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+        conn.write_all(b"GET /v1/jobs HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut response = String::new();
+        conn.read_to_string(&mut response).await.unwrap();
+        let lower = response.to_ascii_lowercase();
+        assert!(lower.starts_with("http/1.1 200 ok\r\n"), "{response}");
+        assert!(lower.contains("\r\nx-nomad-index: "), "{response}");
+        assert!(
+            lower.contains("\r\nx-nomad-knownleader: true\r\n"),
+            "{response}"
+        );
+        assert!(response.ends_with("\r\n\r\n[]"), "{response}");
+
+        stop_tx.send(()).unwrap();
+        tokio::time::timeout(Duration::from_secs(10), serving)
+            .await
+            .expect("serve ends after shutdown")
+            .unwrap()
+            .unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn bodies_over_the_limit_are_refused() {
+        let api = TestApi::start().await;
+        let huge = format!(
+            "{{\"Job\": {{\"ID\": \"{}\"}}}}",
+            "x".repeat(super::MAX_BODY_BYTES)
+        );
+        let r = api.call(Method::PUT, "/v1/jobs", Some(&huge)).await;
+        assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE);
+    }
+}

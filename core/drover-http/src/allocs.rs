@@ -1,0 +1,183 @@
+//! `/v1/allocations` and `/v1/allocation/:id[/stop]`.
+
+use axum::extract::{Path, Query, State};
+use axum::response::Response;
+use drover_state::Table;
+use serde_json::json;
+
+use crate::AppState;
+use crate::error::ApiError;
+use crate::query::{Params, QueryOptions, blocking, flag};
+use crate::response::{QueryMeta, respond_json};
+
+/// `GET /v1/allocations`: allocation stubs, `?prefix` on the id, `?task_states=false` to leave
+/// the task states out.
+pub(crate) async fn list(
+    State(s): State<AppState>,
+    Query(params): Query<Params>,
+) -> Result<Response, ApiError> {
+    let opts = QueryOptions::parse(&params)?;
+    let with_task_states = !matches!(params.get("task_states").map(String::as_str), Some(v) if crate::query::parse_go_bool(v) == Some(false));
+    let (meta, stubs) = blocking(&s, &[Table::Allocs], &opts, |snap| {
+        let stubs: Vec<_> = snap
+            .allocs_by_prefix(&opts.prefix)
+            .iter()
+            .filter(|a| opts.in_namespace(&a.namespace))
+            .map(|a| {
+                let mut stub = a.stub();
+                if !with_task_states {
+                    stub.task_states = None;
+                }
+                stub
+            })
+            .collect();
+        (snap.table_index(Table::Allocs), stubs)
+    })
+    .await;
+    respond_json(&stubs, Some(meta), opts.pretty)
+}
+
+/// `GET /v1/allocation/:id`: the full allocation; the id must be whole.
+pub(crate) async fn get_one(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    Query(params): Query<Params>,
+) -> Result<Response, ApiError> {
+    let opts = QueryOptions::parse(&params)?;
+    let (meta, alloc) = blocking(&s, &[Table::Allocs], &opts, |snap| {
+        let alloc = snap.alloc(&id);
+        let index = alloc
+            .as_ref()
+            .map(|a| a.modify_index)
+            .unwrap_or_else(|| snap.table_index(Table::Allocs));
+        (index, alloc)
+    })
+    .await;
+    let alloc = alloc.ok_or_else(|| ApiError::not_found("alloc not found").with_meta(meta))?;
+    respond_json(&*alloc, Some(meta), opts.pretty)
+}
+
+/// `POST|PUT /v1/allocation/:id/stop`: Nomad's `AllocStopResponse`.
+pub(crate) async fn stop(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    Query(params): Query<Params>,
+) -> Result<Response, ApiError> {
+    let pretty = flag(&params, "pretty")?;
+    let (eval_id, index) = s.server.stop_alloc(&id).await?;
+    let meta = QueryMeta::new(&s, index);
+    respond_json(
+        &json!({"EvalID": eval_id, "Index": meta.index}),
+        Some(meta),
+        pretty,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use axum::http::{Method, StatusCode};
+    use serde_json::Value;
+
+    use crate::test_support::{TestApi, web_job};
+
+    /// Waits (through blocking queries) until the job has an allocation; returns its stub.
+    async fn first_alloc(api: &TestApi, job: &str) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut index = 0;
+        loop {
+            let r = api
+                .get(&format!("/v1/job/{job}/allocations?index={index}&wait=2s"))
+                .await;
+            assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+            index = r.index();
+            if let Some(first) = r.json().as_array().and_then(|a| a.first().cloned()) {
+                return first;
+            }
+            assert!(Instant::now() < deadline, "no allocation placed in time");
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn placed_allocations_are_listed_read_and_stopped() {
+        let api = TestApi::start().await;
+        let node_id = api
+            .register_node("9f773057-049e-c568-1bcf-300fae47b4b0")
+            .await;
+        api.register(web_job("web")).await;
+        let stub = first_alloc(&api, "web").await;
+        let id = stub["ID"].as_str().unwrap().to_string();
+        assert!(stub.get("Job").is_none(), "lists return stubs");
+        assert_eq!(stub["NodeID"], node_id.as_str());
+
+        let r = api.get(&format!("/v1/allocation/{id}")).await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+        let alloc = r.json();
+        assert_eq!(alloc["Job"]["ID"], "web");
+        assert_eq!(r.index(), alloc["ModifyIndex"].as_u64().unwrap());
+
+        let by_prefix = api
+            .get(&format!("/v1/allocations?prefix={}", &id[..8]))
+            .await;
+        assert_eq!(by_prefix.json()[0]["ID"], id.as_str());
+        let no_states = api.get("/v1/allocations?task_states=false").await.json();
+        assert_eq!(no_states[0]["TaskStates"], Value::Null);
+        let short = api.get(&format!("/v1/allocation/{}", &id[..8])).await;
+        assert_eq!(
+            short.status,
+            StatusCode::NOT_FOUND,
+            "the API wants whole ids"
+        );
+
+        let eval_allocs = api
+            .get(&format!(
+                "/v1/evaluation/{}/allocations",
+                alloc["EvalID"].as_str().unwrap()
+            ))
+            .await
+            .json();
+        assert_eq!(eval_allocs[0]["ID"], id.as_str());
+        let node_allocs = api
+            .get(&format!("/v1/node/{node_id}/allocations"))
+            .await
+            .json();
+        assert_eq!(node_allocs[0]["ID"], id.as_str());
+        assert_eq!(
+            node_allocs[0]["Job"]["ID"], "web",
+            "node allocations are full"
+        );
+
+        let r = api
+            .call(Method::POST, &format!("/v1/allocation/{id}/stop"), None)
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+        let stop = r.json();
+        assert!(!stop["EvalID"].as_str().unwrap().is_empty());
+        assert_eq!(stop["Index"].as_u64(), Some(r.index()));
+        let after = api.get(&format!("/v1/allocation/{id}")).await.json();
+        assert_eq!(after["DesiredStatus"], "stop");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn unknown_allocations_are_404s() {
+        let api = TestApi::start().await;
+        let r = api.get("/v1/allocation/nope").await;
+        assert_eq!(
+            (r.status, r.text().as_str()),
+            (StatusCode::NOT_FOUND, "alloc not found")
+        );
+        let r = api
+            .call(Method::PUT, "/v1/allocation/nope/stop", None)
+            .await;
+        assert_eq!(
+            (r.status, r.text().as_str()),
+            (StatusCode::NOT_FOUND, "alloc not found")
+        );
+        let r = api.get("/v1/allocations").await;
+        assert_eq!(r.json(), serde_json::json!([]));
+        assert!(r.index() > 0);
+        let r = api.get("/v1/allocation/nope/stop").await;
+        assert_eq!(r.status, StatusCode::METHOD_NOT_ALLOWED);
+    }
+}

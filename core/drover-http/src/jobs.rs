@@ -1,0 +1,567 @@
+//! `/v1/jobs` and `/v1/job/:id[/...]`: listing, reading, registering and stopping jobs.
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use drover_state::Table;
+use serde_json::{Value, json};
+
+use crate::AppState;
+use crate::body::{JobRequest, decode_body, default_job_scope};
+use crate::error::ApiError;
+use crate::query::{Params, QueryOptions, blocking, flag};
+use crate::response::{QueryMeta, respond_json};
+
+/// What follows the job id in `/v1/job/:id/...`. Job ids may hold `/` (dispatched and periodic
+/// children do), so as in Nomad the known suffixes are matched from the end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum JobPath<'a> {
+    Job(&'a str),
+    Allocations(&'a str),
+    Evaluations(&'a str),
+    Summary(&'a str),
+    Versions(&'a str),
+    /// Drover has no deployments yet: these answer "none", which is true and keeps
+    /// `nomad job status` working.
+    Deployments(&'a str),
+    LatestDeployment(&'a str),
+    /// A sub-resource Nomad has and Drover does not serve yet.
+    Unsupported(&'a str),
+}
+
+const UNSUPPORTED_SUFFIXES: &[&str] = &[
+    "/evaluate",
+    "/plan",
+    "/dispatch",
+    "/revert",
+    "/stable",
+    "/scale",
+    "/services",
+    "/submission",
+    "/periodic/force",
+];
+
+fn split_job_path(rest: &str) -> JobPath<'_> {
+    if let Some(id) = rest.strip_suffix("/allocations") {
+        return JobPath::Allocations(id);
+    }
+    if let Some(id) = rest.strip_suffix("/evaluations") {
+        return JobPath::Evaluations(id);
+    }
+    if let Some(id) = rest.strip_suffix("/summary") {
+        return JobPath::Summary(id);
+    }
+    if let Some(id) = rest.strip_suffix("/versions") {
+        return JobPath::Versions(id);
+    }
+    if let Some(id) = rest.strip_suffix("/deployments") {
+        return JobPath::Deployments(id);
+    }
+    if let Some(id) = rest.strip_suffix("/deployment") {
+        return JobPath::LatestDeployment(id);
+    }
+    for suffix in UNSUPPORTED_SUFFIXES {
+        if rest.ends_with(suffix) {
+            return JobPath::Unsupported(&suffix[1..]);
+        }
+    }
+    JobPath::Job(rest)
+}
+
+fn invalid_method() -> ApiError {
+    ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "Invalid method")
+}
+
+/// `GET /v1/jobs`: job stubs with their summaries, `?prefix` on the id.
+pub(crate) async fn list(
+    State(s): State<AppState>,
+    Query(params): Query<Params>,
+) -> Result<Response, ApiError> {
+    let opts = QueryOptions::parse(&params)?;
+    let tables = [Table::Jobs, Table::JobSummary];
+    let (meta, stubs) = blocking(&s, &tables, &opts, |snap| {
+        let stubs: Vec<_> = snap
+            .jobs(opts.namespace.as_deref())
+            .iter()
+            .filter(|j| j.id.starts_with(&opts.prefix))
+            .map(|j| {
+                let summary = snap.job_summary(&j.namespace, &j.id).map(|s| (*s).clone());
+                j.stub(summary)
+            })
+            .collect();
+        (snap.max_index(&tables), stubs)
+    })
+    .await;
+    respond_json(&stubs, Some(meta), opts.pretty)
+}
+
+/// `PUT|POST /v1/jobs`: registers the job in the body.
+pub(crate) async fn register(
+    State(s): State<AppState>,
+    Query(params): Query<Params>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    register_job(&s, &params, &body, None).await
+}
+
+/// `GET /v1/job/:id[/allocations|/evaluations|/summary|/versions]`.
+pub(crate) async fn job_get(
+    State(s): State<AppState>,
+    Path(rest): Path<String>,
+    Query(params): Query<Params>,
+) -> Result<Response, ApiError> {
+    let opts = QueryOptions::parse(&params)?;
+    let ns = opts.write_namespace().to_string();
+    match split_job_path(&rest) {
+        JobPath::Job(id) => {
+            let (meta, job) = blocking(&s, &[Table::Jobs], &opts, |snap| {
+                let job = snap.job(&ns, id);
+                let index = job
+                    .as_ref()
+                    .map(|j| j.modify_index)
+                    .unwrap_or_else(|| snap.table_index(Table::Jobs));
+                (index, job)
+            })
+            .await;
+            let job = job.ok_or_else(|| ApiError::not_found("job not found").with_meta(meta))?;
+            respond_json(&*job, Some(meta), opts.pretty)
+        }
+        JobPath::Allocations(id) => {
+            let (meta, stubs) = blocking(&s, &[Table::Allocs], &opts, |snap| {
+                let stubs: Vec<_> = snap
+                    .allocs_by_job(&ns, id)
+                    .iter()
+                    .map(|a| a.stub())
+                    .collect();
+                (snap.table_index(Table::Allocs), stubs)
+            })
+            .await;
+            respond_json(&stubs, Some(meta), opts.pretty)
+        }
+        JobPath::Evaluations(id) => {
+            let (meta, evals) = blocking(&s, &[Table::Evals], &opts, |snap| {
+                (snap.table_index(Table::Evals), snap.evals_by_job(&ns, id))
+            })
+            .await;
+            respond_json(&evals, Some(meta), opts.pretty)
+        }
+        JobPath::Summary(id) => {
+            let (meta, summary) = blocking(&s, &[Table::JobSummary], &opts, |snap| {
+                let summary = snap.job_summary(&ns, id);
+                let index = summary
+                    .as_ref()
+                    .map(|s| s.modify_index)
+                    .unwrap_or_else(|| snap.table_index(Table::JobSummary));
+                (index, summary)
+            })
+            .await;
+            let summary =
+                summary.ok_or_else(|| ApiError::not_found("job not found").with_meta(meta))?;
+            respond_json(&*summary, Some(meta), opts.pretty)
+        }
+        JobPath::Versions(id) => {
+            let (meta, versions) = blocking(&s, &[Table::JobVersions], &opts, |snap| {
+                (
+                    snap.table_index(Table::JobVersions),
+                    snap.job_versions(&ns, id),
+                )
+            })
+            .await;
+            if versions.is_empty() {
+                return Err(ApiError::not_found("job versions not found").with_meta(meta));
+            }
+            // Nomad's JobVersionsResponse; diffs between versions are not computed yet.
+            let body = json!({
+                "Versions": versions,
+                "Diffs": Value::Null,
+                "Index": meta.index,
+                "LastContact": 0,
+                "KnownLeader": meta.known_leader,
+            });
+            respond_json(&body, Some(meta), opts.pretty)
+        }
+        path @ (JobPath::Deployments(_) | JobPath::LatestDeployment(_)) => {
+            let (meta, ()) = blocking(&s, &[Table::Jobs], &opts, |snap| {
+                (snap.table_index(Table::Jobs), ())
+            })
+            .await;
+            let none = match path {
+                JobPath::Deployments(_) => json!([]),
+                _ => Value::Null,
+            };
+            respond_json(&none, Some(meta), opts.pretty)
+        }
+        JobPath::Unsupported(what) => {
+            Err(ApiError::not_implemented(&format!("/v1/job/:id/{what}")))
+        }
+    }
+}
+
+/// `PUT|POST /v1/job/:id`: registers the job in the body, whose ID must be `:id`.
+pub(crate) async fn job_write(
+    State(s): State<AppState>,
+    Path(rest): Path<String>,
+    Query(params): Query<Params>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    match split_job_path(&rest) {
+        JobPath::Job(id) => register_job(&s, &params, &body, Some(id)).await,
+        JobPath::Unsupported(what) => {
+            Err(ApiError::not_implemented(&format!("/v1/job/:id/{what}")))
+        }
+        _ => Err(invalid_method()),
+    }
+}
+
+/// `DELETE /v1/job/:id[?purge=true]`: stops the job, or with `purge` removes it.
+pub(crate) async fn job_delete(
+    State(s): State<AppState>,
+    Path(rest): Path<String>,
+    Query(params): Query<Params>,
+) -> Result<Response, ApiError> {
+    let JobPath::Job(id) = split_job_path(&rest) else {
+        return Err(invalid_method());
+    };
+    let opts = QueryOptions::parse(&params)?;
+    let purge = flag(&params, "purge")?;
+    let (eval_id, index) = s
+        .server
+        .deregister_job(opts.write_namespace(), id, purge)
+        .await?;
+    let meta = QueryMeta::new(&s, index);
+    // Nomad's JobDeregisterResponse.
+    let body = json!({
+        "EvalID": eval_id,
+        "EvalCreateIndex": index,
+        "JobModifyIndex": index,
+        "VolumeEvalID": "",
+        "VolumeEvalIndex": 0,
+        "Index": meta.index,
+        "LastContact": 0,
+        "KnownLeader": meta.known_leader,
+    });
+    respond_json(&body, Some(meta), opts.pretty)
+}
+
+/// Decodes a `JobRegisterRequest` body and registers its job; `path_id` is the `:id` of
+/// `/v1/job/:id`, which the job's ID must match.
+async fn register_job(
+    s: &AppState,
+    params: &Params,
+    body: &Bytes,
+    path_id: Option<&str>,
+) -> Result<Response, ApiError> {
+    let opts = QueryOptions::parse(params)?;
+    let request: JobRequest = decode_body(body, "request")?;
+    let Some(mut job_json) = request.job else {
+        return Err(ApiError::bad_request("Job must be specified"));
+    };
+    if let Some(path_id) = path_id {
+        match job_json.get("ID").and_then(Value::as_str) {
+            None => return Err(ApiError::bad_request("Job ID hasn't been provided")),
+            Some(id) if id != path_id => {
+                return Err(ApiError::bad_request("Job ID does not match name"));
+            }
+            Some(_) => {}
+        }
+    }
+    default_job_scope(&mut job_json, opts.write_namespace(), &s.agent.region);
+    let job = drover_structs::decode::decode_api_job(job_json)?;
+    let enforce = request.enforce_index.then_some(request.job_modify_index);
+    let result = s.server.register_job(job, enforce).await?;
+    let meta = QueryMeta::new(s, result.index);
+    // Nomad's JobRegisterResponse.
+    let body = json!({
+        "EvalID": result.eval_id,
+        "EvalCreateIndex": result.eval_create_index,
+        "JobModifyIndex": result.job_modify_index,
+        "Warnings": result.warnings,
+        "Index": meta.index,
+        "LastContact": 0,
+        "KnownLeader": meta.known_leader,
+    });
+    respond_json(&body, Some(meta), opts.pretty)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_paths_split_known_suffixes_from_the_end() {
+        assert_eq!(split_job_path("web"), JobPath::Job("web"));
+        assert_eq!(split_job_path("web/summary"), JobPath::Summary("web"));
+        assert_eq!(
+            split_job_path("batch/dispatch-1234/allocations"),
+            JobPath::Allocations("batch/dispatch-1234")
+        );
+        assert_eq!(
+            split_job_path("batch/periodic-99"),
+            JobPath::Job("batch/periodic-99")
+        );
+        assert_eq!(split_job_path("web/plan"), JobPath::Unsupported("plan"));
+        assert_eq!(
+            split_job_path("web/deployment"),
+            JobPath::LatestDeployment("web")
+        );
+        assert_eq!(
+            split_job_path("web/deployments"),
+            JobPath::Deployments("web")
+        );
+    }
+
+    use crate::test_support::{TestApi, web_job};
+    use axum::http::Method;
+    use std::time::{Duration, Instant};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn registered_job_reads_back_with_nomads_headers() {
+        let api = TestApi::start().await;
+        let reg = api.register(web_job("web")).await;
+        assert!(!reg["EvalID"].as_str().unwrap().is_empty(), "{reg}");
+        assert!(reg["JobModifyIndex"].as_u64().unwrap() > 0);
+        assert!(reg["Index"].as_u64().unwrap() > 0);
+        assert_eq!(reg["KnownLeader"], true);
+
+        let r = api.get("/v1/job/web").await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+        let job = r.json();
+        assert_eq!(job["ID"], "web");
+        assert_eq!(job["Namespace"], "default");
+        assert_eq!(job["Region"], "global");
+        assert_eq!(job["Priority"], 50);
+        assert_eq!(r.index(), job["ModifyIndex"].as_u64().unwrap());
+        assert_eq!(r.header("X-Nomad-KnownLeader").as_deref(), Some("true"));
+        assert_eq!(r.header("X-Nomad-LastContact").as_deref(), Some("0"));
+        assert_eq!(
+            r.header("content-type").as_deref(),
+            Some("application/json")
+        );
+
+        let list = api.get("/v1/jobs").await;
+        assert_eq!(list.status, StatusCode::OK);
+        assert!(list.index() >= job["ModifyIndex"].as_u64().unwrap());
+        let stubs = list.json();
+        assert_eq!(stubs.as_array().unwrap().len(), 1);
+        assert_eq!(stubs[0]["ID"], "web");
+        assert_eq!(stubs[0]["JobSummary"]["JobID"], "web");
+        assert!(stubs[0].get("TaskGroups").is_none(), "list returns stubs");
+
+        let none = api.get("/v1/jobs?prefix=zzz").await.json();
+        assert_eq!(none, serde_json::json!([]));
+        let other_ns = api.get("/v1/jobs?namespace=other").await.json();
+        assert_eq!(other_ns, serde_json::json!([]));
+        let all_ns = api.get("/v1/jobs?namespace=*").await.json();
+        assert_eq!(all_ns.as_array().unwrap().len(), 1);
+
+        let summary = api.get("/v1/job/web/summary").await;
+        assert_eq!(summary.status, StatusCode::OK);
+        assert!(summary.json()["Summary"].get("web").is_some());
+        let evals = api.get("/v1/job/web/evaluations").await.json();
+        assert_eq!(evals[0]["ID"], reg["EvalID"]);
+        let versions = api.get("/v1/job/web/versions").await.json();
+        assert_eq!(versions["Versions"][0]["ID"], "web");
+        assert_eq!(
+            api.get("/v1/job/web/allocations").await.status,
+            StatusCode::OK
+        );
+        let latest = api.get("/v1/job/web/deployment").await;
+        assert_eq!(latest.json(), Value::Null);
+        assert!(latest.index() > 0);
+        assert_eq!(api.get("/v1/job/web/deployments").await.json(), json!([]));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn blocking_query_returns_after_a_change() {
+        let api = TestApi::start().await;
+        api.register(web_job("web")).await;
+        let first = api.get("/v1/job/web").await;
+        let index = first.index();
+
+        let router_api = &api;
+        let uri = format!("/v1/job/web?index={index}&wait=20s");
+        let started = Instant::now();
+        let (blocked, ()) = tokio::join!(router_api.get(&uri), async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let mut changed = web_job("web");
+            changed["Meta"] = serde_json::json!({"rev": "2"});
+            router_api.register(changed).await;
+        });
+        assert!(started.elapsed() >= Duration::from_millis(300));
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "woke on the change"
+        );
+        assert_eq!(blocked.status, StatusCode::OK);
+        assert!(blocked.index() > index);
+        assert_eq!(blocked.json()["Meta"]["rev"], "2");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn blocking_query_times_out_with_the_same_index() {
+        // Nodes, unlike jobs, see no background writes (the scheduler updates job summaries).
+        let api = TestApi::start().await;
+        let node_id = api.register_node("n1").await;
+        let index = api.get("/v1/nodes").await.index();
+        let started = Instant::now();
+        let r = api
+            .get(&format!("/v1/nodes?index={index}&wait=400ms"))
+            .await;
+        assert!(started.elapsed() >= Duration::from_millis(400));
+        assert_eq!(r.status, StatusCode::OK);
+        assert_eq!(r.index(), index);
+        assert_eq!(r.json()[0]["ID"], node_id.as_str());
+
+        let started = Instant::now();
+        let r = api
+            .get(&format!("/v1/node/{node_id}?index={index}&wait=300ms"))
+            .await;
+        assert!(started.elapsed() >= Duration::from_millis(300));
+        assert_eq!(r.index(), index);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn malformed_job_is_a_400_naming_the_field() {
+        let api = TestApi::start().await;
+        let mut job = web_job("web");
+        job["TaskGroups"][0]["Count"] = serde_json::json!("three");
+        let r = api
+            .put("/v1/jobs", &serde_json::json!({ "Job": job }))
+            .await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST);
+        assert!(
+            r.text()
+                .starts_with("failed to decode Job: TaskGroups[0].Count: invalid type"),
+            "{}",
+            r.text()
+        );
+
+        let r = api.call(Method::PUT, "/v1/jobs", Some("{\"Job\": {")).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST);
+        assert!(
+            r.text().starts_with("failed to decode request body"),
+            "{}",
+            r.text()
+        );
+        assert_eq!(
+            r.header("content-type").as_deref(),
+            Some("text/plain; charset=utf-8")
+        );
+
+        let r = api.put("/v1/jobs", &serde_json::json!({})).await;
+        assert_eq!(
+            (r.status, r.text().as_str()),
+            (StatusCode::BAD_REQUEST, "Job must be specified")
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn invalid_job_is_a_400_with_nomads_multi_error() {
+        let api = TestApi::start().await;
+        let mut job = web_job("web");
+        job["Datacenters"] = serde_json::json!([]);
+        job["TaskGroups"][0]["Count"] = serde_json::json!(-1);
+        let r = api
+            .put("/v1/jobs", &serde_json::json!({ "Job": job }))
+            .await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST);
+        let text = r.text();
+        assert!(text.contains(" errors occurred:\n\t* "), "{text}");
+        assert!(text.ends_with("\n\n"), "{text:?}");
+        assert_eq!(api.get("/v1/job/web").await.status, StatusCode::NOT_FOUND);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn register_at_job_path_checks_the_id() {
+        let api = TestApi::start().await;
+        let body = serde_json::json!({ "Job": web_job("web") });
+        let r = api.put("/v1/job/other", &body).await;
+        assert_eq!(
+            (r.status, r.text().as_str()),
+            (StatusCode::BAD_REQUEST, "Job ID does not match name")
+        );
+        let r = api.put("/v1/job/web", &body).await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+        assert!(r.index() > 0);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn enforce_index_conflict_is_reported() {
+        let api = TestApi::start().await;
+        api.register(web_job("web")).await;
+        let body =
+            serde_json::json!({ "Job": web_job("web"), "EnforceIndex": true, "JobModifyIndex": 0 });
+        let r = api.put("/v1/jobs", &body).await;
+        assert_eq!(r.status, StatusCode::CONFLICT);
+        assert!(
+            r.text().starts_with("Enforcing job modify index 0"),
+            "{}",
+            r.text()
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn missing_jobs_and_paths_are_404s_and_wrong_methods_405s() {
+        let api = TestApi::start().await;
+        let r = api.get("/v1/job/nope").await;
+        assert_eq!(
+            (r.status, r.text().as_str()),
+            (StatusCode::NOT_FOUND, "job not found")
+        );
+        assert!(r.index() > 0, "a 404 read still carries the index");
+        assert_eq!(
+            api.get("/v1/job/nope/summary").await.status,
+            StatusCode::NOT_FOUND
+        );
+        assert_eq!(
+            api.get("/v1/job/nope/versions").await.status,
+            StatusCode::NOT_FOUND
+        );
+        let r = api.call(Method::DELETE, "/v1/job/nope", None).await;
+        assert_eq!(
+            (r.status, r.text().as_str()),
+            (StatusCode::NOT_FOUND, "job not found")
+        );
+
+        let r = api.get("/v1/no/such/path").await;
+        assert_eq!(
+            (r.status, r.text().as_str()),
+            (StatusCode::NOT_FOUND, "404 page not found")
+        );
+        let r = api.call(Method::DELETE, "/v1/jobs", None).await;
+        assert_eq!(
+            (r.status, r.text().as_str()),
+            (StatusCode::METHOD_NOT_ALLOWED, "Invalid method")
+        );
+        let r = api.call(Method::DELETE, "/v1/job/web/summary", None).await;
+        assert_eq!(r.status, StatusCode::METHOD_NOT_ALLOWED);
+        assert_eq!(
+            api.get("/v1/job/web/plan").await.status,
+            StatusCode::NOT_IMPLEMENTED
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn delete_stops_the_job_and_purge_removes_it() {
+        let api = TestApi::start().await;
+        api.register(web_job("web")).await;
+        let r = api.call(Method::DELETE, "/v1/job/web", None).await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+        let body = r.json();
+        assert!(!body["EvalID"].as_str().unwrap().is_empty());
+        assert_eq!(body["JobModifyIndex"].as_u64(), Some(r.index()));
+        assert_eq!(api.get("/v1/job/web").await.json()["Stop"], true);
+
+        let r = api
+            .call(Method::DELETE, "/v1/job/web?purge=true", None)
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+        assert_eq!(api.get("/v1/job/web").await.status, StatusCode::NOT_FOUND);
+
+        let r = api
+            .call(Method::DELETE, "/v1/job/web?purge=maybe", None)
+            .await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    }
+}
