@@ -1,1 +1,108 @@
-fn main() {}
+//! Dev-agent benchmarks (a bench binary, not a test): submit-to-all-running time for 100 mock
+//! allocations and for 50 raw_exec sleeps, and the agent's memory with those 50 tasks.
+//!
+//! Run: `cargo build --release -p drover && DROVER_BIN=target/release/drover cargo bench -p drover-tests --bench dev_agent`
+//! Figures go in BENCHMARKS.md.
+
+use std::time::{Duration, Instant};
+
+use drover_tests::{Agent, TempDir};
+use serde_json::Value;
+
+fn running(agent: &Agent, job: &str) -> usize {
+    agent
+        .get(&format!("/v1/job/{job}/allocations"))
+        .ok()
+        .and_then(|v| v.as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .filter(|a| a["ClientStatus"] == "running")
+        .count()
+}
+
+/// Registers `job_json` through the HTTP API and returns the time until `count` allocations run.
+fn submit_to_running(agent: &Agent, job_id: &str, job_json: &Value, count: usize) -> Duration {
+    let body = serde_json::json!({ "Job": job_json }).to_string();
+    let start = Instant::now();
+    let (status, text) = agent.send("PUT", "/v1/jobs", &body);
+    assert_eq!(status, 200, "register failed: {text}");
+    let deadline = start + Duration::from_secs(60);
+    while running(agent, job_id) < count {
+        assert!(Instant::now() < deadline, "not all running after 60s:\n{}", agent.log());
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    start.elapsed()
+}
+
+/// Proportional set size of a process in kB (`/proc/<pid>/smaps_rollup`).
+fn pss_kb(pid: u32) -> u64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
+    text.lines()
+        .find(|l| l.starts_with("Pss:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+fn mock_job(id: &str, count: usize) -> Value {
+    serde_json::json!({
+        "ID": id, "Name": id, "Datacenters": ["dc1"],
+        "TaskGroups": [{"Name": "g", "Count": count, "Tasks": [{
+            "Name": "t", "Driver": "mock_driver", "Config": {"run_for": "30s"},
+            "Resources": {"CPU": 10, "MemoryMB": 10}
+        }]}]
+    })
+}
+
+fn sleep_job(id: &str, count: usize) -> Value {
+    serde_json::json!({
+        "ID": id, "Name": id, "Datacenters": ["dc1"],
+        "TaskGroups": [{"Name": "g", "Count": count, "Tasks": [{
+            "Name": "sleep", "Driver": "raw_exec",
+            "Config": {"command": "/bin/sleep", "args": ["300"]},
+            "Resources": {"CPU": 20, "MemoryMB": 16}
+        }]}]
+    })
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; nothing else to parse.
+    let rounds = 5;
+    let mut mock_times = Vec::new();
+    let mut sleep_times = Vec::new();
+    let mut pss = Vec::new();
+    for round in 0..rounds {
+        let dir = TempDir::new("bench");
+        let agent = Agent::start_dev(dir.path(), &["--log-level", "warn"]);
+        mock_times.push(submit_to_running(&agent, &format!("mock{round}"), &mock_job(&format!("mock{round}"), 100), 100));
+        drop(agent);
+
+        let dir = TempDir::new("bench-sleep");
+        let agent = Agent::start_dev(dir.path(), &["--log-level", "warn"]);
+        sleep_times.push(submit_to_running(&agent, &format!("sleep{round}"), &sleep_job(&format!("sleep{round}"), 50), 50));
+        std::thread::sleep(Duration::from_millis(500));
+        pss.push(pss_kb(agent.child.id()));
+    }
+    let ms = |d: &Duration| d.as_secs_f64() * 1000.0;
+    let summary = |name: &str, v: &[Duration]| {
+        let mut s: Vec<f64> = v.iter().map(ms).collect();
+        s.sort_by(|a, b| a.total_cmp(b));
+        println!(
+            "{name}: median {:.0} ms, min {:.0} ms, max {:.0} ms over {} runs",
+            s[s.len() / 2],
+            s[0],
+            s[s.len() - 1],
+            s.len()
+        );
+    };
+    summary("100 mock_driver allocations, submit to all running", &mock_times);
+    summary("50 raw_exec sleeps, submit to all running", &sleep_times);
+    let mut p = pss.clone();
+    p.sort();
+    println!(
+        "agent PSS with 50 raw_exec tasks: median {:.1} MB (min {:.1}, max {:.1})",
+        p[p.len() / 2] as f64 / 1024.0,
+        p[0] as f64 / 1024.0,
+        p[p.len() - 1] as f64 / 1024.0
+    );
+}

@@ -8,7 +8,84 @@
 
 use std::sync::Arc;
 
-use drover_structs::{Allocation, Evaluation, Job, Node, Plan, PlanResult};
+use drover_structs::{
+    Allocation, EVAL_STATUS_FAILED, Evaluation, JOB_TYPE_BATCH, JOB_TYPE_SERVICE, Job, Node, Plan,
+    PlanResult,
+};
+
+pub mod fit;
+pub mod harness;
+
+mod constraints;
+mod context;
+mod feasible;
+mod generic;
+mod network;
+mod rank;
+mod reconcile;
+mod reschedule;
+mod stack;
+mod util;
+mod version;
+
+/// How the scheduler scores nodes that fit: Nomad's `scheduler_algorithm`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Algorithm {
+    /// Prefer the fullest node that fits (Nomad's default, `ScoreFitBinPack`).
+    #[default]
+    Binpack,
+    /// Prefer the emptiest node (`ScoreFitSpread`).
+    Spread,
+}
+
+/// Cluster-wide scheduler settings (Nomad's `SchedulerConfiguration` plus the client's dynamic
+/// port range, which Nomad takes from each node's config and Drover keeps cluster-wide).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SchedulerConfig {
+    pub algorithm: Algorithm,
+    /// Lowest port handed out for dynamic ports.
+    pub min_dynamic_port: u16,
+    /// Highest port handed out for dynamic ports.
+    pub max_dynamic_port: u16,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig {
+            algorithm: Algorithm::Binpack,
+            min_dynamic_port: 20000,
+            max_dynamic_port: 32000,
+        }
+    }
+}
+
+/// Processes one evaluation: reconciles the job's allocations with its spec, places what is
+/// missing, submits the plan through `planner` and records the evaluation's outcome with
+/// `planner.update_eval` (plus blocked or follow-up evaluations through `planner.create_eval`).
+///
+/// Service and batch jobs go to the generic scheduler. Other job types are not supported yet:
+/// their evaluation is marked failed and `SchedulerError::UnsupportedJobType` returned.
+pub fn process_eval(
+    state: &dyn State,
+    planner: &mut dyn Planner,
+    eval: &Evaluation,
+    config: &SchedulerConfig,
+) -> Result<(), SchedulerError> {
+    match eval.eval_type.as_str() {
+        JOB_TYPE_SERVICE | JOB_TYPE_BATCH => generic::process(state, planner, eval, config),
+        other => {
+            let mut failed = eval.clone();
+            failed.status = EVAL_STATUS_FAILED.to_string();
+            failed.status_description = format!(
+                "job type {other:?} cannot be scheduled yet: only service and batch jobs are supported"
+            );
+            failed.snapshot_index = state.index();
+            failed.modify_time = drover_structs::time::now_nanos();
+            planner.update_eval(failed)?;
+            Err(SchedulerError::UnsupportedJobType(other.to_string()))
+        }
+    }
+}
 
 /// A consistent, read-only view of cluster state at one Raft index.
 pub trait State: Send + Sync {
@@ -29,8 +106,10 @@ pub trait Planner {
     /// Submits a plan. The applier re-checks it against the newest state and commits what still
     /// fits. When the result has a non-zero `refresh_index`, the returned state (at or after that
     /// index) replaces the scheduler's view and the remainder should be retried.
-    fn submit_plan(&mut self, plan: Plan)
-    -> Result<(PlanResult, Option<Box<dyn State>>), SchedulerError>;
+    fn submit_plan(
+        &mut self,
+        plan: Plan,
+    ) -> Result<(PlanResult, Option<Box<dyn State>>), SchedulerError>;
     /// Records the evaluation's outcome (status, description, failed placements, queued counts).
     fn update_eval(&mut self, eval: Evaluation) -> Result<(), SchedulerError>;
     /// Creates a follow-up evaluation (for example a blocked evaluation for placements that did not fit).
