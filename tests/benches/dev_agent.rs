@@ -28,7 +28,11 @@ fn submit_to_running(agent: &Agent, job_id: &str, job_json: &Value, count: usize
     assert_eq!(status, 200, "register failed: {text}");
     let deadline = start + Duration::from_secs(60);
     while running(agent, job_id) < count {
-        assert!(Instant::now() < deadline, "not all running after 60s:\n{}", agent.log());
+        assert!(
+            Instant::now() < deadline,
+            "not all running after 60s:\n{}",
+            agent.log()
+        );
         std::thread::sleep(Duration::from_millis(2));
     }
     start.elapsed()
@@ -74,12 +78,22 @@ fn main() {
     for round in 0..rounds {
         let dir = TempDir::new("bench");
         let agent = Agent::start_dev(dir.path(), &["--log-level", "warn"]);
-        mock_times.push(submit_to_running(&agent, &format!("mock{round}"), &mock_job(&format!("mock{round}"), 100), 100));
+        mock_times.push(submit_to_running(
+            &agent,
+            &format!("mock{round}"),
+            &mock_job(&format!("mock{round}"), 100),
+            100,
+        ));
         drop(agent);
 
         let dir = TempDir::new("bench-sleep");
         let agent = Agent::start_dev(dir.path(), &["--log-level", "warn"]);
-        sleep_times.push(submit_to_running(&agent, &format!("sleep{round}"), &sleep_job(&format!("sleep{round}"), 50), 50));
+        sleep_times.push(submit_to_running(
+            &agent,
+            &format!("sleep{round}"),
+            &sleep_job(&format!("sleep{round}"), 50),
+            50,
+        ));
         std::thread::sleep(Duration::from_millis(500));
         pss.push(pss_kb(agent.child.id()));
     }
@@ -95,7 +109,10 @@ fn main() {
             s.len()
         );
     };
-    summary("100 mock_driver allocations, submit to all running", &mock_times);
+    summary(
+        "100 mock_driver allocations, submit to all running",
+        &mock_times,
+    );
     summary("50 raw_exec sleeps, submit to all running", &sleep_times);
     let mut p = pss.clone();
     p.sort();

@@ -138,7 +138,12 @@ impl Agent {
                 .as_ref()
                 .and_then(Value::as_array)
                 .is_some_and(|n| n.iter().any(|n| n["Status"] == "ready"));
-            if leader.as_ref().and_then(Value::as_str).is_some_and(|s| !s.is_empty()) && ready {
+            if leader
+                .as_ref()
+                .and_then(Value::as_str)
+                .is_some_and(|s| !s.is_empty())
+                && ready
+            {
                 return;
             }
             if Instant::now() > deadline {
@@ -158,7 +163,10 @@ impl Agent {
             .call()
             .map_err(|e| e.to_string())?;
         let status = resp.status().as_u16();
-        let body = resp.body_mut().read_to_string().map_err(|e| e.to_string())?;
+        let body = resp
+            .body_mut()
+            .read_to_string()
+            .map_err(|e| e.to_string())?;
         if status != 200 {
             return Err(format!("{status}: {body}"));
         }

@@ -14,13 +14,22 @@ fn dependency_closure() -> BTreeMap<String, BTreeSet<String>> {
         .current_dir(drover_tests::workspace_root())
         .output()
         .expect("run cargo metadata");
-    assert!(out.status.success(), "cargo metadata failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "cargo metadata failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let meta: Value = serde_json::from_slice(&out.stdout).expect("metadata JSON");
     let names: BTreeMap<String, String> = meta["packages"]
         .as_array()
         .expect("packages")
         .iter()
-        .map(|p| (p["id"].as_str().unwrap_or_default().to_string(), p["name"].as_str().unwrap_or_default().to_string()))
+        .map(|p| {
+            (
+                p["id"].as_str().unwrap_or_default().to_string(),
+                p["name"].as_str().unwrap_or_default().to_string(),
+            )
+        })
         .collect();
     let mut direct: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for node in meta["resolve"]["nodes"].as_array().expect("resolve nodes") {
@@ -54,7 +63,13 @@ fn dependency_closure() -> BTreeMap<String, BTreeSet<String>> {
     closure
 }
 
-fn check(closure: &BTreeMap<String, BTreeSet<String>>, krate: &str, forbidden: &[&str], why: &str, errors: &mut Vec<String>) {
+fn check(
+    closure: &BTreeMap<String, BTreeSet<String>>,
+    krate: &str,
+    forbidden: &[&str],
+    why: &str,
+    errors: &mut Vec<String>,
+) {
     let Some(deps) = closure.get(krate) else {
         errors.push(format!("crate {krate} not found in the workspace"));
         return;
@@ -62,10 +77,18 @@ fn check(closure: &BTreeMap<String, BTreeSet<String>>, krate: &str, forbidden: &
     for f in forbidden {
         let hits: Vec<&String> = deps
             .iter()
-            .filter(|d| if let Some(prefix) = f.strip_suffix('*') { d.starts_with(prefix) } else { d.as_str() == *f })
+            .filter(|d| {
+                if let Some(prefix) = f.strip_suffix('*') {
+                    d.starts_with(prefix)
+                } else {
+                    d.as_str() == *f
+                }
+            })
             .collect();
         if !hits.is_empty() {
-            errors.push(format!("{krate} must not depend on {f} ({why}); found {hits:?}"));
+            errors.push(format!(
+                "{krate} must not depend on {f} ({why}); found {hits:?}"
+            ));
         }
     }
 }
@@ -85,21 +108,114 @@ const CORE: &[&str] = &[
 fn dependency_arrows_of_architecture_md_hold() {
     let c = dependency_closure();
     let mut e = Vec::new();
-    check(&c, "drover-abi", &["tokio", "tonic", "abi_stable", "drover-*"], "the plugin contract is plain data and traits", &mut e);
-    check(&c, "drover-structs", &["tokio", "redb", "raft", "axum", "drover-*"], "the model is plain data", &mut e);
-    check(&c, "drover-scheduler", &["tokio", "redb", "raft", "drover-state", "drover-server", "drover-client"], "the scheduler is pure logic over the State trait", &mut e);
-    check(&c, "drover-jobspec", &["tokio", "drover-state", "drover-server"], "parsing job files needs no runtime", &mut e);
-    check(&c, "drover-state", &["raft", "redb", "drover-raft", "drover-server", "drover-scheduler"], "the state store knows nothing of Raft", &mut e);
-    check(&c, "drover-raft", &["drover-*"], "Raft replicates opaque entries", &mut e);
-    check(&c, "drover-server", &["axum", "drover-http", "drover-client", "drover-plugin-host"], "the server never calls out to HTTP or clients", &mut e);
-    check(&c, "drover-client", &["drover-server", "drover-state", "drover-raft", "drover-scheduler", "drover-http"], "clients talk to servers only through their API", &mut e);
+    check(
+        &c,
+        "drover-abi",
+        &["tokio", "tonic", "abi_stable", "drover-*"],
+        "the plugin contract is plain data and traits",
+        &mut e,
+    );
+    check(
+        &c,
+        "drover-structs",
+        &["tokio", "redb", "raft", "axum", "drover-*"],
+        "the model is plain data",
+        &mut e,
+    );
+    check(
+        &c,
+        "drover-scheduler",
+        &[
+            "tokio",
+            "redb",
+            "raft",
+            "drover-state",
+            "drover-server",
+            "drover-client",
+        ],
+        "the scheduler is pure logic over the State trait",
+        &mut e,
+    );
+    check(
+        &c,
+        "drover-jobspec",
+        &["tokio", "drover-state", "drover-server"],
+        "parsing job files needs no runtime",
+        &mut e,
+    );
+    check(
+        &c,
+        "drover-state",
+        &[
+            "raft",
+            "redb",
+            "drover-raft",
+            "drover-server",
+            "drover-scheduler",
+        ],
+        "the state store knows nothing of Raft",
+        &mut e,
+    );
+    check(
+        &c,
+        "drover-raft",
+        &["drover-*"],
+        "Raft replicates opaque entries",
+        &mut e,
+    );
+    check(
+        &c,
+        "drover-server",
+        &["axum", "drover-http", "drover-client", "drover-plugin-host"],
+        "the server never calls out to HTTP or clients",
+        &mut e,
+    );
+    check(
+        &c,
+        "drover-client",
+        &[
+            "drover-server",
+            "drover-state",
+            "drover-raft",
+            "drover-scheduler",
+            "drover-http",
+        ],
+        "clients talk to servers only through their API",
+        &mut e,
+    );
     for core in CORE {
-        check(&c, core, &["drover-driver-*", "drover-plugin-host"], "core crates never name a concrete driver", &mut e);
+        check(
+            &c,
+            core,
+            &["drover-driver-*", "drover-plugin-host"],
+            "core crates never name a concrete driver",
+            &mut e,
+        );
     }
-    for driver in ["drover-driver-raw-exec", "drover-driver-exec", "drover-driver-mock"] {
-        check(&c, driver, &["tokio", "drover-structs", "drover-client", "drover-server", "drover-plugin-host"], "drivers implement the abi contract only", &mut e);
+    for driver in [
+        "drover-driver-raw-exec",
+        "drover-driver-exec",
+        "drover-driver-mock",
+    ] {
+        check(
+            &c,
+            driver,
+            &[
+                "tokio",
+                "drover-structs",
+                "drover-client",
+                "drover-server",
+                "drover-plugin-host",
+            ],
+            "drivers implement the abi contract only",
+            &mut e,
+        );
     }
-    assert!(e.is_empty(), "broken dependency arrows:\n  {}", e.join("\n  "));
+    assert!(
+        e.is_empty(),
+        "broken dependency arrows:\n  {}",
+        e.join("\n  ")
+    );
 }
 
 #[test]

@@ -23,7 +23,10 @@ fn allocs(agent: &Agent, job: &str) -> Vec<Value> {
 }
 
 fn count_status(allocs: &[Value], status: &str) -> usize {
-    allocs.iter().filter(|a| a["ClientStatus"] == status).count()
+    allocs
+        .iter()
+        .filter(|a| a["ClientStatus"] == status)
+        .count()
 }
 
 #[test]
@@ -54,13 +57,24 @@ job "echo" {
 "#,
     );
     let out = agent.cli(&["job", "run", &job]);
-    assert!(out.status.success(), "job run failed: {}", output_text(&out));
+    assert!(
+        out.status.success(),
+        "job run failed: {}",
+        output_text(&out)
+    );
     agent.eventually("the batch alloc to complete", WAIT, || {
         count_status(&allocs(&agent, "echo"), "complete") == 1
     });
-    let alloc_id = allocs(&agent, "echo")[0]["ID"].as_str().unwrap().to_string();
+    let alloc_id = allocs(&agent, "echo")[0]["ID"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let logs = agent.cli(&["alloc", "logs", &alloc_id, "say"]);
-    assert!(logs.status.success(), "alloc logs failed: {}", output_text(&logs));
+    assert!(
+        logs.status.success(),
+        "alloc logs failed: {}",
+        output_text(&logs)
+    );
     assert_eq!(
         String::from_utf8_lossy(&logs.stdout).trim(),
         "hello-from-say index=0"
@@ -98,7 +112,11 @@ job "sleep" {
 "#,
     );
     let out = agent.cli(&["job", "run", &job]);
-    assert!(out.status.success(), "job run failed: {}", output_text(&out));
+    assert!(
+        out.status.success(),
+        "job run failed: {}",
+        output_text(&out)
+    );
     agent.eventually("3 running allocs", WAIT, || {
         count_status(&allocs(&agent, "sleep"), "running") == 3
     });
@@ -112,13 +130,19 @@ job "sleep" {
             if !pid.chars().all(|c| c.is_ascii_digit()) {
                 continue;
             }
-            let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
+            let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+                continue;
+            };
             if cmdline != b"/bin/sleep\x003600\x00" {
                 continue;
             }
             // Only this agent's tasks: their parent is the agent.
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            let ppid = stat.rsplit(')').next().and_then(|s| s.split_whitespace().nth(1)).unwrap_or("");
+            let ppid = stat
+                .rsplit(')')
+                .next()
+                .and_then(|s| s.split_whitespace().nth(1))
+                .unwrap_or("");
             if ppid != agent.child.id().to_string() {
                 continue;
             }
@@ -128,10 +152,17 @@ job "sleep" {
         }
         task_namespaces.len() == 3
     });
-    assert!(!task_namespaces.contains(&agent_ns), "tasks share the agent's PID namespace");
+    assert!(
+        !task_namespaces.contains(&agent_ns),
+        "tasks share the agent's PID namespace"
+    );
 
     let out = agent.cli(&["job", "stop", "sleep"]);
-    assert!(out.status.success(), "job stop failed: {}", output_text(&out));
+    assert!(
+        out.status.success(),
+        "job stop failed: {}",
+        output_text(&out)
+    );
     agent.eventually("all allocs to stop", WAIT, || {
         let a = allocs(&agent, "sleep");
         a.len() == 3 && a.iter().all(|a| a["ClientStatus"] == "complete")
@@ -139,7 +170,11 @@ job "sleep" {
     let job: Value = agent.get("/v1/job/sleep").unwrap();
     assert_eq!(job["Status"], "dead");
     let status = agent.cli(&["job", "status", "sleep"]);
-    assert!(output_text(&status).contains("dead"), "{}", output_text(&status));
+    assert!(
+        output_text(&status).contains("dead"),
+        "{}",
+        output_text(&status)
+    );
 }
 
 #[test]
@@ -167,12 +202,18 @@ job "keep" {
 "#,
     );
     assert!(agent.cli(&["job", "run", "-detach", &job]).status.success());
-    agent.eventually("2 running allocs", WAIT, || count_status(&allocs(&agent, "keep"), "running") == 2);
+    agent.eventually("2 running allocs", WAIT, || {
+        count_status(&allocs(&agent, "keep"), "running") == 2
+    });
     // A second version of the job.
-    let v2 = std::fs::read_to_string(&job).unwrap().replace("count = 2", "count = 3");
+    let v2 = std::fs::read_to_string(&job)
+        .unwrap()
+        .replace("count = 2", "count = 3");
     std::fs::write(&job, v2).unwrap();
     assert!(agent.cli(&["job", "run", "-detach", &job]).status.success());
-    agent.eventually("3 running allocs", WAIT, || count_status(&allocs(&agent, "keep"), "running") == 3);
+    agent.eventually("3 running allocs", WAIT, || {
+        count_status(&allocs(&agent, "keep"), "running") == 3
+    });
     let before_job = agent.get("/v1/job/keep").unwrap();
     let before_allocs: Vec<String> = allocs(&agent, "keep")
         .iter()
@@ -187,7 +228,11 @@ job "keep" {
     assert_eq!(after_job["Version"], 1);
     assert_eq!(after_job["TaskGroups"][0]["Count"], 3);
     let versions = agent.get("/v1/job/keep/versions").unwrap();
-    assert_eq!(versions["Versions"].as_array().map(Vec::len), Some(2), "{versions}");
+    assert_eq!(
+        versions["Versions"].as_array().map(Vec::len),
+        Some(2),
+        "{versions}"
+    );
     let mut after_allocs: Vec<String> = allocs(&agent, "keep")
         .iter()
         .map(|a| a["ID"].as_str().unwrap().to_string())
@@ -224,7 +269,11 @@ job "nodriver" {
     );
     let out = agent.cli(&["job", "run", &job]);
     let text = output_text(&out);
-    assert_eq!(out.status.code(), Some(2), "placement failure exits 2: {text}");
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "placement failure exits 2: {text}"
+    );
     assert!(text.contains("missing drivers"), "{text}");
     let status = agent.cli(&["job", "status", "nodriver"]);
     let text = output_text(&status);
@@ -240,11 +289,18 @@ fn bad_input_is_refused_with_the_place_named_and_nothing_registered() {
     let dir = TempDir::new("badinput");
     let agent = Agent::start_dev(dir.path(), &[]);
 
-    let syntax = write_job(&dir, "syntax.nomad", "job \"x\" {\n  group \"g\" {\n    count = \n  }\n}\n");
+    let syntax = write_job(
+        &dir,
+        "syntax.nomad",
+        "job \"x\" {\n  group \"g\" {\n    count = \n  }\n}\n",
+    );
     let out = agent.cli(&["job", "run", &syntax]);
     assert_ne!(out.status.code(), Some(0));
     let text = output_text(&out);
-    assert!(text.contains("syntax.nomad:"), "syntax error names the file: {text}");
+    assert!(
+        text.contains("syntax.nomad:"),
+        "syntax error names the file: {text}"
+    );
 
     let invalid = write_job(
         &dir,
@@ -261,8 +317,14 @@ job "invalid" {
     let out = agent.cli(&["job", "run", &invalid]);
     assert_ne!(out.status.code(), Some(0));
     let text = output_text(&out);
-    assert!(text.contains("Task group api validation failed: 2 errors occurred:"), "{text}");
-    assert!(text.contains("Task group count can't be negative"), "{text}");
+    assert!(
+        text.contains("Task group api validation failed: 2 errors occurred:"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Task group count can't be negative"),
+        "{text}"
+    );
     assert!(text.contains("Missing tasks for task group"), "{text}");
 
     let (status, body) = agent.send(
@@ -276,7 +338,11 @@ job "invalid" {
     assert_eq!(status, 400, "{body}");
 
     let jobs = agent.get("/v1/jobs").unwrap();
-    assert_eq!(jobs.as_array().map(Vec::len), Some(0), "nothing registered: {jobs}");
+    assert_eq!(
+        jobs.as_array().map(Vec::len),
+        Some(0),
+        "nothing registered: {jobs}"
+    );
 }
 
 #[test]

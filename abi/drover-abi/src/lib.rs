@@ -190,8 +190,11 @@ pub trait Driver: Send + Sync {
 
     /// Waits up to `timeout` for the task to end. `Ok(None)` means it is still running.
     /// May be called again after it returned a result; it returns the same result.
-    fn wait_task(&self, task_id: &str, timeout: Duration)
-    -> Result<Option<ExitResult>, DriverError>;
+    fn wait_task(
+        &self,
+        task_id: &str,
+        timeout: Duration,
+    ) -> Result<Option<ExitResult>, DriverError>;
 
     /// Sends `signal` (for example "SIGTERM"; empty means the driver's default), waits up to
     /// `timeout`, then kills the task. Returns once the task is no longer running.

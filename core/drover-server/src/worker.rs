@@ -67,6 +67,14 @@ pub(crate) async fn run_worker(inner: Arc<Inner>, id: usize) {
             Ok(Ok(())) => {
                 let _ = inner.broker.ack(&eval.id, &token);
             }
+            // These were already recorded as failed on the evaluation: delivering them again
+            // would fail the same way.
+            Ok(Err(
+                e @ (SchedulerError::UnsupportedJobType(_) | SchedulerError::MaxPlanAttempts(..)),
+            )) => {
+                tracing::warn!(worker = id, eval = %eval.id, error = %e, "evaluation failed");
+                let _ = inner.broker.ack(&eval.id, &token);
+            }
             Ok(Err(e)) => {
                 tracing::warn!(worker = id, eval = %eval.id, error = %e, "scheduler failed");
                 let _ = inner.broker.nack(&eval.id, &token);

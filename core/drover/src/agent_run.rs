@@ -24,7 +24,11 @@ struct LocalServer(Server);
 
 impl ServerConn for LocalServer {
     async fn register_node(&self, node: Node) -> Result<Duration, String> {
-        self.0.register_node(node).await.map(|(_, ttl)| ttl).map_err(|e| e.to_string())
+        self.0
+            .register_node(node)
+            .await
+            .map(|(_, ttl)| ttl)
+            .map_err(|e| e.to_string())
     }
     async fn heartbeat(&self, node_id: &str) -> Result<Duration, String> {
         self.0.heartbeat(node_id).await.map_err(|e| e.to_string())
@@ -38,7 +42,11 @@ impl ServerConn for LocalServer {
         Ok(self.0.node_allocs(node_id, min_index, wait).await)
     }
     async fn update_allocs(&self, updates: Vec<AllocClientUpdate>) -> Result<(), String> {
-        self.0.update_allocs(updates).await.map(|_| ()).map_err(|e| e.to_string())
+        self.0
+            .update_allocs(updates)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -87,7 +95,9 @@ fn driver_catalog(
         .collect();
     // Nomad's dev agent enables raw_exec.
     if dev {
-        let raw = configs.entry("raw_exec".into()).or_insert_with(|| json!({}));
+        let raw = configs
+            .entry("raw_exec".into())
+            .or_insert_with(|| json!({}));
         if raw.get("enabled").is_none() {
             raw["enabled"] = json!(true);
         }
@@ -104,10 +114,18 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     let dev = args.dev;
     let server_enabled = dev
         || args.server
-        || file.server.as_ref().and_then(|s| s.enabled).unwrap_or(false);
+        || file
+            .server
+            .as_ref()
+            .and_then(|s| s.enabled)
+            .unwrap_or(false);
     let client_enabled = dev
         || args.client
-        || file.client.as_ref().and_then(|c| c.enabled).unwrap_or(false);
+        || file
+            .client
+            .as_ref()
+            .and_then(|c| c.enabled)
+            .unwrap_or(false);
     if !server_enabled && !client_enabled {
         bail!("Must specify either server, client or dev mode for the agent.");
     }
@@ -246,7 +264,13 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     println!("       Advertise Addrs: HTTP: {http_addr}; RPC: {rpc_addr}");
     println!("            Bind Addrs: HTTP: {http_addr}");
     println!("                Client: {client_enabled}");
-    println!("             Log Level: {}", args.log_level.clone().or(file.log_level.clone()).unwrap_or_else(|| "INFO".into()));
+    println!(
+        "             Log Level: {}",
+        args.log_level
+            .clone()
+            .or(file.log_level.clone())
+            .unwrap_or_else(|| "INFO".into())
+    );
     println!("                Region: {region} (DC: {datacenter})");
     println!("                Server: {server_enabled}");
     println!("               Version: {VERSION}");

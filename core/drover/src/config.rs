@@ -146,7 +146,9 @@ impl AgentFile {
         macro_rules! take {
             ($($f:ident),*) => { $( if other.$f.is_some() { self.$f = other.$f; } )* };
         }
-        take!(name, region, datacenter, data_dir, bind_addr, log_level, plugin_dir);
+        take!(
+            name, region, datacenter, data_dir, bind_addr, log_level, plugin_dir
+        );
         if let Some(p) = other.ports {
             let mine = self.ports.get_or_insert_with(Ports::default);
             if p.http.is_some() {
@@ -213,7 +215,9 @@ plugin "raw_exec" {
 
     #[test]
     fn unknown_top_level_key_is_an_error_naming_it() {
-        let e = parse_str("bogus_key = 1\n", "a.hcl").unwrap_err().to_string();
+        let e = parse_str("bogus_key = 1\n", "a.hcl")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("bogus_key"), "{e}");
     }
 }

@@ -41,7 +41,10 @@ impl CsiPluginConfig {
         if self.id.is_empty() {
             return Err(CsiConfigError::MissingId);
         }
-        if !matches!(self.plugin_type.as_str(), "monolith" | "controller" | "node") {
+        if !matches!(
+            self.plugin_type.as_str(),
+            "monolith" | "controller" | "node"
+        ) {
             return Err(CsiConfigError::BadType(self.plugin_type));
         }
         if self.mount_dir.is_empty() {

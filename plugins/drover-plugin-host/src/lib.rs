@@ -57,11 +57,12 @@ pub fn scan_plugin_dir(dir: &Path) -> Result<Vec<PluginCandidate>, PluginHostErr
         if !meta.is_file() {
             continue;
         }
-        let is_lib = path
-            .extension()
-            .is_some_and(|e| e == "so" || e == "dylib");
+        let is_lib = path.extension().is_some_and(|e| e == "so" || e == "dylib");
         if is_lib {
-            out.push(PluginCandidate { path, kind: "dylib" });
+            out.push(PluginCandidate {
+                path,
+                kind: "dylib",
+            });
         } else if meta.permissions().mode() & 0o111 != 0 {
             out.push(PluginCandidate {
                 path,
@@ -115,10 +116,11 @@ impl DriverCatalog {
         let empty = Value::Object(Default::default());
         for (name, d) in &self.drivers {
             let cfg = configs.get(name).unwrap_or(&empty);
-            d.set_config(cfg).map_err(|source| PluginHostError::Config {
-                name: name.clone(),
-                source,
-            })?;
+            d.set_config(cfg)
+                .map_err(|source| PluginHostError::Config {
+                    name: name.clone(),
+                    source,
+                })?;
         }
         Ok(())
     }
@@ -213,7 +215,9 @@ mod tests {
         cat.configure(&cfg).unwrap();
         assert_eq!(d.config.lock().unwrap().as_ref().unwrap()["x"], 1);
         cfg.insert("nope".to_string(), serde_json::json!({}));
-        assert!(matches!(cat.configure(&cfg), Err(PluginHostError::UnknownPlugin(n)) if n == "nope"));
+        assert!(
+            matches!(cat.configure(&cfg), Err(PluginHostError::UnknownPlugin(n)) if n == "nope")
+        );
         let mut bad = BTreeMap::new();
         bad.insert("rec".to_string(), serde_json::json!({"bad": true}));
         let e = cat.configure(&bad).unwrap_err().to_string();
@@ -228,7 +232,10 @@ mod tests {
         cat.load_plugin_dir(&dir).unwrap();
         std::fs::write(dir.join("libfoo.so"), b"").unwrap();
         let e = cat.load_plugin_dir(&dir).unwrap_err().to_string();
-        assert!(e.contains("libfoo.so") && e.contains("not supported"), "{e}");
+        assert!(
+            e.contains("libfoo.so") && e.contains("not supported"),
+            "{e}"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

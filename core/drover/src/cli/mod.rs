@@ -1,0 +1,268 @@
+//! Command-line interface: `drover agent` runs the agent; every other command is a thin client
+//! of the agent's Nomad-compatible /v1 HTTP API with Nomad's output formats and exit codes
+//! (0 success, 1 error, 2 "placed nothing/some allocations failed to place").
+//!
+//! Must not depend on the server, state or scheduler crates: the CLI only speaks HTTP (through
+//! `api`) and uses `drover-structs` for the shapes of API answers and `drover-jobspec` to read
+//! job files.
+
+mod alloc;
+mod api;
+mod argv;
+mod eval;
+mod format;
+mod job;
+mod job_status;
+mod jobfile;
+mod logs;
+mod lookup;
+mod metrics;
+mod monitor;
+mod node;
+mod server;
+mod status;
+mod timefmt;
+mod ui;
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+use clap::{CommandFactory, Parser, Subcommand};
+
+use self::api::{Client, Connection};
+
+/// What a command reports when it finished without an error of its own making: 0, or Nomad's
+/// special codes (2: allocations failed to place).
+pub type Exit = u8;
+
+/// Address used when neither `--address` nor the environment names one.
+const DEFAULT_ADDRESS: &str = "http://127.0.0.1:4646";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "drover",
+    about = "Drover: a Nomad-compatible cluster scheduler",
+    disable_version_flag = true,
+    arg_required_else_help = true
+)]
+struct Cli {
+    /// Print the version and exit.
+    #[arg(short = 'v', long = "version")]
+    version: bool,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a Drover agent (server, client, or both with -dev)
+    Agent(crate::agent::AgentArgs),
+    /// Interact with jobs
+    Job(job::JobCli),
+    /// Interact with allocations
+    Alloc(alloc::AllocCli),
+    /// Interact with nodes
+    Node(node::NodeCli),
+    /// Interact with evaluations
+    Eval(eval::EvalCli),
+    /// Interact with servers
+    Server(server::ServerCli),
+    /// Display the status of jobs, or of the object an identifier names
+    Status(status::StatusArgs),
+    /// Print the version
+    Version,
+}
+
+/// How to reach the agent; accepted by every client command and its subcommands.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ConnArgs {
+    /// Address of the agent's HTTP API [env: DROVER_ADDR, then NOMAD_ADDR]
+    /// [default: http://127.0.0.1:4646]
+    #[arg(long, global = true, value_name = "ADDR")]
+    address: Option<String>,
+    /// Region to send requests to
+    #[arg(long, global = true, env = "NOMAD_REGION")]
+    region: Option<String>,
+    /// Namespace to work in ("*" lists every namespace where supported)
+    #[arg(long, global = true, env = "NOMAD_NAMESPACE")]
+    namespace: Option<String>,
+    /// ACL token sent as X-Nomad-Token
+    #[arg(long, global = true, env = "NOMAD_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+}
+
+impl ConnArgs {
+    /// A client for the agent these flags (and the environment) name.
+    pub fn client(&self) -> anyhow::Result<Client> {
+        let address = resolve_address(self.address.clone(), |k| std::env::var(k).ok());
+        let client = Client::new(Connection {
+            address,
+            namespace: self.namespace.clone().filter(|s| !s.is_empty()),
+            region: self.region.clone().filter(|s| !s.is_empty()),
+            token: self.token.clone().filter(|s| !s.is_empty()),
+        })?;
+        Ok(client)
+    }
+}
+
+/// `--address`, else `DROVER_ADDR`, else `NOMAD_ADDR`, else the local default. Empty values
+/// count as unset.
+fn resolve_address(flag: Option<String>, env: impl Fn(&str) -> Option<String>) -> String {
+    flag.into_iter()
+        .chain(env("DROVER_ADDR"))
+        .chain(env("NOMAD_ADDR"))
+        .find(|a| !a.trim().is_empty())
+        .unwrap_or_else(|| DEFAULT_ADDRESS.to_string())
+}
+
+/// Runs the command line of this process.
+pub fn main() -> ExitCode {
+    ExitCode::from(run(std::env::args_os().collect()))
+}
+
+fn run(args: Vec<OsString>) -> u8 {
+    let known = argv::known_long_flags(&Cli::command());
+    let args = argv::rewrite_single_dash_flags(args, &known);
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return match e.kind() {
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => 0,
+                _ => 1,
+            };
+        }
+    };
+    if cli.version {
+        print_version();
+        return 0;
+    }
+    let Some(command) = cli.command else {
+        // arg_required_else_help makes clap print help before we get here; be safe anyway.
+        ui::err("a command is required; see drover --help");
+        return 1;
+    };
+    if let Command::Agent(args) = command {
+        return match crate::agent::run(args) {
+            Ok(()) => 0,
+            Err(e) => {
+                ui::err(&format!("Error: {e:#}"));
+                1
+            }
+        };
+    }
+    restore_default_sigpipe();
+    match dispatch(command) {
+        Ok(code) => code,
+        Err(e) => {
+            ui::err(&format!("{e:#}"));
+            1
+        }
+    }
+}
+
+fn dispatch(command: Command) -> anyhow::Result<Exit> {
+    match command {
+        Command::Agent(_) => unreachable_agent(),
+        Command::Job(cmd) => job::run(cmd),
+        Command::Alloc(cmd) => alloc::run(cmd),
+        Command::Node(cmd) => node::run(cmd),
+        Command::Eval(cmd) => eval::run(cmd),
+        Command::Server(cmd) => server::run(cmd),
+        Command::Status(args) => status::run(args),
+        Command::Version => {
+            print_version();
+            Ok(0)
+        }
+    }
+}
+
+/// `run` hands `agent` to the agent before dispatching; reaching this is a wiring mistake.
+fn unreachable_agent() -> anyhow::Result<Exit> {
+    anyhow::bail!("internal error: the agent command was dispatched as a client command")
+}
+
+fn print_version() {
+    ui::out(&format!("Drover v{}", env!("CARGO_PKG_VERSION")));
+}
+
+/// Client commands behave like other Unix tools when their output pipe closes (`| head`): they
+/// end quietly. Rust ignores SIGPIPE by default, which would turn that into write errors. The
+/// agent keeps the ignored disposition: it writes to sockets and child pipes.
+fn restore_default_sigpipe() {
+    // SAFETY: installing SIG_DFL for SIGPIPE before any thread is spawned; no handler code runs.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn command_tree_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn address_prefers_flag_then_drover_then_nomad_env() {
+        let env = |k: &str| match k {
+            "DROVER_ADDR" => Some("http://d:1".to_string()),
+            "NOMAD_ADDR" => Some("http://n:2".to_string()),
+            _ => None,
+        };
+        assert_eq!(
+            resolve_address(Some("http://f:3".into()), env),
+            "http://f:3"
+        );
+        assert_eq!(resolve_address(None, env), "http://d:1");
+        let nomad_only = |k: &str| (k == "NOMAD_ADDR").then(|| "http://n:2".to_string());
+        assert_eq!(resolve_address(None, nomad_only), "http://n:2");
+        assert_eq!(
+            resolve_address(Some(String::new()), |_| None),
+            DEFAULT_ADDRESS
+        );
+    }
+
+    #[test]
+    fn nomad_style_flags_parse_after_rewriting() {
+        let known = argv::known_long_flags(&Cli::command());
+        let args = [
+            "drover",
+            "job",
+            "stop",
+            "-purge",
+            "-detach",
+            "-address=http://h:1",
+            "web",
+        ]
+        .iter()
+        .map(OsString::from)
+        .collect();
+        let cli = Cli::try_parse_from(argv::rewrite_single_dash_flags(args, &known)).unwrap();
+        let Some(Command::Job(job)) = cli.command else {
+            panic!("expected job command");
+        };
+        assert_eq!(job.conn.address.as_deref(), Some("http://h:1"));
+        assert!(
+            matches!(job.command, job::JobCommand::Stop(ref s) if s.purge && s.detach && s.job == "web")
+        );
+    }
+
+    #[test]
+    fn agent_flags_are_known_for_rewriting() {
+        let known = argv::known_long_flags(&Cli::command());
+        assert!(known.contains("dev"));
+        assert!(known.contains("detach"));
+        assert!(!known.contains("f"));
+    }
+
+    #[test]
+    fn usage_errors_exit_one() {
+        assert_eq!(
+            run(vec!["drover".into(), "job".into(), "frobnicate".into()]),
+            1
+        );
+    }
+}
