@@ -96,10 +96,8 @@ impl TaskRunner {
     fn set_state(&mut self, state: &str) {
         self.state.state = state.into();
         match state {
-            TASK_STATE_RUNNING => {
-                if self.state.started_at.is_none() {
-                    self.state.started_at = Some(format_rfc3339_nanos(now_nanos()));
-                }
+            TASK_STATE_RUNNING if self.state.started_at.is_none() => {
+                self.state.started_at = Some(format_rfc3339_nanos(now_nanos()));
             }
             TASK_STATE_DEAD => {
                 self.state.finished_at = Some(format_rfc3339_nanos(now_nanos()));

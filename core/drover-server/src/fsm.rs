@@ -11,6 +11,9 @@ use serde::{Deserialize, Serialize};
 
 pub const LOG_ENTRY_VERSION: u32 = 1;
 
+// Entries are built once per proposal and encoded right away; boxing the large variants would
+// buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "Type")]
 pub enum LogEntry {

@@ -20,10 +20,6 @@ impl HeartbeatTimers {
             .insert(node_id.to_string(), Instant::now() + ttl);
     }
 
-    pub fn remove(&self, node_id: &str) {
-        self.lock().remove(node_id);
-    }
-
     pub fn clear(&self) {
         self.lock().clear();
     }

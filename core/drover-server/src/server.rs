@@ -292,7 +292,7 @@ impl Server {
         purge: bool,
     ) -> Result<(String, u64), ServerError> {
         let Some(job) = self.snapshot().job(namespace, job_id) else {
-            return Err(ServerError::NotFound(format!("job not found")));
+            return Err(ServerError::NotFound("job not found".into()));
         };
         let mut eval = Evaluation::for_job(&job, TRIGGER_JOB_DEREGISTER);
         let entry = if purge {

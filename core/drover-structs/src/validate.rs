@@ -381,15 +381,12 @@ fn validate_reschedule(r: &ReschedulePolicy) -> Result<(), MultiError> {
     if !r.unlimited && r.attempts > 0 && r.interval <= 0 {
         m.push("Interval must be a non zero value if Attempts > 0");
     }
-    if r.delay_function == "" && (r.attempts > 0 || r.unlimited) {
-        m.push(format!(
-            "Invalid delay function {:?}, must be one of [constant exponential fibonacci]",
-            r.delay_function
-        ));
-    } else if !matches!(
+    let known = matches!(
         r.delay_function.as_str(),
-        "" | "constant" | "exponential" | "fibonacci"
-    ) {
+        "constant" | "exponential" | "fibonacci"
+    );
+    let needed = r.attempts > 0 || r.unlimited;
+    if !known && (needed || !r.delay_function.is_empty()) {
         m.push(format!(
             "Invalid delay function {:?}, must be one of [constant exponential fibonacci]",
             r.delay_function

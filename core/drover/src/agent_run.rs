@@ -174,6 +174,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding HTTP listener on {http_addr}"))?;
 
+    warn_ignored_settings(&file);
     let mut sc = ServerConfig::new(data_dir.join("server"));
     sc.region = region.clone();
     sc.datacenter = datacenter.clone();
@@ -292,6 +293,22 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         let _ = std::fs::remove_dir_all(d);
     }
     Ok(())
+}
+
+/// Settings Nomad accepts in `server` and `client` blocks that Drover does not act on yet: said
+/// once at start-up, so nobody believes they took effect.
+fn warn_ignored_settings(file: &AgentFile) {
+    let server = file
+        .server
+        .iter()
+        .flat_map(|s| s.other.keys().map(|k| format!("server.{k}")));
+    let client = file
+        .client
+        .iter()
+        .flat_map(|c| c.other.keys().map(|k| format!("client.{k}")));
+    for key in server.chain(client) {
+        tracing::warn!(setting = %key, "agent setting is not supported yet and has no effect");
+    }
 }
 
 async fn wait_for_signal() {
