@@ -173,6 +173,32 @@ impl Agent {
         serde_json::from_str(&body).map_err(|e| format!("{e}: {body}"))
     }
 
+    /// GET returning status, body and the `X-Nomad-Index` header (0 when absent).
+    pub fn get_with_index(&self, path: &str) -> (u16, String, u64) {
+        let url = format!("{}{}", self.addr(), path);
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        match agent.get(&url).call() {
+            Ok(mut r) => {
+                let index = r
+                    .headers()
+                    .get("X-Nomad-Index")
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
+                let status = r.status().as_u16();
+                (
+                    status,
+                    r.body_mut().read_to_string().unwrap_or_default(),
+                    index,
+                )
+            }
+            Err(e) => (0, e.to_string(), 0),
+        }
+    }
+
     /// Sends a request with a raw body; returns status and body text.
     pub fn send(&self, method: &str, path: &str, body: &str) -> (u16, String) {
         let url = format!("{}{}", self.addr(), path);

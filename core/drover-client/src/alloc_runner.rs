@@ -100,8 +100,6 @@ pub fn start(
             )
         })?;
     let dir = AllocDir::new(&env.data_dir, &alloc.id).map_err(|e| e.to_string())?;
-    let names: Vec<String> = group.tasks.iter().map(|t| t.name.clone()).collect();
-    dir.build(&names).map_err(|e| e.to_string())?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let (done_tx, done_rx) = watch::channel(false);
     let handle = AllocRunnerHandle {
@@ -126,6 +124,26 @@ async fn run(
     mut stop_rx: watch::Receiver<bool>,
     done_tx: watch::Sender<bool>,
 ) {
+    // Directory creation is many small blocking syscalls: off the async threads, and in
+    // parallel with other allocations' setup.
+    let names: Vec<String> = group.tasks.iter().map(|t| t.name.clone()).collect();
+    let build_dir = dir.clone();
+    let built = tokio::task::spawn_blocking(move || build_dir.build(&names)).await;
+    if let Some(err) = match built {
+        Ok(Ok(())) => None,
+        Ok(Err(e)) => Some(e.to_string()),
+        Err(e) => Some(e.to_string()),
+    } {
+        let _ = env.updates.send(AllocClientUpdate {
+            id: alloc.id.clone(),
+            client_status: ALLOC_CLIENT_FAILED.into(),
+            client_description: format!("failed to build allocation directory: {err}"),
+            task_states: None,
+            modify_time: drover_structs::time::now_nanos(),
+        });
+        let _ = done_tx.send(true);
+        return;
+    }
     let (task_tx, mut task_rx) = mpsc::unbounded_channel::<TaskStateUpdate>();
     let mut states: BTreeMap<String, TaskState> = BTreeMap::new();
     let mut kills: BTreeMap<String, watch::Sender<Option<KillReason>>> = BTreeMap::new();

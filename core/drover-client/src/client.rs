@@ -79,7 +79,7 @@ impl ClientConfig {
             http_addr: String::new(),
             version: env!("CARGO_PKG_VERSION").into(),
             drivers: BTreeMap::new(),
-            update_interval: Duration::from_millis(50),
+            update_interval: Duration::from_millis(10),
         }
     }
 }
@@ -230,10 +230,18 @@ impl Client {
             }
         };
         for (id, bytes) in records {
-            let Ok(rec) = serde_json::from_slice::<AllocRecord>(&bytes) else {
+            let Ok(mut rec) = serde_json::from_slice::<AllocRecord>(&bytes) else {
                 tracing::warn!(alloc = %id, "client state record unreadable; skipping");
                 continue;
             };
+            if let Ok(Some(status)) = db.get_alloc_status(&id)
+                && let Ok(u) = serde_json::from_slice::<AllocClientUpdate>(&status)
+            {
+                rec.alloc.client_status = u.client_status;
+                if let Some(ts) = u.task_states {
+                    rec.task_states = ts;
+                }
+            }
             known.insert(id.clone(), rec.alloc.alloc_modify_index);
             if rec.alloc.server_terminal()
                 || rec.task_states.values().all(|s| s.state == TASK_STATE_DEAD)
@@ -544,30 +552,17 @@ async fn sync_updates<S: ServerConn>(
 
 async fn persist_task_states(db: &ClientStateDb, batch: &[AllocClientUpdate]) {
     let db = db.clone();
-    let batch = batch.to_vec();
+    let encoded: Vec<(String, Vec<u8>)> = batch
+        .iter()
+        .map(|u| (u.id.clone(), serde_json::to_vec(u).unwrap_or_default()))
+        .collect();
     let _ = tokio::task::spawn_blocking(move || {
-        let mut recs = Vec::new();
-        for u in &batch {
-            let Ok(Some(bytes)) = db.get_alloc(&u.id) else {
-                continue;
-            };
-            let Ok(mut rec) = serde_json::from_slice::<AllocRecord>(&bytes) else {
-                continue;
-            };
-            if let Some(ts) = &u.task_states {
-                rec.task_states = ts.clone();
-            }
-            rec.alloc.client_status = u.client_status.clone();
-            recs.push((u.id.clone(), serde_json::to_vec(&rec).unwrap_or_default()));
-        }
-        let refs: Vec<(&str, &[u8])> = recs
+        let refs: Vec<(&str, &[u8])> = encoded
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_slice()))
             .collect();
-        if !refs.is_empty()
-            && let Err(e) = db.put_allocs(&refs)
-        {
-            tracing::warn!(error = %e, "saving task states");
+        if let Err(e) = db.put_alloc_statuses(&refs) {
+            tracing::warn!(error = %e, "saving allocation status");
         }
     })
     .await;

@@ -20,6 +20,9 @@ const ALLOCS: TableDefinition<&str, &[u8]> = TableDefinition::new("allocs");
 const TASK_HANDLES: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("task_handles");
 /// Agent metadata such as the node id and secret.
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+/// What the client last reported per allocation (task states): small, rewritten often, so kept
+/// apart from the allocation itself, which carries its whole job and is written once.
+const ALLOC_STATUS: TableDefinition<&str, &[u8]> = TableDefinition::new("alloc_status");
 
 #[derive(Debug, thiserror::Error)]
 pub enum StateDbError {
@@ -81,6 +84,7 @@ impl ClientStateDb {
             txn.open_table(ALLOCS)?;
             txn.open_table(TASK_HANDLES)?;
             txn.open_table(META)?;
+            txn.open_table(ALLOC_STATUS)?;
             Ok(())
         })?;
         Ok(state)
@@ -131,8 +135,27 @@ impl ClientStateDb {
 
     /// Removes an allocation together with all of its task handles, in one transaction, so a
     /// crash can never leave handles of an allocation that is gone.
+    /// Saves the latest status of several allocations in one transaction.
+    pub fn put_alloc_statuses(&self, statuses: &[(&str, &[u8])]) -> Result<(), StateDbError> {
+        self.write("put allocation status", |txn| {
+            let mut table = txn.open_table(ALLOC_STATUS)?;
+            for (alloc_id, value) in statuses {
+                table.insert(*alloc_id, *value)?;
+            }
+            Ok(())
+        })
+    }
+
+    pub fn get_alloc_status(&self, alloc_id: &str) -> Result<Option<Vec<u8>>, StateDbError> {
+        self.read("get allocation status", |txn| {
+            let table = txn.open_table(ALLOC_STATUS)?;
+            Ok(table.get(alloc_id)?.map(|value| value.value().to_vec()))
+        })
+    }
+
     pub fn delete_alloc(&self, alloc_id: &str) -> Result<(), StateDbError> {
         self.write("delete allocation", |txn| {
+            txn.open_table(ALLOC_STATUS)?.remove(alloc_id)?;
             txn.open_table(ALLOCS)?.remove(alloc_id)?;
             remove_task_handles(txn, alloc_id)
         })

@@ -130,25 +130,22 @@ impl TaskRunner {
         if self.recovered.is_none() && self.state.events.len() <= 1 {
             self.event(TaskEvent::new(TASK_EVENT_SETUP).with_message("Building Task Directory"));
         }
-        let pumps = (|| {
-            create_fifo(&stdout_fifo)?;
-            create_fifo(&stderr_fifo)?;
-            let out = LogPump::start(
-                &stdout_fifo,
-                &self.ctx.log_dir,
-                &name,
-                LogKind::Stdout,
-                log_cfg,
-            )?;
-            let err = LogPump::start(
-                &stderr_fifo,
-                &self.ctx.log_dir,
-                &name,
-                LogKind::Stderr,
-                log_cfg,
-            )?;
+        // FIFOs and log files are blocking filesystem work: on the blocking pool.
+        let (fo, fe, log_dir, task_name) = (
+            stdout_fifo.clone(),
+            stderr_fifo.clone(),
+            self.ctx.log_dir.clone(),
+            name.clone(),
+        );
+        let pumps = tokio::task::spawn_blocking(move || {
+            create_fifo(&fo)?;
+            create_fifo(&fe)?;
+            let out = LogPump::start(&fo, &log_dir, &task_name, LogKind::Stdout, log_cfg)?;
+            let err = LogPump::start(&fe, &log_dir, &task_name, LogKind::Stderr, log_cfg)?;
             Ok::<_, crate::logs::LogError>((out, err))
-        })();
+        })
+        .await
+        .unwrap_or(Err(crate::logs::LogError::NoRuntime));
         let pumps = match pumps {
             Ok(p) => p,
             Err(e) => {
