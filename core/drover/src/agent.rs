@@ -47,6 +47,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
