@@ -279,3 +279,321 @@ pub fn output_text(o: &Output) -> String {
         String::from_utf8_lossy(&o.stderr)
     )
 }
+
+/// Environment variable the servers read their fault file from (see drover-rpc's `Faults`).
+pub const FAULTS_ENV: &str = "DROVER_TEST_FAULTS";
+
+/// One `drover agent --server` process of a [`ServerCluster`], restartable on the same data
+/// dir and ports.
+pub struct ServerProc {
+    /// The running process; `None` while stopped.
+    pub agent: Option<Agent>,
+    pub http_port: u16,
+    pub rpc_port: u16,
+    pub dir: PathBuf,
+    /// Addresses listed here are cut off from this server (read every 100 ms).
+    pub faults_file: PathBuf,
+    args: Vec<String>,
+}
+
+impl ServerProc {
+    pub fn rpc_addr(&self) -> String {
+        format!("127.0.0.1:{}", self.rpc_port)
+    }
+
+    pub fn http_addr(&self) -> String {
+        format!("http://127.0.0.1:{}", self.http_port)
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.join("agent.log")
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .expect("open server log");
+        let child = Command::new(drover_bin())
+            .args(&self.args)
+            .env(FAULTS_ENV, &self.faults_file)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("clone log fd"))
+            .stderr(log)
+            .spawn()
+            .expect("spawn drover server");
+        self.agent = Some(Agent {
+            child,
+            http_port: self.http_port,
+            rpc_port: self.rpc_port,
+            data_dir: self.dir.clone(),
+            log_path: self.log_path(),
+        });
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.agent.is_some()
+    }
+}
+
+/// Servers started together as one cluster (`--bootstrap-expect N`, each joining the first),
+/// without clients, on loopback ports.
+pub struct ServerCluster {
+    pub servers: Vec<ServerProc>,
+    pub dir: PathBuf,
+}
+
+impl ServerCluster {
+    /// Starts `n` servers; `config` (agent HCL) is given to each when not empty. Returns once
+    /// every server knows the same leader.
+    pub fn start(dir: &Path, n: usize, config: &str) -> ServerCluster {
+        let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
+        let seed = format!("127.0.0.1:{}", ports[0].1);
+        let mut servers = Vec::new();
+        for (i, (http_port, rpc_port)) in ports.into_iter().enumerate() {
+            let sdir = dir.join(format!("s{i}"));
+            std::fs::create_dir_all(&sdir).expect("server dir");
+            let mut args: Vec<String> = [
+                "agent",
+                "--server",
+                "--bind",
+                "127.0.0.1",
+                "--node",
+                &format!("s{i}"),
+                "--bootstrap-expect",
+                &n.to_string(),
+                "--join",
+                &seed,
+                "--log-level",
+                "debug",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+            args.extend([
+                "--data-dir".to_string(),
+                sdir.join("data").display().to_string(),
+                "--http-port".to_string(),
+                http_port.to_string(),
+                "--rpc-port".to_string(),
+                rpc_port.to_string(),
+            ]);
+            if !config.is_empty() {
+                let path = sdir.join("agent.hcl");
+                std::fs::write(&path, config).expect("write agent config");
+                args.extend(["--config".to_string(), path.display().to_string()]);
+            }
+            servers.push(ServerProc {
+                agent: None,
+                http_port,
+                rpc_port,
+                faults_file: sdir.join("faults"),
+                dir: sdir,
+                args,
+            });
+        }
+        for s in &mut servers {
+            s.spawn();
+        }
+        let cluster = ServerCluster {
+            servers,
+            dir: dir.to_path_buf(),
+        };
+        cluster.wait_agreed_leader(Duration::from_secs(60));
+        cluster
+    }
+
+    /// GET a JSON document from server `i`.
+    pub fn get(&self, i: usize, path: &str) -> Result<Value, String> {
+        http_call(
+            "GET",
+            &format!("{}{path}", self.servers[i].http_addr()),
+            None,
+        )
+        .and_then(|(status, body)| {
+            if status == 200 {
+                serde_json::from_str(&body).map_err(|e| format!("{e}: {body}"))
+            } else {
+                Err(format!("{status}: {body}"))
+            }
+        })
+    }
+
+    /// Sends a request to server `i`; returns status and body (status 0: no answer).
+    pub fn send(&self, i: usize, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
+        match http_call(
+            method,
+            &format!("{}{path}", self.servers[i].http_addr()),
+            body,
+        ) {
+            Ok(r) => r,
+            Err(e) => (0, e),
+        }
+    }
+
+    /// Index of the server whose RPC address `addr` is.
+    pub fn index_of(&self, addr: &str) -> Option<usize> {
+        self.servers.iter().position(|s| s.rpc_addr() == addr)
+    }
+
+    /// The leader every running server names, if they agree on one.
+    pub fn agreed_leader(&self) -> Option<usize> {
+        let mut leader = None;
+        for (i, s) in self.servers.iter().enumerate() {
+            if !s.is_running() {
+                continue;
+            }
+            let named = self.get(i, "/v1/status/leader").ok()?;
+            let idx = self.index_of(named.as_str()?)?;
+            if leader.is_some_and(|l| l != idx) {
+                return None;
+            }
+            leader = Some(idx);
+        }
+        leader.filter(|l| self.servers[*l].is_running())
+    }
+
+    /// Waits until every running server names the same, running leader.
+    pub fn wait_agreed_leader(&self, timeout: Duration) -> usize {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(l) = self.agreed_leader() {
+                return l;
+            }
+            if Instant::now() > deadline {
+                panic!("no agreed leader within {timeout:?}\n{}", self.logs());
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+
+    /// SIGKILLs server `i`.
+    pub fn kill9(&mut self, i: usize) {
+        if let Some(mut a) = self.servers[i].agent.take() {
+            a.kill9();
+        }
+    }
+
+    /// Stops server `i` with SIGTERM (SIGKILL after 10 s).
+    pub fn stop(&mut self, i: usize) {
+        if let Some(mut a) = self.servers[i].agent.take() {
+            a.terminate();
+        }
+    }
+
+    /// Starts server `i` again with the same data dir, ports and flags.
+    pub fn restart(&mut self, i: usize) {
+        assert!(!self.servers[i].is_running(), "server {i} is running");
+        self.servers[i].spawn();
+    }
+
+    /// Cuts server `i` off from every other server, both ways.
+    pub fn isolate(&self, i: usize) {
+        let others: Vec<String> = (0..self.servers.len())
+            .filter(|j| *j != i)
+            .map(|j| self.servers[j].rpc_addr())
+            .collect();
+        std::fs::write(&self.servers[i].faults_file, others.join("\n")).expect("faults file");
+        for (j, s) in self.servers.iter().enumerate() {
+            if j != i {
+                std::fs::write(&s.faults_file, self.servers[i].rpc_addr()).expect("faults file");
+            }
+        }
+        // The servers re-read their fault files every 100 ms.
+        std::thread::sleep(Duration::from_millis(300));
+    }
+
+    /// Removes every fault.
+    pub fn heal(&self) {
+        for s in &self.servers {
+            let _ = std::fs::remove_file(&s.faults_file);
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+
+    /// The state digest server `i` reports about itself (`?stale`), with its index.
+    pub fn digest(&self, i: usize) -> Option<(String, u64)> {
+        let d = self.get(i, "/v1/operator/raft/state-digest?stale").ok()?;
+        Some((d["Digest"].as_str()?.to_string(), d["Index"].as_u64()?))
+    }
+
+    /// Waits until every running server reports the same digest; returns it.
+    pub fn wait_equal_digests(&self, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let digests: Vec<Option<(String, u64)>> = (0..self.servers.len())
+                .filter(|i| self.servers[*i].is_running())
+                .map(|i| self.digest(i))
+                .collect();
+            if let Some(Some(first)) = digests.first()
+                && digests.iter().all(|d| d.as_ref() == Some(first))
+            {
+                return first.0.clone();
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "digests still differ after {timeout:?}: {digests:?}\n{}",
+                    self.logs()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The tail of every server's log, for failure messages.
+    pub fn logs(&self) -> String {
+        let mut out = String::new();
+        for (i, s) in self.servers.iter().enumerate() {
+            let log = std::fs::read_to_string(s.log_path()).unwrap_or_default();
+            let lines: Vec<&str> = log.lines().filter(|l| !l.contains("DEBUG")).collect();
+            let tail = &lines[lines.len().saturating_sub(40)..];
+            out.push_str(&format!(
+                "--- server {i} ({}) ---\n{}\n",
+                s.rpc_addr(),
+                tail.join("\n")
+            ));
+        }
+        out
+    }
+
+    /// Runs the CLI against server `i`.
+    pub fn cli(&self, i: usize, args: &[&str]) -> Output {
+        Command::new(drover_bin())
+            .args(args)
+            .env("DROVER_ADDR", self.servers[i].http_addr())
+            .env_remove("NOMAD_ADDR")
+            .output()
+            .expect("run drover CLI")
+    }
+}
+
+impl Drop for ServerCluster {
+    fn drop(&mut self) {
+        for i in 0..self.servers.len() {
+            self.kill9(i);
+        }
+    }
+}
+
+/// One HTTP request with a 15 s overall timeout; status 0 never comes back (errors are `Err`).
+pub fn http_call(method: &str, url: &str, body: Option<&str>) -> Result<(u16, String), String> {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(15)))
+        .build()
+        .into();
+    let response = match (method, body) {
+        ("PUT", Some(b)) => agent.put(url).send(b),
+        ("POST", Some(b)) => agent.post(url).send(b),
+        ("DELETE", _) => agent.delete(url).call(),
+        _ => agent.get(url).call(),
+    };
+    match response {
+        Ok(mut r) => {
+            let status = r.status().as_u16();
+            Ok((status, r.body_mut().read_to_string().unwrap_or_default()))
+        }
+        Err(e) => Err(e.to_string()),
+    }
+}

@@ -211,11 +211,114 @@ fn dependency_arrows_of_architecture_md_hold() {
             &mut e,
         );
     }
+    // The docker driver talks to the daemon through bollard, which is async: it runs its own
+    // small Tokio runtime internally behind the synchronous contract, so tokio is allowed
+    // there. Everything else drivers must not depend on still applies.
+    check(
+        &c,
+        "drover-driver-docker",
+        &[
+            "drover-structs",
+            "drover-client",
+            "drover-server",
+            "drover-plugin-host",
+        ],
+        "drivers implement the abi contract only",
+        &mut e,
+    );
+    // In-process plugins: the ABI crate, the SDK and kit plugin authors use, and the example.
+    let plugin_side: Vec<&str> = CORE
+        .iter()
+        .copied()
+        .chain(["tokio", "tonic", "drover-plugin-host", "drover-driver-*"])
+        .collect();
+    check(
+        &c,
+        "drover-abi-ffi",
+        &[
+            plugin_side.as_slice(),
+            &["drover-plugin-sdk", "drover-driver-testkit"],
+        ]
+        .concat(),
+        "the plugin ABI is abi_stable over drover-abi only",
+        &mut e,
+    );
+    check(
+        &c,
+        "drover-driver-testkit",
+        &plugin_side,
+        "plugin authors build without the agent",
+        &mut e,
+    );
+    // The SDK brings tokio and tonic only with its `sidecar` feature, which the metadata
+    // unifies in (skeleton-sidecar enables it): `cdylib_plugins_build_without_tokio_or_tonic`
+    // checks the SDK's default build on its own.
+    let agent_side: Vec<&str> = CORE
+        .iter()
+        .copied()
+        .chain(["drover-plugin-host", "drover-driver-*"])
+        .collect();
+    for krate in ["drover-plugin-sdk", "skeleton-driver", "skeleton-sidecar"] {
+        check(
+            &c,
+            krate,
+            &[agent_side.as_slice(), &["drover-driver-testkit"]].concat(),
+            "plugin authors build without the agent",
+            &mut e,
+        );
+    }
+    check(
+        &c,
+        "drover-plugin-proto",
+        &["drover-*"],
+        "the protocol crate is the wire only: tonic/prost code and its encodings",
+        &mut e,
+    );
     assert!(
         e.is_empty(),
         "broken dependency arrows:\n  {}",
         e.join("\n  ")
     );
+}
+
+/// Normal dependencies of `packages` built on their own, with the features only they enable
+/// (`cargo tree` resolves features for the packages selected, unlike `cargo metadata`).
+fn own_build_dependencies(packages: &[&str]) -> BTreeSet<String> {
+    let mut args = vec![
+        "tree", "-e", "normal", "--prefix", "none", "--format", "{p}",
+    ];
+    for p in packages {
+        args.extend(["-p", p]);
+    }
+    let out = Command::new(env!("CARGO"))
+        .args(&args)
+        .current_dir(drover_tests::workspace_root())
+        .output()
+        .expect("run cargo tree");
+    assert!(
+        out.status.success(),
+        "cargo tree failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .collect()
+}
+
+#[test]
+fn cdylib_plugins_build_without_tokio_or_tonic() {
+    for package in ["drover-plugin-sdk", "skeleton-driver"] {
+        let deps = own_build_dependencies(&[package]);
+        for runtime in ["tokio", "tonic"] {
+            assert!(
+                !deps.contains(runtime),
+                "{package} built alone pulls in {runtime}; the SDK's sidecar feature must stay optional"
+            );
+        }
+    }
+    // The check can fail: the sidecar example does depend on them.
+    assert!(own_build_dependencies(&["skeleton-sidecar"]).contains("tokio"));
 }
 
 #[test]

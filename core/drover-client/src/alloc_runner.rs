@@ -220,6 +220,7 @@ async fn run(
 
     let mut last_sent: Option<(String, BTreeMap<String, TaskState>)> = None;
     let mut stopping = false;
+    let mut commands_closed = false;
     loop {
         let (status, desc) = client_status(&states);
         if last_sent.as_ref() != Some(&(status.to_string(), states.clone())) {
@@ -251,8 +252,12 @@ async fn run(
                     }
                 }
             }
-            changed = stop_rx.changed(), if !stopping => {
-                if changed.is_err() || *stop_rx.borrow() {
+            changed = stop_rx.changed(), if !stopping && !commands_closed => {
+                // The client dropped its handle (the agent is exiting): no more commands, and
+                // the tasks keep running to be recovered on restart, as Nomad leaves them.
+                if changed.is_err() {
+                    commands_closed = true;
+                } else if *stop_rx.borrow() {
                     stopping = true;
                     for tx in kills.values() {
                         let _ = tx.send(Some(KillReason::Stop));

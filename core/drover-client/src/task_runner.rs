@@ -235,7 +235,15 @@ impl TaskRunner {
 
             let exit = tokio::select! {
                 exit = wait_exit(self.ctx.driver.clone(), task_id.clone()) => exit,
-                _ = kill.changed() => continue,
+                changed = kill.changed() => {
+                    if changed.is_err() {
+                        // The allocation runner is gone: nobody can ask for a kill any more, so
+                        // only the task's own exit ends this wait.
+                        wait_exit(self.ctx.driver.clone(), task_id.clone()).await
+                    } else {
+                        continue;
+                    }
+                }
             };
             running = None;
             let mut ev = TaskEvent::new(TASK_EVENT_TERMINATED);

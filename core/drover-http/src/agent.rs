@@ -36,7 +36,7 @@ fn member(s: &AppState) -> Value {
             "region": a.region,
             "dc": a.datacenter,
             "role": "nomad",
-            "id": s.server.config().raft_id.to_string(),
+            "id": s.server.id().to_string(),
             "rpc_addr": rpc_ip,
             "port": rpc_port.to_string(),
             "bootstrap": "1",
@@ -56,12 +56,7 @@ fn member(s: &AppState) -> Value {
 }
 
 fn leader_addr(s: &AppState) -> String {
-    // Other servers' addresses are not known here; a single server is its own leader.
-    if s.server.is_leader() {
-        s.agent.rpc_addr.to_string()
-    } else {
-        String::new()
-    }
+    s.server.leader_address().unwrap_or_default()
 }
 
 /// `GET /v1/agent/self`: `{"config", "member", "stats"}` as Nomad's agent answers.
@@ -89,7 +84,12 @@ pub(crate) async fn agent_self(
             "last_log_index": raft.last_log_index.to_string(),
             "last_snapshot_index": raft.snapshot_index.to_string(),
             "num_peers": raft.voters.len().saturating_sub(1).to_string(),
-            "last_contact": "0",
+            // Go's Duration strings, as Nomad's raft stats: "0" on the leader, "never" without one.
+            "last_contact": match s.server.last_leader_contact() {
+                Some(d) if d.is_zero() => "0".to_string(),
+                Some(d) => format!("{d:?}"),
+                None => "never".to_string(),
+            },
         },
         "runtime": {
             "arch": std::env::consts::ARCH,
@@ -161,15 +161,7 @@ pub(crate) async fn leader(State(s): State<AppState>) -> Result<Response, ApiErr
 
 /// `GET /v1/status/peers`: RPC addresses of the Raft voters.
 pub(crate) async fn peers(State(s): State<AppState>) -> Result<Response, ApiError> {
-    let raft = s.server.raft_status();
-    let own_id = s.server.config().raft_id;
-    let peers: Vec<String> = raft
-        .voters
-        .iter()
-        .filter(|id| **id == own_id)
-        .map(|_| s.agent.rpc_addr.to_string())
-        .collect();
-    respond_json(&peers, None, false)
+    respond_json(&s.server.peer_addresses(), None, false)
 }
 
 /// `GET /v1/regions`.

@@ -10,12 +10,14 @@ mod agent;
 mod allocs;
 mod body;
 mod client_fs;
+mod consistency;
 mod error;
 mod evals;
 mod jobs;
 mod jobspec;
 mod logs;
 mod nodes;
+mod operator;
 mod query;
 mod response;
 mod stream;
@@ -29,7 +31,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 
 pub use query::parse_go_duration;
 
@@ -124,9 +126,28 @@ pub fn router(
         .route("/v1/client/fs/stat/{alloc}", get(client_fs::stat))
         .route("/v1/client/fs/cat/{alloc}", get(client_fs::cat))
         .route("/v1/client/stats", get(client_fs::stats))
+        .route(
+            "/v1/operator/raft/configuration",
+            get(operator::raft_configuration),
+        )
+        .route("/v1/operator/raft/peer", delete(operator::remove_peer))
+        .route(
+            "/v1/operator/raft/state-digest",
+            get(operator::state_digest),
+        )
+        .route(
+            "/v1/operator/snapshot",
+            get(operator::snapshot_save)
+                .put(operator::snapshot_restore)
+                .layer(DefaultBodyLimit::max(operator::MAX_SNAPSHOT_BYTES)),
+        )
         .fallback(error::not_found_fallback)
         .method_not_allowed_fallback(error::method_not_allowed_fallback)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            consistency::layer,
+        ))
         .with_state(state)
 }
 

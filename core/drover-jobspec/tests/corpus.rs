@@ -1,7 +1,8 @@
 //! Parses every job file of the shared corpus and compares the result with
 //! what Nomad 1.1.2's `nomad job run -output` printed for it.
 //!
-//! Skips (with a message) when the shared folder is absent.
+//! Skips (with a message) when the shared folder is absent. Every remaining difference it
+//! prints is listed, with its reason, in `docs/JOBSPEC-DIFFERENCES.md`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -198,6 +198,19 @@ fn resource_hungry_functions_are_bounded() {
     }
 }
 
+/// `file()` reads regular files only: devices and FIFOs would fill memory or block.
+#[test]
+fn file_functions_refuse_devices() {
+    let vars = Variables::default();
+    for path in ["/dev/zero", "/dev/stdin", "/proc/self"] {
+        for f in ["file", "filebase64"] {
+            let src = format!("job \"x\" {{\n meta = {{ a = {f}(\"{path}\") }}\n}}");
+            let e = parse_hcl(&src, "f.nomad", &vars).unwrap_err().to_string();
+            assert!(e.contains("failed to read"), "{f}({path}): {e}");
+        }
+    }
+}
+
 /// Jobs whose evaluation would multiply data without bound must fail fast.
 #[test]
 fn exponential_jobs_are_refused_quickly() {

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::error::RaftError;
+use crate::peers::{PEERS_JSON, PeerBook};
 
 /// Default cap on one proposal's size. Large enough for big job specs, small enough that one
 /// entry fits in one transport message (gRPC's default limit is 4 MiB; the transport raises it).
@@ -19,6 +20,8 @@ pub struct RaftConfig {
     /// Voters written into a fresh data dir. Ignored once the data dir holds a configuration.
     /// `[id]` is a single-voter cluster (the dev agent); empty means "wait to be added".
     pub initial_voters: Vec<u64>,
+    /// Where the initial voters are reached, written with them into a fresh data dir.
+    pub initial_peers: PeerBook,
     /// Length of one Raft tick.
     pub tick_interval: Duration,
     /// Ticks without a heartbeat before a follower campaigns (randomized up to 2x by raft).
@@ -42,6 +45,7 @@ impl RaftConfig {
             id,
             data_dir: data_dir.into(),
             initial_voters,
+            initial_peers: PeerBook::new(),
             tick_interval: Duration::from_millis(100),
             election_tick: 10,
             heartbeat_tick: 2,
@@ -54,6 +58,12 @@ impl RaftConfig {
     /// Path of the redb file holding log, hard state, conf state and snapshot.
     pub fn db_path(&self) -> PathBuf {
         self.data_dir.join("raft").join("raft.redb")
+    }
+
+    /// Path of Nomad's recovery file: when present at start, its configuration replaces the
+    /// stored one (see `RaftNode::start`).
+    pub fn recovery_path(&self) -> PathBuf {
+        self.data_dir.join("raft").join(PEERS_JSON)
     }
 
     pub(crate) fn validate(&self) -> Result<(), RaftError> {

@@ -6,7 +6,7 @@
 //! thread is what makes "applied in log order, answered after apply" hold without locks, and
 //! draining the queue before each Ready is the group commit.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 
 use protobuf::Message as _;
 use raft::eraftpb::{
-    ConfChange, ConfChangeV2, ConfState, Entry, EntryType, Message, SnapshotMetadata,
+    ConfChange, ConfChangeType, ConfChangeV2, ConfState, Entry, EntryType, Message,
+    SnapshotMetadata,
 };
 use raft::{RawNode, SnapshotStatus, StateRole};
 use tokio::sync::oneshot;
@@ -22,14 +23,18 @@ use tokio::sync::oneshot;
 use crate::config::RaftConfig;
 use crate::error::RaftError;
 use crate::log_bridge;
-use crate::node::{LeaderState, Published, RaftStatus, StateMachine, Transport};
+use crate::node::{Applied, LeaderState, Published, RaftStatus, StateMachine, Transport};
+use crate::peers::{PeerInfo, Recovery, read_recovery, unwrap_snapshot};
 use crate::store::{RedbStore, SnapshotToSave};
 
-type Reply = oneshot::Sender<Result<u64, RaftError>>;
+type Reply = oneshot::Sender<Result<Applied, RaftError>>;
+type ReadReply = oneshot::Sender<Result<u64, RaftError>>;
 
 pub(crate) enum Command {
     Propose { data: Vec<u8>, reply: Reply },
     ProposeConfChange { change: ConfChangeV2, reply: Reply },
+    ReadIndex { reply: ReadReply },
+    TransferLeader(u64),
     Step(Message),
     ReportUnreachable(u64),
     ReportSnapshot { peer: u64, delivered: bool },
@@ -40,6 +45,9 @@ pub(crate) enum Command {
 struct Pending {
     index: u64,
     term: u64,
+    /// Raft turns a conf change it cannot take now into an empty normal entry; the answer
+    /// must then say "dropped", not "applied".
+    conf_change: bool,
     reply: Reply,
 }
 
@@ -62,7 +70,14 @@ pub(crate) struct Driver<S: StateMachine> {
     /// Take a snapshot at the end of this Ready whatever the threshold says.
     snapshot_due: bool,
     /// Settled proposals, answered by the next `publish`.
-    answers: Vec<(Reply, Result<u64, RaftError>)>,
+    answers: Vec<(Reply, Result<Applied, RaftError>)>,
+    /// ReadIndex requests sent to the leader, by request context.
+    reads_asked: HashMap<Vec<u8>, ReadReply>,
+    /// ReadIndex requests the leader answered, waiting for this node to apply that index.
+    reads_confirmed: Vec<(u64, ReadReply)>,
+    next_read_ctx: u64,
+    /// When this node last heard from the leader it follows.
+    leader_contact: Option<Instant>,
 }
 
 impl<S: StateMachine> Driver<S> {
@@ -75,10 +90,15 @@ impl<S: StateMachine> Driver<S> {
         published: Arc<Published>,
     ) -> Result<Driver<S>, RaftError> {
         let mut store = RedbStore::open(&cfg.db_path())?;
+        let recovery = read_recovery(&cfg.recovery_path())?;
         let mut bootstrapped = false;
-        if !store.is_initialized() && !cfg.initial_voters.is_empty() {
+        if !store.is_initialized() && recovery.is_none() && !cfg.initial_voters.is_empty() {
             tracing::info!(id = cfg.id, voters = ?cfg.initial_voters, "bootstrapping a new raft cluster");
-            store.bootstrap(&cfg.initial_voters, &sm.snapshot())?;
+            store.bootstrap(
+                &cfg.initial_voters,
+                cfg.initial_peers.clone(),
+                &sm.snapshot(),
+            )?;
             bootstrapped = true;
         }
         let snapshot_index = store.snapshot_meta().index;
@@ -91,6 +111,18 @@ impl<S: StateMachine> Driver<S> {
                     reason,
                 })?;
         }
+        if let Some(recovery) = recovery {
+            recover(cfg.id, &mut store, &mut sm, recovery)?;
+            // Nomad removes the file once it is applied: a second start must not force the
+            // configuration again over whatever changed since.
+            std::fs::remove_file(cfg.recovery_path()).map_err(|e| {
+                RaftError::Recovery(format!(
+                    "recovered, but cannot remove {}: {e}",
+                    cfg.recovery_path().display()
+                ))
+            })?;
+        }
+        let snapshot_index = store.snapshot_meta().index;
         let single_voter = store.conf_state().voters == [cfg.id]
             && store.conf_state().learners.is_empty()
             && store.conf_state().voters_outgoing.is_empty();
@@ -126,6 +158,10 @@ impl<S: StateMachine> Driver<S> {
             leading: None,
             snapshot_due: false,
             answers: Vec::new(),
+            reads_asked: HashMap::new(),
+            reads_confirmed: Vec::new(),
+            next_read_ctx: 1,
+            leader_contact: None,
         };
         // Re-apply the committed log after the snapshot before start() returns, so the state
         // machine is current when the caller first looks at it.
@@ -181,6 +217,9 @@ impl<S: StateMachine> Driver<S> {
             if Instant::now() >= next_tick {
                 self.raw.tick();
                 next_tick = Instant::now() + self.tick_interval;
+                // Readers that gave up (timed out) leave closed channels behind.
+                self.reads_asked.retain(|_, reply| !reply.is_closed());
+                self.reads_confirmed.retain(|(_, reply)| !reply.is_closed());
             }
             self.process_ready()?;
             self.publish(None);
@@ -199,7 +238,7 @@ impl<S: StateMachine> Driver<S> {
                     return false;
                 }
                 let result = self.raw.propose(Vec::new(), data);
-                self.track(result, reply);
+                self.track(result, false, reply);
             }
             Command::ProposeConfChange { change, reply } => {
                 if let Err(e) = self.check_leader() {
@@ -207,11 +246,31 @@ impl<S: StateMachine> Driver<S> {
                     return false;
                 }
                 let result = self.raw.propose_conf_change(Vec::new(), change);
-                self.track(result, reply);
+                self.track(result, true, reply);
+            }
+            Command::ReadIndex { reply } => {
+                if self.raw.raft.leader_id == 0 {
+                    let _ = reply.send(Err(RaftError::NotLeader { leader_hint: None }));
+                    return false;
+                }
+                let ctx = self.next_read_ctx.to_le_bytes().to_vec();
+                self.next_read_ctx += 1;
+                self.reads_asked.insert(ctx.clone(), reply);
+                self.raw.read_index(ctx);
+            }
+            Command::TransferLeader(to) => {
+                if self.raw.raft.state == StateRole::Leader && to != self.id {
+                    tracing::info!(id = self.id, to, "transferring leadership");
+                    self.raw.transfer_leader(to);
+                }
             }
             Command::Step(msg) => {
+                let from = msg.from;
                 if let Err(e) = self.raw.step(msg) {
                     tracing::debug!(id = self.id, error = %e, "raft message ignored");
+                }
+                if from != 0 && from == self.raw.raft.leader_id {
+                    self.leader_contact = Some(Instant::now());
                 }
             }
             Command::ReportUnreachable(peer) => self.raw.report_unreachable(peer),
@@ -240,11 +299,12 @@ impl<S: StateMachine> Driver<S> {
     }
 
     /// Records an accepted proposal (its entry is the log's last one) or answers a refused one.
-    fn track(&mut self, result: raft::Result<()>, reply: Reply) {
+    fn track(&mut self, result: raft::Result<()>, conf_change: bool, reply: Reply) {
         match result {
             Ok(()) => self.pending.push_back(Pending {
                 index: self.raw.raft.raft_log.last_index(),
                 term: self.raw.raft.term,
+                conf_change,
                 reply,
             }),
             Err(raft::Error::ProposalDropped) => {
@@ -265,13 +325,27 @@ impl<S: StateMachine> Driver<S> {
             if rd.ss().is_some() {
                 self.fail_pending_if_deposed();
             }
+            for read in rd.take_read_states() {
+                if let Some(reply) = self.reads_asked.remove(&read.request_ctx) {
+                    self.reads_confirmed.push((read.index, reply));
+                }
+            }
             // A leader may send before persisting (Raft thesis 10.2.1); followers' messages
             // come back as persisted_messages below.
             self.send(rd.take_messages());
 
             let snapshot = rd.snapshot().clone();
+            let mut snapshot_payload: &[u8] = &[];
             if !snapshot.is_empty() {
-                self.install_snapshot(snapshot.get_metadata(), snapshot.get_data())?;
+                let (book, payload) = unwrap_snapshot(snapshot.get_data()).map_err(|reason| {
+                    RaftError::SnapshotRestore {
+                        index: snapshot.get_metadata().index,
+                        reason,
+                    }
+                })?;
+                self.install_snapshot(snapshot.get_metadata(), payload)?;
+                self.raw.mut_store().set_peers(book);
+                snapshot_payload = payload;
             }
             let committed = rd.take_committed_entries();
             self.apply(committed)?;
@@ -284,7 +358,7 @@ impl<S: StateMachine> Driver<S> {
             let durable = rd.must_sync();
             let snapshot_to_save = (!snapshot.is_empty()).then(|| SnapshotToSave {
                 meta: snapshot.get_metadata().clone(),
-                data: snapshot.get_data(),
+                data: snapshot_payload,
             });
             self.raw
                 .mut_store()
@@ -301,7 +375,23 @@ impl<S: StateMachine> Driver<S> {
             self.maybe_snapshot()?;
         }
         self.fail_pending_if_deposed();
+        self.settle_reads();
         Ok(())
+    }
+
+    /// Answers the confirmed reads whose index this node has applied.
+    fn settle_reads(&mut self) {
+        if self.reads_confirmed.is_empty() {
+            return;
+        }
+        let applied = self.applied;
+        let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.reads_confirmed)
+            .into_iter()
+            .partition(|(index, _)| *index <= applied);
+        self.reads_confirmed = waiting;
+        for (index, reply) in ready {
+            let _ = reply.send(Ok(index));
+        }
     }
 
     fn send(&self, msgs: Vec<Message>) {
@@ -333,27 +423,35 @@ impl<S: StateMachine> Driver<S> {
             if entry.index <= self.applied {
                 continue;
             }
+            let mut response = Vec::new();
+            let is_conf_change = entry.get_entry_type() != EntryType::EntryNormal;
             match entry.get_entry_type() {
                 // Empty normal entries are the no-ops new leaders append.
                 EntryType::EntryNormal if entry.data.is_empty() => {}
-                EntryType::EntryNormal => self.sm.apply(entry.index, &entry.data),
+                EntryType::EntryNormal => response = self.sm.apply(entry.index, &entry.data),
                 EntryType::EntryConfChange => match ConfChange::parse_from_bytes(&entry.data) {
                     Ok(change) => {
                         let result = self.raw.apply_conf_change(&change);
-                        self.conf_change_applied(entry.index, result)?;
+                        let members = [(change.get_change_type(), change.node_id)];
+                        self.conf_change_applied(entry.index, result, &members, &change.context)?;
                     }
                     Err(e) => self.conf_change_undecodable(entry.index, &e),
                 },
                 EntryType::EntryConfChangeV2 => match ConfChangeV2::parse_from_bytes(&entry.data) {
                     Ok(change) => {
                         let result = self.raw.apply_conf_change(&change);
-                        self.conf_change_applied(entry.index, result)?;
+                        let members: Vec<_> = change
+                            .get_changes()
+                            .iter()
+                            .map(|c| (c.get_change_type(), c.node_id))
+                            .collect();
+                        self.conf_change_applied(entry.index, result, &members, &change.context)?;
                     }
                     Err(e) => self.conf_change_undecodable(entry.index, &e),
                 },
             }
             self.applied = entry.index;
-            self.answer(entry.index, entry.term);
+            self.answer(entry.index, entry.term, is_conf_change, response);
         }
         Ok(())
     }
@@ -368,12 +466,38 @@ impl<S: StateMachine> Driver<S> {
         &mut self,
         index: u64,
         result: raft::Result<ConfState>,
+        members: &[(ConfChangeType, u64)],
+        context: &[u8],
     ) -> Result<(), RaftError> {
         match result {
             Ok(conf_state) => {
                 tracing::info!(id = self.id, index, voters = ?conf_state.voters, learners = ?conf_state.learners, "configuration changed");
+                // The added server's address travels in the context of its change.
+                let mut book = self.raw.store().peers().clone();
+                for (kind, id) in members {
+                    match kind {
+                        ConfChangeType::AddNode | ConfChangeType::AddLearnerNode => {
+                            if context.is_empty() {
+                                continue;
+                            }
+                            match PeerInfo::decode(context) {
+                                Ok(peer) => {
+                                    book.insert(*id, peer);
+                                }
+                                Err(e) => {
+                                    tracing::warn!(id = self.id, index, member = id, error = %e, "conf change without a usable address");
+                                }
+                            }
+                        }
+                        ConfChangeType::RemoveNode => {
+                            book.remove(id);
+                        }
+                    }
+                }
                 // Durable at once: restart takes the configuration from here, not the log.
+                self.published.set_peers(&book);
                 let store = self.raw.mut_store();
+                store.set_peers(book);
                 store.set_conf_state(conf_state);
                 store.write(None, &[], true)?;
                 // raft-rs refuses a snapshot whose configuration lacks the receiving server, and
@@ -389,7 +513,8 @@ impl<S: StateMachine> Driver<S> {
     }
 
     /// Answers the proposal waiting on `index`, if this node made it.
-    fn answer(&mut self, index: u64, term: u64) {
+    fn answer(&mut self, index: u64, term: u64, is_conf_change: bool, response: Vec<u8>) {
+        let mut response = Some(response);
         while let Some(front) = self.pending.front() {
             if front.index > index {
                 break;
@@ -397,8 +522,19 @@ impl<S: StateMachine> Driver<S> {
             let Some(pending) = self.pending.pop_front() else {
                 break;
             };
-            let result = if pending.index == index && pending.term == term {
-                Ok(index)
+            let result = if pending.index == index
+                && pending.term == term
+                && pending.conf_change
+                && !is_conf_change
+            {
+                Err(RaftError::ProposalDropped {
+                    reason: "another configuration change is still in progress".into(),
+                })
+            } else if pending.index == index && pending.term == term {
+                Ok(Applied {
+                    index,
+                    response: response.take().unwrap_or_default(),
+                })
             } else {
                 Err(RaftError::ProposalDropped {
                     reason: format!(
@@ -485,6 +621,16 @@ impl<S: StateMachine> Driver<S> {
         let store = self.raw.store();
         let mut voters = store.conf_state().voters.clone();
         voters.sort_unstable();
+        let mut learners = store.conf_state().learners.clone();
+        learners.sort_unstable();
+        let contact = if is_leader {
+            Some(Instant::now())
+        } else if leader_id.is_some() {
+            self.leader_contact
+        } else {
+            None
+        };
+        self.published.set_leader_contact(contact);
         let status = RaftStatus {
             id: self.id,
             leader_id,
@@ -496,6 +642,8 @@ impl<S: StateMachine> Driver<S> {
             last_log_index: store.last_index(),
             snapshot_index: store.snapshot_meta().index,
             voters,
+            learners,
+            peers: store.peers().clone(),
             storage: store.stats(),
             stopped,
         };
@@ -530,9 +678,21 @@ impl<S: StateMachine> Driver<S> {
             let _ = pending.reply.send(Err(refusal()));
         }
         while let Ok(cmd) = self.commands.try_recv() {
-            if let Command::Propose { reply, .. } | Command::ProposeConfChange { reply, .. } = cmd {
-                let _ = reply.send(Err(refusal()));
+            match cmd {
+                Command::Propose { reply, .. } | Command::ProposeConfChange { reply, .. } => {
+                    let _ = reply.send(Err(refusal()));
+                }
+                Command::ReadIndex { reply } => {
+                    let _ = reply.send(Err(refusal()));
+                }
+                _ => {}
             }
+        }
+        for (_, reply) in self.reads_asked.drain() {
+            let _ = reply.send(Err(refusal()));
+        }
+        for (_, reply) in self.reads_confirmed.drain(..) {
+            let _ = reply.send(Err(refusal()));
         }
         if error.is_none()
             && let Err(e) = self.raw.mut_store().write(None, &[], true)
@@ -542,4 +702,59 @@ impl<S: StateMachine> Driver<S> {
         self.publish(Some(reason));
         // Dropping `self` drops the RawNode, its store and so the redb file.
     }
+}
+
+/// Forces the configuration of `peers.json` (Nomad's outage recovery, after
+/// hashicorp/raft's `RecoverCluster`): every entry of the local log is applied to the state
+/// machine (even ones that may never have committed: with quorum lost nobody can tell), the
+/// result is written as a snapshot at the log's end carrying the new configuration, and the log
+/// is emptied. Every surviving server must be given the same file.
+fn recover<S: StateMachine>(
+    id: u64,
+    store: &mut RedbStore,
+    sm: &mut S,
+    recovery: Recovery,
+) -> Result<(), RaftError> {
+    let Recovery {
+        voters,
+        learners,
+        mut book,
+    } = recovery;
+    // Keep the names the cluster knew; the file only has addresses.
+    for (member, peer) in book.iter_mut() {
+        if let Some(known) = store.peers().get(member) {
+            peer.name.clone_from(&known.name);
+        }
+    }
+    if !store.is_initialized() {
+        tracing::warn!(
+            id,
+            ?voters,
+            "peers.json on an empty data dir: bootstrapping with it"
+        );
+        if !learners.is_empty() {
+            tracing::warn!(
+                id,
+                ?learners,
+                "non-voters of peers.json ignored on an empty data dir"
+            );
+        }
+        return store.bootstrap(&voters, book, &sm.snapshot());
+    }
+    let from = store.first_index();
+    let to = store.last_index();
+    for entry in store.entries_between(from, to + 1) {
+        if entry.get_entry_type() == EntryType::EntryNormal && !entry.data.is_empty() {
+            sm.apply(entry.index, &entry.data);
+        }
+    }
+    tracing::warn!(
+        id,
+        ?voters,
+        ?learners,
+        index = to,
+        "recovering the raft configuration from peers.json"
+    );
+    let conf_state = ConfState::from((voters, learners));
+    store.force_configuration(conf_state, book, &sm.snapshot())
 }

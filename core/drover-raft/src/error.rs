@@ -50,6 +50,9 @@ pub enum RaftError {
     /// The state machine refused a snapshot (corrupt or unknown payload).
     #[error("state machine cannot restore the snapshot at index {index}: {reason}")]
     SnapshotRestore { index: u64, reason: String },
+    /// `peers.json` is present but unusable; nothing was changed.
+    #[error("raft recovery from peers.json: {0}")]
+    Recovery(String),
     #[error("encoding a raft record: {0}")]
     Encode(#[source] protobuf::ProtobufError),
     #[error("raft: {0}")]

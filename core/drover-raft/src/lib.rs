@@ -5,6 +5,11 @@
 //! Proposals are group-committed: everything queued while the previous Ready was being
 //! written shares the next redb transaction, so one fsync covers many entries.
 //!
+//! Membership: voters are raft ids; their RPC addresses (the `PeerBook`) travel in conf change
+//! contexts and in snapshots, so every server knows them. Reads can be made linearizable on any
+//! server with `read_index`. A `peers.json` beside the log forces a configuration after quorum
+//! was lost, as in Nomad.
+//!
 //! Must not depend on any other Drover crate; the transport between servers is a trait
 //! (`Transport`) implemented elsewhere.
 
@@ -13,6 +18,7 @@ mod driver;
 mod error;
 mod log_bridge;
 mod node;
+mod peers;
 mod store;
 #[cfg(test)]
 mod test_support;
@@ -21,7 +27,8 @@ mod tests;
 
 pub use config::{DEFAULT_MAX_ENTRY_BYTES, RaftConfig};
 pub use error::RaftError;
-pub use node::{LeaderState, NoTransport, RaftNode, RaftStatus, StateMachine, Transport};
+pub use node::{Applied, LeaderState, NoTransport, RaftNode, RaftStatus, StateMachine, Transport};
+pub use peers::{PEERS_JSON, PeerBook, PeerInfo};
 pub use store::StorageStats;
 
 /// The raft crate's message types, for transports.

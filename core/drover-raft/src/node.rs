@@ -4,22 +4,25 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use raft::eraftpb::{ConfChangeV2, Message};
+use raft::eraftpb::{ConfChangeSingle, ConfChangeType, ConfChangeV2, Message};
 use tokio::sync::{oneshot, watch};
 
 use crate::config::RaftConfig;
 use crate::driver::{Command, Driver};
 use crate::error::RaftError;
+use crate::peers::{PeerBook, PeerInfo};
 use crate::store::StorageStats;
 
 /// The replicated state machine. Every server applies the same entries in the same order.
 pub trait StateMachine: Send + 'static {
     /// Apply one committed normal entry. Deterministic. Called in log order exactly once per
     /// entry per process lifetime (after a restart, entries after the newest snapshot are
-    /// re-applied to a fresh state machine).
-    fn apply(&mut self, index: u64, data: &[u8]);
+    /// re-applied to a fresh state machine). Returns a response for the proposer (empty when
+    /// there is nothing to say); `RaftNode::propose_for_response` hands it over, and it is
+    /// dropped on servers where nobody waits for the entry.
+    fn apply(&mut self, index: u64, data: &[u8]) -> Vec<u8>;
     /// Serialize the whole state (taken at the last applied index). Also called once on the
     /// fresh state machine when a new cluster is bootstrapped: that snapshot, at index 1,
     /// carries the first configuration to servers added later.
@@ -61,6 +64,13 @@ pub struct LeaderState {
     pub is_leader: bool,
 }
 
+/// A proposal's entry once applied: its index and what the state machine answered.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Applied {
+    pub index: u64,
+    pub response: Vec<u8>,
+}
+
 /// A point-in-time view of the node.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct RaftStatus {
@@ -77,16 +87,31 @@ pub struct RaftStatus {
     pub snapshot_index: u64,
     /// Voters of the applied configuration, sorted.
     pub voters: Vec<u64>,
+    /// Non-voting members of the applied configuration, sorted.
+    pub learners: Vec<u64>,
+    /// Where the members are reached (may also hold servers being added).
+    pub peers: PeerBook,
     /// redb write transactions so far: far fewer than entries, thanks to group commit.
     pub storage: StorageStats,
     /// Set once the driver stopped: why.
     pub stopped: Option<String>,
 }
 
+fn single_change(kind: ConfChangeType, id: u64) -> ConfChangeV2 {
+    let mut single = ConfChangeSingle::default();
+    single.set_change_type(kind);
+    single.node_id = id;
+    let mut change = ConfChangeV2::default();
+    change.mut_changes().push(single);
+    change
+}
+
 /// What the driver thread shares with the handles.
 pub(crate) struct Published {
     status: Mutex<RaftStatus>,
     leadership: watch::Sender<LeaderState>,
+    /// When this node last heard from the leader it knows (now, on the leader itself).
+    leader_contact: Mutex<Option<Instant>>,
 }
 
 impl Published {
@@ -95,7 +120,28 @@ impl Published {
         Published {
             status: Mutex::new(status),
             leadership,
+            leader_contact: Mutex::new(None),
         }
+    }
+
+    /// Publishes a changed peer book at once, before the status at the end of the turn: the
+    /// transport needs a new member's address for the messages of this very turn.
+    pub(crate) fn set_peers(&self, peers: &PeerBook) {
+        self.status().peers.clone_from(peers);
+    }
+
+    pub(crate) fn set_leader_contact(&self, at: Option<Instant>) {
+        *self
+            .leader_contact
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = at;
+    }
+
+    fn leader_contact(&self) -> Option<Instant> {
+        *self
+            .leader_contact
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     pub(crate) fn status(&self) -> MutexGuard<'_, RaftStatus> {
@@ -175,6 +221,11 @@ impl RaftNode {
     /// applied to this node's state machine. `NotLeader` on a follower; `LeadershipLost` if
     /// the node stopped leading before the entry was applied (it may still commit).
     pub async fn propose(&self, data: Vec<u8>) -> Result<u64, RaftError> {
+        self.propose_for_response(data).await.map(|a| a.index)
+    }
+
+    /// As `propose`, and also returns what the state machine's `apply` answered for the entry.
+    pub async fn propose_for_response(&self, data: Vec<u8>) -> Result<Applied, RaftError> {
         if data.is_empty() {
             return Err(RaftError::EmptyEntry);
         }
@@ -191,10 +242,77 @@ impl RaftNode {
 
     /// Proposes a membership change (add or remove voters and learners). Resolves with the
     /// entry's index once applied, i.e. once the new configuration is in effect here.
+    /// A change that raft ignores because another one is still pending fails with
+    /// `ProposalDropped`.
     pub async fn propose_conf_change(&self, change: ConfChangeV2) -> Result<u64, RaftError> {
         let (reply, answer) = oneshot::channel();
         self.send(Command::ProposeConfChange { change, reply })?;
-        answer.await.map_err(|_| self.stopped_error())?
+        answer
+            .await
+            .map_err(|_| self.stopped_error())?
+            .map(|a| a.index)
+    }
+
+    /// Adds `id` as a voter reached at `peer` (or updates the address of a member). Resolves
+    /// once the new configuration is applied here.
+    pub async fn add_voter(&self, id: u64, peer: PeerInfo) -> Result<u64, RaftError> {
+        let mut change = single_change(ConfChangeType::AddNode, id);
+        change.context = peer.encode().into();
+        self.propose_conf_change(change).await
+    }
+
+    /// Removes the member `id` from the configuration.
+    pub async fn remove_member(&self, id: u64) -> Result<u64, RaftError> {
+        self.propose_conf_change(single_change(ConfChangeType::RemoveNode, id))
+            .await
+    }
+
+    /// Asks the leader to hand leadership to `to` (raft's leader transfer). Fire and forget:
+    /// watch `leadership()` for the outcome.
+    pub fn transfer_leadership(&self, to: u64) {
+        let _ = self.inner.commands.send(Command::TransferLeader(to));
+    }
+
+    /// Raft's ReadIndex: resolves with the leader's commit index once this node has applied
+    /// up to it, so a read of the state machine afterwards sees every write acknowledged before
+    /// the call (linearizable reads on any server). Fails with `NoLeader` if no leader confirmed
+    /// within `timeout`.
+    pub async fn read_index(&self, timeout: Duration) -> Result<u64, RaftError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        // A request can be dropped silently (a new leader that has not committed in its term
+        // yet, a lost message): retry in short rounds until the deadline.
+        let round = Duration::from_millis(300);
+        loop {
+            let (reply, answer) = oneshot::channel();
+            self.send(Command::ReadIndex { reply })?;
+            let now = tokio::time::Instant::now();
+            let until = deadline.min(now + round);
+            match tokio::time::timeout_at(until, answer).await {
+                Ok(Ok(Ok(index))) => return Ok(index),
+                Ok(Ok(Err(RaftError::NotLeader { .. }))) | Err(_) => {}
+                Ok(Ok(Err(e))) => return Err(e),
+                Ok(Err(_closed)) => return Err(self.stopped_error()),
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(RaftError::NoLeader { waited: timeout });
+            }
+            // No leader known: wait for one rather than spin.
+            let mut leadership = self.leadership();
+            let _ = tokio::time::timeout_at(
+                deadline.min(tokio::time::Instant::now() + Duration::from_millis(50)),
+                leadership.wait_for(|s| s.leader_id.is_some()),
+            )
+            .await;
+        }
+    }
+
+    /// Time since this node last heard from the leader; zero on the leader itself, `None`
+    /// when no leader is known.
+    pub fn last_leader_contact(&self) -> Option<Duration> {
+        if self.inner.published.status().is_leader {
+            return Some(Duration::ZERO);
+        }
+        self.inner.published.leader_contact().map(|at| at.elapsed())
     }
 
     /// Hands an inbound message from the transport to the node. Messages reaching a stopped
@@ -219,6 +337,23 @@ impl RaftNode {
 
     pub fn id(&self) -> u64 {
         self.inner.id
+    }
+
+    /// True when `cfg`'s data dir holds a configuration (or a `peers.json` to recover one
+    /// from): starting there needs no bootstrap. Opens and closes the store.
+    pub fn has_state(cfg: &RaftConfig) -> Result<bool, RaftError> {
+        if cfg.recovery_path().exists() {
+            return Ok(true);
+        }
+        if !cfg.db_path().exists() {
+            return Ok(false);
+        }
+        Ok(crate::store::RedbStore::open(&cfg.db_path())?.is_initialized())
+    }
+
+    /// Where member `id` is reached, if known.
+    pub fn peer(&self, id: u64) -> Option<PeerInfo> {
+        self.inner.published.status().peers.get(&id).cloned()
     }
 
     pub fn status(&self) -> RaftStatus {

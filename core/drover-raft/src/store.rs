@@ -17,6 +17,7 @@ use raft::{GetEntriesContext, RaftState, Storage, StorageError};
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
 
 use crate::error::RaftError;
+use crate::peers::{PeerBook, decode_book, encode_book, wrap_snapshot};
 
 /// Raft log: index -> protobuf-encoded `Entry`.
 const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("raft_log");
@@ -28,6 +29,8 @@ const KEY_HARD_STATE: &str = "hard_state";
 const KEY_CONF_STATE: &str = "conf_state";
 const KEY_SNAPSHOT_META: &str = "snapshot_meta";
 const KEY_SNAPSHOT_DATA: &str = "snapshot_data";
+/// The peer book (raft id -> RPC address), JSON.
+const KEY_PEERS: &str = "peers";
 
 /// Layout version of this file. A file with another version is refused, never guessed at.
 const FORMAT_VERSION: u32 = 1;
@@ -54,6 +57,9 @@ pub(crate) struct RedbStore {
     persisted_hard_state: HardState,
     conf_state: ConfState,
     conf_state_dirty: bool,
+    /// Where every server of the configuration is reached.
+    peers: PeerBook,
+    peers_dirty: bool,
     /// A non-durable commit happened since the last durable one.
     unsynced: bool,
     /// Metadata of the newest snapshot; index 0 means there is none.
@@ -80,6 +86,8 @@ impl RedbStore {
             persisted_hard_state: HardState::default(),
             conf_state: ConfState::default(),
             conf_state_dirty: false,
+            peers: PeerBook::new(),
+            peers_dirty: false,
             unsynced: false,
             snapshot_meta: SnapshotMetadata::default(),
             entries: VecDeque::new(),
@@ -127,6 +135,12 @@ impl RedbStore {
             self.persisted_hard_state = self.hard_state.clone();
             self.conf_state = read_proto(&meta, KEY_CONF_STATE)?.unwrap_or_default();
             self.snapshot_meta = read_proto(&meta, KEY_SNAPSHOT_META)?.unwrap_or_default();
+            if let Some(book) = meta
+                .get(KEY_PEERS)
+                .map_err(|e| RaftError::storage("read peers", e))?
+            {
+                self.peers = decode_book(book.value()).map_err(RaftError::CorruptStorage)?;
+            }
 
             let log = txn
                 .open_table(LOG)
@@ -175,7 +189,12 @@ impl RedbStore {
     /// machine's `data`, durably. The first configuration is thus in a snapshot rather than
     /// only in this file, so a server added later receives it with the snapshot (raft-rs's
     /// recommended bootstrap; its examples do the same).
-    pub fn bootstrap(&mut self, voters: &[u64], data: &[u8]) -> Result<(), RaftError> {
+    pub fn bootstrap(
+        &mut self,
+        voters: &[u64],
+        peers: PeerBook,
+        data: &[u8],
+    ) -> Result<(), RaftError> {
         let meta = SnapshotMetadata {
             index: 1,
             term: 1,
@@ -183,6 +202,33 @@ impl RedbStore {
             ..SnapshotMetadata::default()
         };
         self.hard_state.term = self.hard_state.term.max(1);
+        self.set_peers(peers);
+        self.write(Some(SnapshotToSave { meta, data }), &[], true)
+    }
+
+    /// Replaces the configuration with `conf_state` by writing a snapshot of `data` (the state
+    /// machine with every entry of the log applied) at the log's last entry, as the recovery
+    /// from `peers.json` requires. The log is emptied; the commit index moves to its end.
+    pub fn force_configuration(
+        &mut self,
+        conf_state: ConfState,
+        peers: PeerBook,
+        data: &[u8],
+    ) -> Result<(), RaftError> {
+        let index = self.last_index();
+        let Some(term) = self.term_of(index) else {
+            return Err(RaftError::CorruptStorage(format!(
+                "last log entry {index} has no term"
+            )));
+        };
+        let meta = SnapshotMetadata {
+            index,
+            term,
+            conf_state: Some(conf_state).into(),
+            ..SnapshotMetadata::default()
+        };
+        self.hard_state.commit = index;
+        self.set_peers(peers);
         self.write(Some(SnapshotToSave { meta, data }), &[], true)
     }
 
@@ -193,6 +239,18 @@ impl RedbStore {
 
     pub fn conf_state(&self) -> &ConfState {
         &self.conf_state
+    }
+
+    pub fn peers(&self) -> &PeerBook {
+        &self.peers
+    }
+
+    /// Replaces the peer book in memory; it is written by the next `write`.
+    pub fn set_peers(&mut self, peers: PeerBook) {
+        if peers != self.peers {
+            self.peers = peers;
+            self.peers_dirty = true;
+        }
     }
 
     pub fn snapshot_meta(&self) -> &SnapshotMetadata {
@@ -287,6 +345,7 @@ impl RedbStore {
             && entries.is_empty()
             && !hard_state_changed
             && !self.conf_state_dirty
+            && !self.peers_dirty
             && !sync_needed
         {
             return Ok(());
@@ -370,6 +429,10 @@ impl RedbStore {
                 meta.insert(KEY_CONF_STATE, encode(&conf_state)?.as_slice())
                     .map_err(|e| RaftError::storage("write conf state", e))?;
             }
+            if self.peers_dirty {
+                meta.insert(KEY_PEERS, encode_book(&self.peers).as_slice())
+                    .map_err(|e| RaftError::storage("write peers", e))?;
+            }
         }
         txn.commit().map_err(|e| RaftError::storage("commit", e))?;
         self.stats.commits += 1;
@@ -397,6 +460,7 @@ impl RedbStore {
         }
         self.persisted_hard_state = self.hard_state.clone();
         self.conf_state_dirty = false;
+        self.peers_dirty = false;
         Ok(())
     }
 }
@@ -476,7 +540,8 @@ impl Storage for RedbStore {
             Ok(data) => {
                 let mut snapshot = Snapshot::default();
                 snapshot.set_metadata(self.snapshot_meta.clone());
-                snapshot.set_data(data.into());
+                // The follower learns the addresses of the configuration with it.
+                snapshot.set_data(wrap_snapshot(&self.peers, &data).into());
                 Ok(snapshot)
             }
             Err(e) => {
@@ -535,7 +600,9 @@ mod tests {
         {
             let mut store = RedbStore::open(&path).unwrap();
             assert!(!store.is_initialized());
-            store.bootstrap(&[1, 2, 3], b"fresh").unwrap();
+            let mut book = PeerBook::new();
+            book.insert(2, crate::PeerInfo::new("h2:4647", "two"));
+            store.bootstrap(&[1, 2, 3], book, b"fresh").unwrap();
             assert_eq!((store.first_index(), store.last_index()), (2, 1));
             store.set_hard_state(HardState {
                 term: 2,
@@ -554,6 +621,7 @@ mod tests {
         let store = RedbStore::open(&path).unwrap();
         assert!(store.is_initialized());
         assert_eq!(store.conf_state().voters, vec![1, 2, 3]);
+        assert_eq!(store.peers()[&2].address, "h2:4647");
         assert_eq!((store.hard_state().term, store.hard_state().vote), (2, 1));
         assert_eq!(store.hard_state().commit, 3);
         assert_eq!((store.first_index(), store.last_index()), (2, 4));
@@ -659,7 +727,8 @@ mod tests {
         );
         let snap = store.snapshot(0, 2).unwrap();
         assert_eq!(snap.get_metadata().index, 6);
-        assert_eq!(snap.get_data(), b"state@6");
+        let (_, payload) = crate::peers::unwrap_snapshot(snap.get_data()).unwrap();
+        assert_eq!(payload, b"state@6");
     }
 
     #[test]

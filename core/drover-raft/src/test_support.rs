@@ -60,8 +60,9 @@ impl RecordingSm {
 }
 
 impl StateMachine for RecordingSm {
-    fn apply(&mut self, index: u64, data: &[u8]) {
+    fn apply(&mut self, index: u64, data: &[u8]) -> Vec<u8> {
         self.applied.lock().unwrap().push((index, data.to_vec()));
+        format!("applied {index}").into_bytes()
     }
 
     fn snapshot(&self) -> Vec<u8> {

@@ -2,13 +2,14 @@
 //! nodes in the job's datacenters, the task drivers, the job, group and task constraints, the
 //! group's network mode; plus Nomad's per-computed-class memo of those verdicts.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use drover_structs::{Affinity, Constraint, Job, NODE_STATUS_DOWN, Node, TaskGroup};
+use drover_structs::{Affinity, Constraint, Job, NODE_STATUS_DOWN, Node, Spread, TaskGroup};
 
 use crate::State;
 use crate::constraints::{DISTINCT_HOSTS, DISTINCT_PROPERTY, constraint_escapes};
+use crate::util::FxMap;
 
 pub(crate) const FILTER_MISSING_DRIVERS: &str = "missing drivers";
 pub(crate) const FILTER_MISSING_NETWORK: &str = "missing network";
@@ -49,9 +50,11 @@ pub(crate) fn ready_nodes_in_dcs(
         *count += 1;
         out.push(node);
     }
-    // The store's iteration order is not part of the contract; sort so that a seeded shuffle
-    // gives the same order for the same nodes.
-    out.sort_by(|a, b| a.id.cmp(&b.id));
+    // The store's iteration order is not part of the contract; sort (when it is not already
+    // by id) so that a seeded shuffle gives the same order for the same nodes.
+    if !out.is_sorted_by(|a, b| a.id <= b.id) {
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+    }
     (out, by_dc)
 }
 
@@ -68,6 +71,8 @@ pub(crate) struct GroupRequirements<'j> {
     /// `distinct_property` constraints, with whether each is the job's (true) or the group's.
     pub distinct_properties: Vec<(&'j Constraint, bool)>,
     pub affinities: Vec<&'j Affinity>,
+    /// The job's spread blocks, then the group's.
+    pub spreads: Vec<&'j Spread>,
 }
 
 impl<'j> GroupRequirements<'j> {
@@ -115,6 +120,12 @@ impl<'j> GroupRequirements<'j> {
                 .chain(tg.affinities.iter().flatten())
                 .chain(tg.tasks.iter().flat_map(|t| t.affinities.iter().flatten()))
                 .collect(),
+            spreads: job
+                .spreads
+                .iter()
+                .flatten()
+                .chain(tg.spreads.iter().flatten())
+                .collect(),
         }
     }
 }
@@ -158,18 +169,50 @@ pub(crate) enum ClassVerdict {
     Unknown,
     Eligible,
     Ineligible,
-    /// Constraints use node-unique targets: every node must be checked.
+    /// Constraints use node-unique targets (or the node has no class): every node must be
+    /// checked.
     Escaped,
 }
 
+/// A computed class, interned: an index into [`EvalEligibility`]'s class table.
+pub(crate) type ClassId = u32;
+
+#[derive(Debug, Default)]
+struct GroupEligibility {
+    name: String,
+    escaped: bool,
+    verdicts: Vec<Option<bool>>,
+}
+
 /// Nomad's `EvalEligibility`: per computed class, whether the job's and each group's
-/// constraints hold, so that the remaining nodes of a class skip the checks.
+/// constraints hold, so that the remaining nodes of a class skip the checks. Classes are
+/// interned once per node visit list, so a verdict is a vector lookup.
 #[derive(Debug, Default)]
 pub(crate) struct EvalEligibility {
-    job: HashMap<String, bool>,
+    class_names: Vec<String>,
+    class_ids: FxMap<String, ClassId>,
+    job: Vec<Option<bool>>,
     job_escaped: bool,
-    groups: HashMap<String, HashMap<String, bool>>,
-    group_escaped: HashMap<String, bool>,
+    groups: Vec<GroupEligibility>,
+}
+
+fn verdict(escaped: bool, class: Option<ClassId>, table: &[Option<bool>]) -> ClassVerdict {
+    let Some(class) = class.filter(|_| !escaped) else {
+        return ClassVerdict::Escaped;
+    };
+    match table.get(class as usize).copied().flatten() {
+        Some(true) => ClassVerdict::Eligible,
+        Some(false) => ClassVerdict::Ineligible,
+        None => ClassVerdict::Unknown,
+    }
+}
+
+fn record(table: &mut Vec<Option<bool>>, class: ClassId, eligible: bool) {
+    let i = class as usize;
+    if table.len() <= i {
+        table.resize(i + 1, None);
+    }
+    table[i] = Some(eligible);
 }
 
 impl EvalEligibility {
@@ -182,67 +225,91 @@ impl EvalEligibility {
                 .flatten()
                 .chain(tg.tasks.iter().flat_map(|t| t.constraints.iter().flatten()))
                 .any(constraint_escapes);
-            self.group_escaped.insert(tg.name.clone(), escaped);
+            let g = self.group_index(&tg.name);
+            self.groups[g].escaped = escaped;
         }
     }
 
-    pub(crate) fn job_status(&self, class: &str) -> ClassVerdict {
-        if self.job_escaped || class.is_empty() {
-            return ClassVerdict::Escaped;
+    /// The interned id of a computed class; `None` for nodes without one (never memoised).
+    pub(crate) fn class_id(&mut self, class: &str) -> Option<ClassId> {
+        if class.is_empty() {
+            return None;
         }
-        match self.job.get(class) {
-            Some(true) => ClassVerdict::Eligible,
-            Some(false) => ClassVerdict::Ineligible,
-            None => ClassVerdict::Unknown,
+        if let Some(id) = self.class_ids.get(class) {
+            return Some(*id);
+        }
+        let id = self.class_names.len() as ClassId;
+        self.class_names.push(class.to_string());
+        self.class_ids.insert(class.to_string(), id);
+        Some(id)
+    }
+
+    /// The index of a group's verdicts (created empty for a group `set_job` did not see).
+    pub(crate) fn group_index(&mut self, tg: &str) -> usize {
+        if let Some(i) = self.groups.iter().position(|g| g.name == tg) {
+            return i;
+        }
+        self.groups.push(GroupEligibility {
+            name: tg.to_string(),
+            ..Default::default()
+        });
+        self.groups.len() - 1
+    }
+
+    pub(crate) fn job_status(&self, class: Option<ClassId>) -> ClassVerdict {
+        verdict(self.job_escaped, class, &self.job)
+    }
+
+    pub(crate) fn set_job_eligibility(&mut self, eligible: bool, class: ClassId) {
+        record(&mut self.job, class, eligible);
+    }
+
+    pub(crate) fn group_status(&self, group: usize, class: Option<ClassId>) -> ClassVerdict {
+        match self.groups.get(group) {
+            Some(g) => verdict(g.escaped, class, &g.verdicts),
+            None => ClassVerdict::Escaped,
         }
     }
 
-    pub(crate) fn set_job_eligibility(&mut self, eligible: bool, class: &str) {
-        self.job.insert(class.to_string(), eligible);
-    }
-
-    pub(crate) fn group_status(&self, tg: &str, class: &str) -> ClassVerdict {
-        if class.is_empty() || self.group_escaped.get(tg).copied().unwrap_or(false) {
-            return ClassVerdict::Escaped;
+    pub(crate) fn set_group_eligibility(&mut self, eligible: bool, group: usize, class: ClassId) {
+        if let Some(g) = self.groups.get_mut(group) {
+            record(&mut g.verdicts, class, eligible);
         }
-        match self.groups.get(tg).and_then(|m| m.get(class)) {
-            Some(true) => ClassVerdict::Eligible,
-            Some(false) => ClassVerdict::Ineligible,
-            None => ClassVerdict::Unknown,
-        }
-    }
-
-    pub(crate) fn set_group_eligibility(&mut self, eligible: bool, tg: &str, class: &str) {
-        self.groups
-            .entry(tg.to_string())
-            .or_default()
-            .insert(class.to_string(), eligible);
     }
 
     /// Whether any constraint escaped class memoisation (then a blocked evaluation must be
     /// retried on any capacity change, not only its classes').
     pub(crate) fn has_escaped(&self) -> bool {
-        self.job_escaped || self.group_escaped.values().any(|e| *e)
+        self.job_escaped || self.groups.iter().any(|g| g.escaped)
     }
 
     /// Nomad's `GetClasses`: a class is eligible when some group may use it and the job's own
     /// constraints do not rule it out.
     pub(crate) fn classes(&self) -> BTreeMap<String, bool> {
+        let name = |i: usize| self.class_names.get(i).cloned().unwrap_or_default();
         let mut out: BTreeMap<String, bool> = BTreeMap::new();
-        for classes in self.groups.values() {
-            for (class, ok) in classes {
-                if *ok {
-                    out.insert(class.clone(), true);
-                } else {
-                    out.entry(class.clone()).or_insert(false);
+        for g in &self.groups {
+            for (i, v) in g.verdicts.iter().enumerate() {
+                match v {
+                    Some(true) => {
+                        out.insert(name(i), true);
+                    }
+                    Some(false) => {
+                        out.entry(name(i)).or_insert(false);
+                    }
+                    None => {}
                 }
             }
         }
-        for (class, ok) in &self.job {
-            if *ok {
-                out.entry(class.clone()).or_insert(true);
-            } else {
-                out.insert(class.clone(), false);
+        for (i, v) in self.job.iter().enumerate() {
+            match v {
+                Some(true) => {
+                    out.entry(name(i)).or_insert(true);
+                }
+                Some(false) => {
+                    out.insert(name(i), false);
+                }
+                None => {}
             }
         }
         out
@@ -292,14 +359,19 @@ mod tests {
             }],
             ..Default::default()
         });
-        assert_eq!(e.job_status("c1"), ClassVerdict::Unknown);
-        e.set_job_eligibility(true, "c1");
-        e.set_job_eligibility(false, "c2");
-        e.set_group_eligibility(false, "g", "c1");
-        e.set_group_eligibility(true, "g", "c3");
-        assert_eq!(e.job_status("c1"), ClassVerdict::Eligible);
-        assert_eq!(e.group_status("g", "c1"), ClassVerdict::Ineligible);
-        assert_eq!(e.job_status(""), ClassVerdict::Escaped);
+        let (c1, c2, c3) = (e.class_id("c1"), e.class_id("c2"), e.class_id("c3"));
+        assert_eq!(e.class_id("c1"), c1, "a class is interned once");
+        let g = e.group_index("g");
+        assert_eq!(e.job_status(c1), ClassVerdict::Unknown);
+        e.set_job_eligibility(true, c1.unwrap());
+        e.set_job_eligibility(false, c2.unwrap());
+        e.set_group_eligibility(false, g, c1.unwrap());
+        e.set_group_eligibility(true, g, c3.unwrap());
+        assert_eq!(e.job_status(c1), ClassVerdict::Eligible);
+        assert_eq!(e.group_status(g, c1), ClassVerdict::Ineligible);
+        assert_eq!(e.group_status(g, c2), ClassVerdict::Unknown);
+        assert_eq!(e.class_id(""), None);
+        assert_eq!(e.job_status(None), ClassVerdict::Escaped);
         let classes = e.classes();
         assert_eq!(classes.get("c1"), Some(&false));
         assert_eq!(classes.get("c2"), Some(&false));
@@ -322,7 +394,8 @@ mod tests {
             }],
             ..Default::default()
         });
-        assert_eq!(e.group_status("g", "c1"), ClassVerdict::Escaped);
+        let (g, c1) = (e.group_index("g"), e.class_id("c1"));
+        assert_eq!(e.group_status(g, c1), ClassVerdict::Escaped);
         assert!(e.has_escaped());
     }
 }

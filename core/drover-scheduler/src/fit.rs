@@ -7,6 +7,9 @@
 
 use drover_structs::{Allocation, ComparableResources, Node};
 
+// Shared with the state store, which keeps per-node usage up to date.
+pub use drover_structs::usage::{alloc_resources, for_each_port};
+
 /// Why allocations do not fit on a node. [`FitError::dimension`] names the exhausted dimension the
 /// way Nomad's `DimensionExhausted` metric does.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -60,8 +63,39 @@ pub fn allocs_fit(node: &Node, allocs: &[&Allocation]) -> Result<(), FitError> {
         used.add(&alloc_resources(alloc));
         holds_ports = holds_ports || has_ports(alloc);
     }
+    check_resources(node, &used)?;
+    if holds_ports {
+        let mut held: Vec<(&str, i64)> = Vec::new();
+        for alloc in allocs.iter().filter(|a| !a.terminal()) {
+            for_each_port(alloc, |ip, port| held.push((ip, port)));
+        }
+        check_ports(node, held)?;
+    }
+    Ok(())
+}
+
+/// Like [`allocs_fit`], for a node's usage already summed (the state store keeps one per node).
+pub fn usage_fits(
+    node: &Node,
+    usage: &drover_structs::usage::NodeAllocUsage,
+) -> Result<(), FitError> {
+    check_resources(node, &usage.used)?;
+    if !usage.ports.is_empty() {
+        check_ports(
+            node,
+            usage
+                .ports
+                .iter()
+                .map(|(ip, p)| (ip.as_str(), *p))
+                .collect(),
+        )?;
+    }
+    Ok(())
+}
+
+fn check_resources(node: &Node, used: &ComparableResources) -> Result<(), FitError> {
     let available = node.available();
-    if let Err(dimension) = available.superset(&used) {
+    if let Err(dimension) = available.superset(used) {
         let node_id = node.id.clone();
         return Err(match dimension {
             "cpu" => FitError::Cpu {
@@ -81,29 +115,16 @@ pub fn allocs_fit(node: &Node, allocs: &[&Allocation]) -> Result<(), FitError> {
             },
         });
     }
-    if holds_ports {
-        check_ports(node, allocs)?;
-    }
     Ok(())
 }
 
-fn check_ports(node: &Node, allocs: &[&Allocation]) -> Result<(), FitError> {
+fn check_ports(node: &Node, mut held: Vec<(&str, i64)>) -> Result<(), FitError> {
     let reserved = &node.reserved_resources.networks.reserved_host_ports;
-    let mut held: Vec<(&str, i64)> = Vec::new();
-    let mut reserved_hit: Option<(&str, i64)> = None;
-    for alloc in allocs.iter().filter(|a| !a.terminal()) {
-        for_each_port(alloc, |ip, port| {
-            if reserved_hit.is_none() && port_in_ranges(reserved, port) {
-                reserved_hit = Some((ip, port));
-            }
-            held.push((ip, port));
-        });
-    }
-    if let Some((ip, port)) = reserved_hit {
+    if let Some((ip, port)) = held.iter().find(|(_, p)| port_in_ranges(reserved, *p)) {
         return Err(FitError::PortCollision {
             node_id: node.id.clone(),
             ip: ip.to_string(),
-            port,
+            port: *port,
             holder: "reserved by the node",
         });
     }
@@ -119,53 +140,10 @@ fn check_ports(node: &Node, allocs: &[&Allocation]) -> Result<(), FitError> {
     Ok(())
 }
 
-/// The cpu, memory and disk an allocation holds: its `AllocatedResources`, or for allocations
-/// written before those existed, the legacy `Resources`.
-pub(crate) fn alloc_resources(alloc: &Allocation) -> ComparableResources {
-    if let Some(ar) = &alloc.allocated_resources {
-        return ar.comparable();
-    }
-    match &alloc.resources {
-        Some(r) => ComparableResources {
-            cpu_shares: r.cpu,
-            memory_mb: r.memory_mb,
-            disk_mb: r.disk_mb,
-        },
-        None => ComparableResources::default(),
-    }
-}
-
 fn has_ports(alloc: &Allocation) -> bool {
     let mut any = false;
     for_each_port(alloc, |_, _| any = true);
     any
-}
-
-/// Calls `f(host_ip, port)` for every host port the allocation holds: group ports and task
-/// network ports, or the legacy task networks for old allocations.
-pub(crate) fn for_each_port<'a>(alloc: &'a Allocation, mut f: impl FnMut(&'a str, i64)) {
-    if let Some(ar) = &alloc.allocated_resources {
-        for p in ar.shared.ports.iter().flatten() {
-            if p.value > 0 {
-                f(p.host_ip.as_str(), p.value);
-            }
-        }
-        for t in ar.tasks.values() {
-            for n in t.networks.iter().flatten() {
-                for p in n.all_ports().filter(|p| p.value > 0) {
-                    f(n.ip.as_str(), p.value);
-                }
-            }
-        }
-        return;
-    }
-    for r in alloc.task_resources.iter().flat_map(|m| m.values()) {
-        for n in r.networks.iter().flatten() {
-            for p in n.all_ports().filter(|p| p.value > 0) {
-                f(n.ip.as_str(), p.value);
-            }
-        }
-    }
 }
 
 /// Whether `port` is in Nomad's port range list `"22,80,8000-8010"`, parsed in place. Malformed

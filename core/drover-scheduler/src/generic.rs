@@ -18,7 +18,7 @@ use crate::reconcile::{
     ALLOC_IN_PLACE, ALLOC_LOST, ALLOC_UPDATING, Placement, Reconciler, UpdateDecision,
 };
 use crate::reschedule::{next_tracker, policy};
-use crate::stack::{SelectOptions, Selected, Stack};
+use crate::stack::{SelectOptions, Selected, Stack, StackKind};
 use crate::util::{Rng, legacy_resources, tasks_updated};
 use crate::{Planner, SchedulerConfig, SchedulerError, State};
 
@@ -180,10 +180,13 @@ impl GenericScheduler<'_> {
         let allocs = state.allocs_by_job(&eval.namespace, &eval.job_id);
         let tainted_nodes = tainted_nodes(ctx, &allocs);
         mark_lost_stops(ctx, &tainted_nodes, &allocs);
-        ctx.job_allocs = allocs.clone();
 
         let now = now_nanos();
-        let mut stack = Stack::new(self.batch);
+        let kind = if self.batch {
+            StackKind::Batch
+        } else {
+            StackKind::Service
+        };
         let config = self.config;
         let results = {
             let reconciler = Reconciler {
@@ -193,8 +196,15 @@ impl GenericScheduler<'_> {
                 now,
                 tainted: &tainted_nodes,
             };
-            let mut update = |existing: &Allocation, new_job: &Arc<Job>, tg: &TaskGroup| {
-                in_place_decision(ctx, config, &eval.id, existing, new_job, tg)
+            // In-place checks look at one node each; one stack serves them all.
+            let mut inplace_stack = Stack::new(kind);
+            let mut update = |existing: &Allocation, _: &Arc<Job>, tg: &TaskGroup| match job
+                .and_then(|j| j.lookup_task_group(&tg.name).map(|tg| (j, tg)))
+            {
+                Some((j, tg)) => {
+                    in_place_decision(ctx, &mut inplace_stack, config, &eval.id, existing, j, tg)
+                }
+                None => UpdateDecision::Destructive,
             };
             reconciler.compute(&allocs, &mut update)
         };
@@ -222,6 +232,7 @@ impl GenericScheduler<'_> {
         for p in results.destructive.iter().chain(&results.place) {
             *self.queued.entry(p.task_group.clone()).or_insert(0) += 1;
         }
+        let mut stack = Stack::new(kind);
         self.compute_placements(
             ctx,
             &mut stack,
@@ -235,11 +246,11 @@ impl GenericScheduler<'_> {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn compute_placements(
+    fn compute_placements<'j>(
         &mut self,
         ctx: &mut EvalContext<'_>,
-        stack: &mut Stack,
-        job: &Arc<Job>,
+        stack: &mut Stack<'j>,
+        job: &'j Arc<Job>,
         destructive: &[Placement],
         place: &[Placement],
         now: i64,
@@ -247,7 +258,8 @@ impl GenericScheduler<'_> {
     ) {
         let (mut nodes, by_dc) = ready_nodes_in_dcs(ctx.state, &job.datacenters);
         ctx.rng.shuffle(&mut nodes);
-        stack.set_nodes(nodes);
+        stack.set_nodes(ctx, nodes);
+        let preemption = self.config.preemption_enabled(&job.job_type);
 
         for p in destructive.iter().chain(place) {
             let Some(tg) = job.lookup_task_group(&p.task_group) else {
@@ -269,17 +281,25 @@ impl GenericScheduler<'_> {
             {
                 ctx.append_stop(prev, ALLOC_UPDATING, None, None);
             }
-            let options = SelectOptions {
+            let mut options = SelectOptions {
                 penalty_nodes: penalty_nodes(prev),
                 preferred,
+                preempt: false,
             };
-            let (selected, mut metric) = stack.select(ctx, job, tg, &options, self.config);
+            let (mut selected, mut metric) = stack.select(ctx, job, tg, &options, self.config);
+            // Nomad's selectNextOption: with preemption enabled, a placement that fits nowhere
+            // is tried again allowed to evict lower-priority allocations.
+            if selected.is_none() && preemption {
+                options.preempt = true;
+                (selected, metric) = stack.select(ctx, job, tg, &options, self.config);
+            }
             metric.nodes_available = Some(by_dc.clone());
             match selected {
-                Some(sel) => {
+                Some(mut sel) => {
+                    let preempted = std::mem::take(&mut sel.preempted);
                     let alloc = self.new_alloc(job, tg, p, sel, metric, now);
                     new_ids.insert(alloc.id.clone());
-                    ctx.append_alloc(alloc);
+                    append_with_preemptions(ctx, alloc, &preempted);
                 }
                 None => {
                     self.failed_tg.insert(tg.name.clone(), metric);
@@ -302,37 +322,7 @@ impl GenericScheduler<'_> {
         metric: AllocMetric,
         now: i64,
     ) -> Allocation {
-        let allocated = AllocatedResources {
-            tasks: sel.tasks,
-            task_lifecycles: sel.task_lifecycles,
-            shared: AllocatedSharedResources {
-                networks: sel.shared_networks,
-                disk_mb: tg.ephemeral_disk.as_ref().map(|d| d.size_mb).unwrap_or(0),
-                ports: sel.shared_ports,
-            },
-        };
-        let legacy = legacy_resources(&allocated);
-        let mut alloc = Allocation {
-            id: generate_id(),
-            namespace: job.namespace.clone(),
-            eval_id: self.eval.id.clone(),
-            name: p.name.clone(),
-            node_id: sel.node.id.clone(),
-            node_name: sel.node.name.clone(),
-            job_id: job.id.clone(),
-            job: Some(job.clone()),
-            task_group: tg.name.clone(),
-            resources: Some(legacy.total),
-            shared_resources: Some(legacy.shared),
-            task_resources: Some(legacy.tasks),
-            allocated_resources: Some(allocated),
-            metrics: Some(metric),
-            desired_status: ALLOC_DESIRED_RUN.to_string(),
-            client_status: ALLOC_CLIENT_PENDING.to_string(),
-            create_time: now,
-            modify_time: now,
-            ..Default::default()
-        };
+        let mut alloc = new_allocation(&self.eval.id, job, tg, &p.name, sel, metric, now);
         if let Some(prev) = &p.previous {
             alloc.previous_allocation = prev.id.clone();
             if p.reschedule {
@@ -413,12 +403,71 @@ impl GenericScheduler<'_> {
     }
 }
 
-fn count_allocs(m: &BTreeMap<String, Vec<Allocation>>) -> usize {
+/// A new allocation `name` of the group on the selected node, with its resources (and the
+/// legacy resource fields Nomad still fills) and the placement's metrics.
+pub(crate) fn new_allocation(
+    eval_id: &str,
+    job: &Arc<Job>,
+    tg: &TaskGroup,
+    name: &str,
+    sel: Selected,
+    metric: AllocMetric,
+    now: i64,
+) -> Allocation {
+    let allocated = AllocatedResources {
+        tasks: sel.tasks,
+        task_lifecycles: sel.task_lifecycles,
+        shared: AllocatedSharedResources {
+            networks: sel.shared_networks,
+            disk_mb: tg.ephemeral_disk.as_ref().map(|d| d.size_mb).unwrap_or(0),
+            ports: sel.shared_ports,
+        },
+    };
+    let legacy = legacy_resources(&allocated);
+    Allocation {
+        id: generate_id(),
+        namespace: job.namespace.clone(),
+        eval_id: eval_id.to_string(),
+        name: name.to_string(),
+        node_id: sel.node.id.clone(),
+        node_name: sel.node.name.clone(),
+        job_id: job.id.clone(),
+        job: Some(job.clone()),
+        task_group: tg.name.clone(),
+        resources: Some(legacy.total),
+        shared_resources: Some(legacy.shared),
+        task_resources: Some(legacy.tasks),
+        allocated_resources: Some(allocated),
+        metrics: Some(metric),
+        desired_status: ALLOC_DESIRED_RUN.to_string(),
+        client_status: ALLOC_CLIENT_PENDING.to_string(),
+        create_time: now,
+        modify_time: now,
+        ..Default::default()
+    }
+}
+
+/// Adds a placement and the preemptions it needs to the plan.
+pub(crate) fn append_with_preemptions(
+    ctx: &mut EvalContext<'_>,
+    mut alloc: Allocation,
+    preempted: &[Arc<Allocation>],
+) {
+    if !preempted.is_empty() {
+        for victim in preempted {
+            ctx.append_preemption(victim, &alloc.id);
+        }
+        alloc.preempted_allocations = Some(preempted.iter().map(|a| a.id.clone()).collect());
+    }
+    ctx.append_placement(alloc);
+}
+
+pub(crate) fn count_allocs(m: &BTreeMap<String, Vec<Allocation>>) -> usize {
     m.values().map(Vec::len).sum()
 }
 
 /// Nodes of the job's allocations that are down, draining or gone (`None`).
-fn tainted_nodes(
+pub(crate) fn tainted_nodes(
     ctx: &mut EvalContext<'_>,
     allocs: &[Arc<Allocation>],
 ) -> HashMap<String, Option<Arc<Node>>> {
@@ -438,7 +487,7 @@ fn tainted_nodes(
 
 /// Allocations the servers already stopped on a down (or gone) node, but that the client never
 /// reported as ended, are marked lost (Nomad's `updateNonTerminalAllocsToLost`).
-fn mark_lost_stops(
+pub(crate) fn mark_lost_stops(
     ctx: &mut EvalContext<'_>,
     tainted: &HashMap<String, Option<Arc<Node>>>,
     allocs: &[Arc<Allocation>],
@@ -476,13 +525,14 @@ fn penalty_nodes(prev: Option<&Allocation>) -> HashSet<String> {
 /// Nomad's `genericAllocUpdateFn`: an allocation of an older job version is updated in place
 /// when its group did not change in a way that needs a new allocation and it still fits on its
 /// node under the new version; otherwise it is replaced.
-fn in_place_decision(
+pub(crate) fn in_place_decision<'j>(
     ctx: &mut EvalContext<'_>,
+    stack: &mut Stack<'j>,
     config: &SchedulerConfig,
     eval_id: &str,
     existing: &Allocation,
-    job: &Arc<Job>,
-    tg: &TaskGroup,
+    job: &'j Arc<Job>,
+    tg: &'j TaskGroup,
 ) -> UpdateDecision {
     // Allocations without their job are taken to run the current version.
     let Some(old_job) = existing.job.as_ref() else {
@@ -502,9 +552,7 @@ fn in_place_decision(
     };
     // Discount the allocation itself while checking that its new version fits.
     ctx.append_stop(existing, ALLOC_IN_PLACE, None, None);
-    let mut single = Stack::new(false);
-    single.set_nodes(vec![node]);
-    let (selected, _) = single.select(ctx, job, tg, &SelectOptions::default(), config);
+    let (selected, _) = stack.select_on(ctx, job, tg, &node, &SelectOptions::default(), config);
     ctx.pop_update(existing);
     let Some(sel) = selected else {
         return UpdateDecision::Destructive;

@@ -6,23 +6,23 @@
 //! Not behind `cfg(test)`: integration tests and benchmarks of this crate and of the server use
 //! it.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 use drover_structs::{
     ALLOC_CLIENT_RUNNING, ALLOC_DESIRED_RUN, AllocatedResources, AllocatedSharedResources,
     AllocatedTaskResources, Allocation, DEFAULT_NAMESPACE, DEFAULT_REGION, DriverInfo,
-    EphemeralDisk, Evaluation, JOB_TYPE_BATCH, JOB_TYPE_SERVICE, Job, NODE_ELIGIBLE,
-    NODE_STATUS_READY, NetworkResource, Node, Plan, PlanResult, ReschedulePolicy, Resources, Task,
-    TaskGroup, generate_id, time::now_nanos,
+    EphemeralDisk, Evaluation, JOB_TYPE_BATCH, JOB_TYPE_SERVICE, JOB_TYPE_SYSBATCH,
+    JOB_TYPE_SYSTEM, Job, NODE_ELIGIBLE, NODE_STATUS_READY, NetworkResource, Node, Plan,
+    PlanResult, ReschedulePolicy, Resources, Task, TaskGroup, generate_id, time::now_nanos,
 };
 
 use crate::feasible::schedulable;
 use crate::fit::allocs_fit;
-use crate::{Planner, SchedulerConfig, SchedulerError, State, process_eval};
+use crate::{NodeAllocUsage, Planner, SchedulerConfig, SchedulerError, State, process_eval};
 
-/// An in-memory, cheaply cloned view of cluster state.
-#[derive(Debug, Clone, Default)]
+/// An in-memory view of cluster state (cloned for each evaluation the harness runs).
+#[derive(Debug, Clone)]
 pub struct MemState {
     index: u64,
     nodes: BTreeMap<String, Arc<Node>>,
@@ -30,9 +30,35 @@ pub struct MemState {
     allocs: BTreeMap<String, Arc<Allocation>>,
     by_node: BTreeMap<String, BTreeSet<String>>,
     by_job: BTreeMap<(String, String), BTreeSet<String>>,
+    /// What each node's live allocations hold, kept up to date on every write (hashed: the
+    /// scheduler looks every node it visits up here).
+    usage: HashMap<String, Arc<NodeAllocUsage>>,
+    /// Answer `node_usage` (true by default); off, the scheduler sums each node's allocations.
+    keep_usage: bool,
+}
+
+impl Default for MemState {
+    fn default() -> Self {
+        MemState {
+            index: 0,
+            nodes: BTreeMap::new(),
+            jobs: BTreeMap::new(),
+            allocs: BTreeMap::new(),
+            by_node: BTreeMap::new(),
+            by_job: BTreeMap::new(),
+            usage: HashMap::new(),
+            keep_usage: true,
+        }
+    }
 }
 
 impl MemState {
+    /// Whether `node_usage` answers from the per-node summaries (the default) or not, so that
+    /// the scheduler reads allocations instead.
+    pub fn set_node_usage_summaries(&mut self, on: bool) {
+        self.keep_usage = on;
+    }
+
     fn bump(&mut self) -> u64 {
         self.index += 1;
         self.index
@@ -64,12 +90,17 @@ impl MemState {
     }
 
     fn store_alloc(&mut self, alloc: Allocation) {
-        if let Some(old) = self.allocs.get(&alloc.id)
-            && old.node_id != alloc.node_id
-            && let Some(ids) = self.by_node.get_mut(&old.node_id)
-        {
-            ids.remove(&alloc.id);
+        if let Some(old) = self.allocs.get(&alloc.id) {
+            if let Some(u) = self.usage.get_mut(&old.node_id) {
+                Arc::make_mut(u).remove(old);
+            }
+            if old.node_id != alloc.node_id
+                && let Some(ids) = self.by_node.get_mut(&old.node_id)
+            {
+                ids.remove(&alloc.id);
+            }
         }
+        Arc::make_mut(self.usage.entry(alloc.node_id.clone()).or_default()).add(&alloc);
         self.by_node
             .entry(alloc.node_id.clone())
             .or_default()
@@ -118,6 +149,13 @@ impl State for MemState {
             .filter_map(|id| self.allocs.get(id).cloned())
             .collect()
     }
+
+    fn node_usage(&self, node_id: &str) -> Option<Arc<NodeAllocUsage>> {
+        if !self.keep_usage {
+            return None;
+        }
+        Some(self.usage.get(node_id).cloned().unwrap_or_default())
+    }
 }
 
 type PlanHook = Box<dyn FnOnce(&mut MemState, &Plan)>;
@@ -135,6 +173,9 @@ pub struct Harness {
     pub created_evals: Vec<Evaluation>,
     /// Evaluation updates the scheduler wrote, in order.
     pub updated_evals: Vec<Evaluation>,
+    /// Evaluations the harness's plan applier created for the jobs of preempted allocations,
+    /// as the server's applier must.
+    pub preemption_evals: Vec<Evaluation>,
     /// Run against the state just before the next plans are checked, one per plan: stands in
     /// for another scheduler's writes landing first.
     before_plan: VecDeque<PlanHook>,
@@ -233,7 +274,13 @@ impl Harness {
 
     /// Whether the node can take the plan's allocations on top of what it runs, as the
     /// server's plan applier decides.
-    fn node_fits(&self, node_id: &str, stops: &[Allocation], places: &[Allocation]) -> bool {
+    fn node_fits(
+        &self,
+        node_id: &str,
+        stops: &[Allocation],
+        preempted: &[Allocation],
+        places: &[Allocation],
+    ) -> bool {
         if places.is_empty() {
             return true;
         }
@@ -251,7 +298,12 @@ impl Harness {
             return false;
         }
         let existing = self.state.allocs_by_node(node_id);
-        let replaced: BTreeSet<&str> = stops.iter().chain(places).map(|a| a.id.as_str()).collect();
+        let replaced: BTreeSet<&str> = stops
+            .iter()
+            .chain(preempted)
+            .chain(places)
+            .map(|a| a.id.as_str())
+            .collect();
         let mut proposed: Vec<&Allocation> = existing
             .iter()
             .filter(|a| !a.terminal() && !replaced.contains(a.id.as_str()))
@@ -264,6 +316,27 @@ impl Harness {
     fn apply(&mut self, plan: &Plan, result: &PlanResult) -> u64 {
         let index = self.state.bump();
         let now = now_nanos();
+        let mut preempted_jobs: BTreeSet<(String, String)> = BTreeSet::new();
+        for p in result.node_preemptions.values().flatten() {
+            let Some(old) = self.state.allocs.get(&p.id) else {
+                continue;
+            };
+            let mut a = (**old).clone();
+            a.desired_status = p.desired_status.clone();
+            a.desired_description = p.desired_description.clone();
+            a.preempted_by_allocation = p.preempted_by_allocation.clone();
+            a.modify_index = index;
+            a.modify_time = now;
+            preempted_jobs.insert((a.namespace.clone(), a.job_id.clone()));
+            self.state.store_alloc(a);
+        }
+        // As Nomad's plan applier does: the preempted jobs are evaluated again.
+        for (ns, job_id) in preempted_jobs {
+            if let Some(job) = self.state.job(&ns, &job_id) {
+                self.preemption_evals
+                    .push(Evaluation::for_job(&job, TRIGGER_PREEMPTION));
+            }
+        }
         for stop in result.node_update.values().flatten() {
             let Some(old) = self.state.allocs.get(&stop.id) else {
                 continue;
@@ -329,27 +402,26 @@ impl Planner for Harness {
             .node_update
             .keys()
             .chain(plan.node_allocation.keys())
+            .chain(plan.node_preemptions.keys())
             .collect();
+        let slice = |m: &'_ BTreeMap<String, Vec<Allocation>>, id: &str| -> Vec<Allocation> {
+            m.get(id).cloned().unwrap_or_default()
+        };
         for node_id in node_ids {
-            let stops = plan
-                .node_update
-                .get(node_id)
-                .map(Vec::as_slice)
-                .unwrap_or_default();
-            let places = plan
-                .node_allocation
-                .get(node_id)
-                .map(Vec::as_slice)
-                .unwrap_or_default();
+            let stops = slice(&plan.node_update, node_id);
+            let preempted = slice(&plan.node_preemptions, node_id);
+            let places = slice(&plan.node_allocation, node_id);
             // Stops always apply: freeing resources cannot overcommit a node.
             if !stops.is_empty() {
-                result.node_update.insert(node_id.clone(), stops.to_vec());
+                result.node_update.insert(node_id.clone(), stops.clone());
             }
-            if self.node_fits(node_id, stops, places) {
+            // Preemptions only go with the placements they make room for.
+            if self.node_fits(node_id, &stops, &preempted, &places) {
                 if !places.is_empty() {
-                    result
-                        .node_allocation
-                        .insert(node_id.clone(), places.to_vec());
+                    result.node_allocation.insert(node_id.clone(), places);
+                }
+                if !preempted.is_empty() {
+                    result.node_preemptions.insert(node_id.clone(), preempted);
                 }
             } else {
                 refused = true;
@@ -358,8 +430,12 @@ impl Planner for Harness {
         if refused && plan.all_at_once {
             result.node_update.clear();
             result.node_allocation.clear();
+            result.node_preemptions.clear();
         }
-        if !result.node_update.is_empty() || !result.node_allocation.is_empty() {
+        if !result.node_update.is_empty()
+            || !result.node_allocation.is_empty()
+            || !result.node_preemptions.is_empty()
+        {
             result.alloc_index = self.apply(&plan, &result);
         }
         if refused {
@@ -384,6 +460,9 @@ impl Planner for Harness {
         Ok(())
     }
 }
+
+/// Nomad's trigger for evaluations of jobs whose allocations were preempted.
+pub const TRIGGER_PREEMPTION: &str = "preemption";
 
 /// Builds nodes like Nomad's `mock.Node()`: 4000 MHz, 8192 MB, 100 GB disk, reserving
 /// 100 MHz / 256 MB / 4 GB and port 22, a host network at 192.168.0.100, the `exec`,
@@ -603,6 +682,34 @@ pub fn mock_batch_job() -> Job {
         unlimited: false,
     });
     tg.tasks[0].driver = "mock_driver".into();
+    job
+}
+
+/// A system job like Nomad's `mock.SystemJob()`: group `web` (count 1) with task `web` on
+/// `exec` asking 500 MHz and 256 MB, priority 100, constrained to Linux, no update stanza.
+pub fn mock_system_job() -> Job {
+    let mut job = mock_job();
+    job.id = format!("mock-system-{}", &generate_id()[..8]);
+    job.name = job.id.clone();
+    job.job_type = JOB_TYPE_SYSTEM.into();
+    job.priority = 100;
+    let tg = &mut job.task_groups[0];
+    tg.count = 1;
+    tg.reschedule_policy = None;
+    job
+}
+
+/// A sysbatch job like Nomad's `mock.SystemBatchJob()`: group `pinger` (count 1) with task
+/// `ping-example` on `exec`, priority 10.
+pub fn mock_sysbatch_job() -> Job {
+    let mut job = mock_system_job();
+    job.id = format!("mock-sysbatch-{}", &generate_id()[..8]);
+    job.name = job.id.clone();
+    job.job_type = JOB_TYPE_SYSBATCH.into();
+    job.priority = 10;
+    let tg = &mut job.task_groups[0];
+    tg.name = "pinger".into();
+    tg.tasks[0].name = "ping-example".into();
     job
 }
 

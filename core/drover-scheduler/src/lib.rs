@@ -1,6 +1,8 @@
 //! The scheduler: pure placement logic. Given a consistent view of cluster state and an
-//! evaluation, it produces a plan (allocations to place and to stop) and submits it through a
-//! [`Planner`]; it never writes state itself.
+//! evaluation, it produces a plan (allocations to place, to stop and to preempt) and submits it
+//! through a [`Planner`]; it never writes state itself. Service and batch jobs go through the
+//! generic scheduler (reconcile, then rank a few candidate nodes per placement), system and
+//! sysbatch jobs through the system scheduler (one allocation per feasible node).
 //!
 //! Must not depend on: any IO, tokio, the state store's implementation, Raft or the server. It sees
 //! state only through the [`State`] trait, so tests drive it with an in-memory harness and servers
@@ -9,8 +11,8 @@
 use std::sync::Arc;
 
 use drover_structs::{
-    Allocation, EVAL_STATUS_FAILED, Evaluation, JOB_TYPE_BATCH, JOB_TYPE_SERVICE, Job, Node, Plan,
-    PlanResult,
+    Allocation, EVAL_STATUS_FAILED, Evaluation, JOB_TYPE_BATCH, JOB_TYPE_SERVICE,
+    JOB_TYPE_SYSBATCH, JOB_TYPE_SYSTEM, Job, Node, Plan, PlanResult,
 };
 
 pub mod fit;
@@ -21,10 +23,13 @@ mod context;
 mod feasible;
 mod generic;
 mod network;
+mod preempt;
 mod rank;
 mod reconcile;
 mod reschedule;
+mod spread;
 mod stack;
+mod system;
 mod util;
 mod version;
 
@@ -47,6 +52,14 @@ pub struct SchedulerConfig {
     pub min_dynamic_port: u16,
     /// Highest port handed out for dynamic ports.
     pub max_dynamic_port: u16,
+    /// Nomad's `PreemptionConfig.SystemSchedulerEnabled` (default true).
+    pub preemption_system: bool,
+    /// Nomad's `PreemptionConfig.SysBatchSchedulerEnabled` (default false).
+    pub preemption_sysbatch: bool,
+    /// Nomad's `PreemptionConfig.BatchSchedulerEnabled` (default false).
+    pub preemption_batch: bool,
+    /// Nomad's `PreemptionConfig.ServiceSchedulerEnabled` (default false).
+    pub preemption_service: bool,
 }
 
 impl Default for SchedulerConfig {
@@ -55,6 +68,23 @@ impl Default for SchedulerConfig {
             algorithm: Algorithm::Binpack,
             min_dynamic_port: 20000,
             max_dynamic_port: 32000,
+            preemption_system: true,
+            preemption_sysbatch: false,
+            preemption_batch: false,
+            preemption_service: false,
+        }
+    }
+}
+
+impl SchedulerConfig {
+    /// Whether placements of jobs of this type may preempt lower-priority allocations.
+    pub fn preemption_enabled(&self, job_type: &str) -> bool {
+        match job_type {
+            JOB_TYPE_SYSTEM => self.preemption_system,
+            JOB_TYPE_SYSBATCH => self.preemption_sysbatch,
+            JOB_TYPE_BATCH => self.preemption_batch,
+            JOB_TYPE_SERVICE => self.preemption_service,
+            _ => false,
         }
     }
 }
@@ -63,8 +93,9 @@ impl Default for SchedulerConfig {
 /// missing, submits the plan through `planner` and records the evaluation's outcome with
 /// `planner.update_eval` (plus blocked or follow-up evaluations through `planner.create_eval`).
 ///
-/// Service and batch jobs go to the generic scheduler. Other job types are not supported yet:
-/// their evaluation is marked failed and `SchedulerError::UnsupportedJobType` returned.
+/// Service and batch jobs go to the generic scheduler, system and sysbatch jobs to the system
+/// scheduler (one allocation per feasible node). Other types fail the evaluation with
+/// `SchedulerError::UnsupportedJobType`.
 pub fn process_eval(
     state: &dyn State,
     planner: &mut dyn Planner,
@@ -73,11 +104,12 @@ pub fn process_eval(
 ) -> Result<(), SchedulerError> {
     match eval.eval_type.as_str() {
         JOB_TYPE_SERVICE | JOB_TYPE_BATCH => generic::process(state, planner, eval, config),
+        JOB_TYPE_SYSTEM | JOB_TYPE_SYSBATCH => system::process(state, planner, eval, config),
         other => {
             let mut failed = eval.clone();
             failed.status = EVAL_STATUS_FAILED.to_string();
             failed.status_description = format!(
-                "job type {other:?} cannot be scheduled yet: only service and batch jobs are supported"
+                "job type {other:?} cannot be scheduled: service, batch, system and sysbatch are"
             );
             failed.snapshot_index = state.index();
             failed.modify_time = drover_structs::time::now_nanos();
@@ -99,7 +131,17 @@ pub trait State: Send + Sync {
     fn allocs_by_job(&self, namespace: &str, job_id: &str) -> Vec<Arc<Allocation>>;
     /// All allocations on a node (terminal ones included).
     fn allocs_by_node(&self, node_id: &str) -> Vec<Arc<Allocation>>;
+    /// What the node's non-terminal allocations hold together, when the state keeps that up
+    /// to date per node. The scheduler then reads a node's allocations only to preempt some;
+    /// without it (`None`, the default) it sums `allocs_by_node` for every node it looks at,
+    /// which grows with the allocations per node.
+    fn node_usage(&self, node_id: &str) -> Option<Arc<NodeAllocUsage>> {
+        let _ = node_id;
+        None
+    }
 }
+
+pub use drover_structs::usage::NodeAllocUsage;
 
 /// The scheduler's way out: plans, evaluation updates and follow-up evaluations go through it.
 pub trait Planner {

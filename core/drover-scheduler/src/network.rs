@@ -19,11 +19,17 @@ pub(crate) struct PortPicker<'a> {
     pub max: i64,
     /// Ports this placement already took: (host ip, port).
     pub taken: Vec<(String, i64)>,
+    /// Ports held by allocations this placement preempts: free for it.
+    pub released: &'a [(String, i64)],
+    /// The static port (host ip, port) that was not free, when that is why assignment failed.
+    pub conflict: Option<(String, i64)>,
 }
 
 impl PortPicker<'_> {
     fn free(&self, ip: &str, port: i64) -> bool {
-        !self.usage.port_used(ip, port) && !self.taken.iter().any(|(i, p)| *p == port && i == ip)
+        let held = self.usage.port_used(ip, port)
+            && !self.released.iter().any(|(i, p)| *p == port && i == ip);
+        !held && !self.taken.iter().any(|(i, p)| *p == port && i == ip)
     }
 
     fn static_port(&mut self, ip: &str, port: &Port) -> Result<i64, String> {
@@ -31,6 +37,7 @@ impl PortPicker<'_> {
             return Err(format!("invalid port {} (out of range)", port.value));
         }
         if !self.free(ip, port.value) {
+            self.conflict = Some((ip.to_string(), port.value));
             return Err(format!(
                 "reserved port collision {}={}",
                 port.label, port.value
@@ -183,6 +190,8 @@ mod tests {
             min,
             max,
             taken: Vec::new(),
+            released: &[],
+            conflict: None,
         }
     }
 
@@ -224,7 +233,7 @@ mod tests {
     fn reserved_node_ports_collide_with_static_asks() {
         let node = Node::default();
         let mut usage = NodeUsage::default();
-        usage.reserved = vec![(22, 22)];
+        usage.set_reserved(vec![(22, 22)]);
         let mut p = picker(&node, &usage, 20000, 20010);
         let ask = NetworkResource {
             reserved_ports: Some(vec![port("ssh", 22, 0)]),

@@ -366,7 +366,7 @@ fn should_filter(a: &Allocation, batch: bool) -> Filter {
     }
 }
 
-fn ran_successfully(a: &Allocation) -> bool {
+pub(crate) fn ran_successfully(a: &Allocation) -> bool {
     if a.client_status == drover_structs::ALLOC_CLIENT_COMPLETE {
         return true;
     }
@@ -426,7 +426,9 @@ fn compute_stop(
             }
         }
     }
-    let live: Vec<&Arc<Allocation>> = untainted.iter().filter(|a| !a.terminal()).collect();
+    // As Nomad does, ended allocations are stopped too when their names are among the highest:
+    // left alone, a failed one of an older version would be replaced by its update.
+    let live: Vec<&Arc<Allocation>> = untainted.iter().collect();
     let doomed = names.highest(remove as u64);
     for a in live.iter().rev() {
         if doomed.contains(&a.name) && !stopped.contains(&a.id) {

@@ -270,4 +270,137 @@ mod tests {
         assert_eq!(events[1].prev_node_id, "n1");
         assert_eq!(events[1].time, 200 * SEC);
     }
+
+    #[test]
+    fn delay_functions_table() {
+        struct Case {
+            name: &'static str,
+            func: &'static str,
+            max_delay: i64,
+            /// Delays of the past reschedules, oldest first, each `SEC` apart ending at `t - SEC`.
+            past: Vec<i64>,
+            /// How long after the last reschedule the allocation failed.
+            failed_after: i64,
+            want: i64,
+        }
+        let cases = vec![
+            Case {
+                name: "constant: always the base delay",
+                func: "constant",
+                max_delay: 0,
+                past: vec![5, 5, 5],
+                failed_after: 1,
+                want: 5,
+            },
+            Case {
+                name: "first reschedule: the base delay whatever the function",
+                func: "exponential",
+                max_delay: 60,
+                past: vec![],
+                failed_after: 1,
+                want: 5,
+            },
+            Case {
+                name: "exponential doubles the last delay",
+                func: "exponential",
+                max_delay: 600,
+                past: vec![5, 10, 20],
+                failed_after: 1,
+                want: 40,
+            },
+            Case {
+                name: "exponential stops at max_delay",
+                func: "exponential",
+                max_delay: 30,
+                past: vec![5, 10, 20],
+                failed_after: 1,
+                want: 30,
+            },
+            Case {
+                name: "past max_delay and failed long after the last reschedule: start over",
+                func: "exponential",
+                max_delay: 30,
+                past: vec![5, 10, 20],
+                failed_after: 31,
+                want: 5,
+            },
+            Case {
+                name: "fibonacci: one past delay gives the base delay",
+                func: "fibonacci",
+                max_delay: 600,
+                past: vec![5],
+                failed_after: 1,
+                want: 5,
+            },
+            Case {
+                name: "fibonacci adds the last two delays",
+                func: "fibonacci",
+                max_delay: 600,
+                past: vec![5, 5, 10, 15],
+                failed_after: 1,
+                want: 25,
+            },
+            Case {
+                name: "fibonacci stops at max_delay",
+                func: "fibonacci",
+                max_delay: 20,
+                past: vec![5, 5, 10, 15],
+                failed_after: 1,
+                want: 20,
+            },
+            Case {
+                name: "fibonacci starts a new series after a reset from the ceiling",
+                func: "fibonacci",
+                max_delay: 20,
+                past: vec![10, 20, 5],
+                failed_after: 1,
+                want: 5,
+            },
+        ];
+        for c in cases {
+            let t = 100_000 * SEC;
+            let n = c.past.len() as i64;
+            let events: Vec<(i64, i64)> = c
+                .past
+                .iter()
+                .enumerate()
+                .map(|(i, d)| (t - (n - i as i64) * SEC * 100, d * SEC))
+                .collect();
+            let last = events.last().map(|(at, _)| *at).unwrap_or(t);
+            let a = failed(last + c.failed_after * SEC, &events);
+            let mut p = policy(0, 0, 5 * SEC, c.func, true);
+            p.max_delay = c.max_delay * SEC;
+            assert_eq!(next_delay(&a, &p), c.want * SEC, "{}", c.name);
+            let (at, eligible) = next_reschedule_time(&a, Some(&p));
+            assert!(eligible, "{}: unlimited policies always reschedule", c.name);
+            assert_eq!(at, last + c.failed_after * SEC + c.want * SEC, "{}", c.name);
+        }
+    }
+
+    #[test]
+    fn attempts_within_the_interval_table() {
+        // (attempts, interval s, past reschedules s before the failure, delay s, eligible)
+        let cases: [(i64, i64, &[i64], i64, bool); 5] = [
+            (1, 3600, &[], 5, true),
+            (1, 3600, &[100], 5, false),
+            (1, 3600, &[7200], 5, true),
+            (3, 3600, &[100, 50], 5, true),
+            // A delay as long as the interval leaves no room for the attempt.
+            (3, 60, &[100], 60, false),
+        ];
+        for (attempts, interval, past, delay, want) in cases {
+            let t = 100_000 * SEC;
+            let events: Vec<(i64, i64)> = past
+                .iter()
+                .map(|ago| (t - ago * SEC, delay * SEC))
+                .collect();
+            let a = failed(t, &events);
+            let p = policy(attempts, interval * SEC, delay * SEC, "constant", false);
+            assert_eq!(
+                next_reschedule_time(&a, Some(&p)).1,
+                want,
+                "attempts {attempts} interval {interval} past {past:?}"
+            );
+        }
+    }
 }

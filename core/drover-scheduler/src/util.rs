@@ -1,7 +1,9 @@
-//! Small helpers: a seeded random source, allocation names, Nomad's "does this job change need
-//! new allocations" test, and the legacy resource fields of allocations.
+//! Small helpers: a seeded random source, a fast hasher for the scheduler's own maps,
+//! allocation names, Nomad's "does this job change need new allocations" test, and the legacy
+//! resource fields of allocations.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use drover_structs::{AllocatedResources, Job, NetworkResource, Resources, TaskGroup};
 
@@ -43,6 +45,59 @@ impl Rng {
         }
     }
 }
+
+/// The Fx hash (rustc's): the scheduler's maps are keyed by ids and names it builds itself
+/// from trusted state, so it needs speed, not resistance to chosen keys.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct FxHasher(u64);
+
+const FX_SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+
+impl FxHasher {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(FX_SEED);
+    }
+}
+
+impl Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(c);
+            self.add(u64::from_le_bytes(word));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut word = [0u8; 8];
+            word[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u8(&mut self, i: u8) {
+        self.add(u64::from(i));
+    }
+
+    fn write_u32(&mut self, i: u32) {
+        self.add(u64::from(i));
+    }
+
+    fn write_u64(&mut self, i: u64) {
+        self.add(i);
+    }
+
+    fn write_usize(&mut self, i: usize) {
+        self.add(i as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+pub(crate) type FxBuild = BuildHasherDefault<FxHasher>;
+pub(crate) type FxMap<K, V> = HashMap<K, V, FxBuild>;
 
 /// `job.group[index]`, Nomad's allocation name.
 pub(crate) fn alloc_name(job_id: &str, group: &str, index: u64) -> String {

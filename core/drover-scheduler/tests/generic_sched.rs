@@ -1026,13 +1026,13 @@ fn nodes_outside_the_datacenters_or_not_ready_are_not_considered() {
 fn unsupported_job_types_fail_the_evaluation() {
     let mut h = Harness::new();
     let mut job = mock_job();
-    job.job_type = "system".into();
+    job.job_type = "cron".into();
     let job = h.upsert_job(job);
     let err = h.process(&eval_for(&job)).unwrap_err();
-    assert!(matches!(err, SchedulerError::UnsupportedJobType(ref t) if t == "system"));
+    assert!(matches!(err, SchedulerError::UnsupportedJobType(ref t) if t == "cron"));
     let e = h.last_eval().unwrap();
     assert_eq!(e.status, EVAL_STATUS_FAILED);
-    assert!(e.status_description.contains("system"));
+    assert!(e.status_description.contains("cron"));
 }
 
 #[test]

@@ -9,18 +9,24 @@ use drover_state::StateStore;
 use drover_structs::{AllocClientUpdate, Allocation, Evaluation, Job, Node};
 use serde::{Deserialize, Serialize};
 
-pub const LOG_ENTRY_VERSION: u32 = 1;
+/// 2: externally tagged entries (`{"V":2,"E":{"JobRegister":{...}}}`).
+pub const LOG_ENTRY_VERSION: u32 = 2;
 
 // Entries are built once per proposal and encoded right away; boxing the large variants would
 // buy nothing.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(tag = "Type")]
 pub enum LogEntry {
-    /// A job (new or a new version) and the evaluation it triggers.
+    /// A job (new or a new version) and the evaluation it triggers. With `enforce_index`
+    /// (Nomad's check-and-set), the entry applies only if the job's `JobModifyIndex` is still
+    /// that value (0: the job must not exist); otherwise it changes nothing and the proposer is
+    /// told why. Checked here, in log order, so two writers expecting the same index cannot
+    /// both succeed.
     JobRegister {
         job: Job,
         evals: Vec<Evaluation>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        enforce_index: Option<u64>,
     },
     /// `purge` removes the job; otherwise it was already re-registered with `Stop` set.
     JobPurge {
@@ -67,11 +73,14 @@ pub enum LogEntry {
     },
 }
 
+/// On the wire: `{"V":1,"E":{"JobRegister":{...}}}`. The entry is externally tagged so that
+/// decoding streams straight into the types (an internally tagged enum buffers every entry into
+/// an intermediate tree first, which dominated the cost of large plan entries).
 #[derive(Serialize)]
 struct EnvelopeRef<'a> {
     #[serde(rename = "V")]
     v: u32,
-    #[serde(flatten)]
+    #[serde(rename = "E")]
     entry: &'a LogEntry,
 }
 
@@ -79,8 +88,15 @@ struct EnvelopeRef<'a> {
 struct Envelope {
     #[serde(rename = "V")]
     v: u32,
-    #[serde(flatten)]
-    entry: serde_json::Value,
+    #[serde(rename = "E")]
+    entry: LogEntry,
+}
+
+/// Only the version, to explain an entry that failed to decode.
+#[derive(Deserialize)]
+struct VersionOnly {
+    #[serde(rename = "V")]
+    v: u32,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -93,6 +109,33 @@ pub enum FsmError {
     Malformed(String),
     #[error("log entry at index {index} failed to apply: {message}")]
     Apply { index: u64, message: String },
+    /// A condition of the entry did not hold (check-and-set); nothing was written. Not a
+    /// fault: the proposer gets the message as the entry's response.
+    #[error("{0}")]
+    Rejected(String),
+}
+
+/// A log entry that replaces the whole state (operator snapshot restore) is this prefix and
+/// then a state store snapshot, not JSON: the payload is large and already encoded.
+pub const RESTORE_ENTRY_MAGIC: &[u8] = b"DROVER-RESTORE-1\n";
+
+/// The entry that replaces the whole state with `snapshot` (a state store encoding).
+pub fn restore_entry(snapshot: &[u8]) -> Vec<u8> {
+    let mut entry = Vec::with_capacity(RESTORE_ENTRY_MAGIC.len() + snapshot.len());
+    entry.extend_from_slice(RESTORE_ENTRY_MAGIC);
+    entry.extend_from_slice(snapshot);
+    entry
+}
+
+/// The message Nomad answers a failed check-and-set with.
+pub fn enforce_index_error(want: u64, have: u64) -> String {
+    if want == 0 {
+        format!("Enforcing job modify index {want}: job already exists")
+    } else {
+        format!(
+            "Enforcing job modify index {want}: job exists with conflicting job modify index: {have}"
+        )
+    }
 }
 
 impl LogEntry {
@@ -106,19 +149,35 @@ impl LogEntry {
     }
 
     pub fn decode(data: &[u8]) -> Result<LogEntry, FsmError> {
-        let env: Envelope =
-            serde_json::from_slice(data).map_err(|e| FsmError::Malformed(e.to_string()))?;
-        if env.v != LOG_ENTRY_VERSION {
-            return Err(FsmError::UnknownVersion(env.v));
+        match serde_json::from_slice::<Envelope>(data) {
+            Ok(env) if env.v == LOG_ENTRY_VERSION => Ok(env.entry),
+            Ok(env) => Err(FsmError::UnknownVersion(env.v)),
+            Err(e) => match serde_json::from_slice::<VersionOnly>(data) {
+                Ok(v) if v.v != LOG_ENTRY_VERSION => Err(FsmError::UnknownVersion(v.v)),
+                _ => Err(FsmError::Malformed(e.to_string())),
+            },
         }
-        serde_json::from_value(env.entry).map_err(|e| FsmError::Malformed(e.to_string()))
     }
 }
 
 /// Applies decoded entries to the state store.
 pub fn apply_entry(state: &StateStore, index: u64, entry: LogEntry) -> Result<(), FsmError> {
     match entry {
-        LogEntry::JobRegister { job, evals } => {
+        LogEntry::JobRegister {
+            job,
+            evals,
+            enforce_index,
+        } => {
+            if let Some(want) = enforce_index {
+                let have = state
+                    .snapshot()
+                    .job(&job.namespace, &job.id)
+                    .map(|j| j.job_modify_index)
+                    .unwrap_or(0);
+                if want != have {
+                    return Err(FsmError::Rejected(enforce_index_error(want, have)));
+                }
+            }
             state.upsert_job(index, job);
             if !evals.is_empty() {
                 state.upsert_evals(index, evals);
@@ -201,12 +260,37 @@ pub struct Fsm {
 }
 
 impl drover_raft::StateMachine for Fsm {
-    fn apply(&mut self, index: u64, data: &[u8]) {
+    /// Answers an empty response when the entry applied, else the reason it did not.
+    fn apply(&mut self, index: u64, data: &[u8]) -> Vec<u8> {
+        if let Some(snapshot) = data.strip_prefix(RESTORE_ENTRY_MAGIC) {
+            return match self.state.restore(snapshot) {
+                Ok(()) => {
+                    // The restored tables carry their own (older) indexes; an empty write at
+                    // this entry's index moves the store's index past every earlier one, so
+                    // waiters on "applied up to X" are not left behind.
+                    self.state.upsert_evals(index, Vec::new());
+                    tracing::warn!(index, "state replaced by an operator snapshot restore");
+                    Vec::new()
+                }
+                Err(e) => {
+                    tracing::error!(index, error = %e, "snapshot restore entry not applied");
+                    format!("snapshot restore failed: {e}").into_bytes()
+                }
+            };
+        }
         let result = LogEntry::decode(data).and_then(|e| apply_entry(&self.state, index, e));
-        if let Err(e) = result {
-            // Deterministic on every server: the same entry fails the same way everywhere, so
-            // the replicas stay equal. It is logged loudly rather than skipped silently.
-            tracing::error!(index, error = %e, "log entry not applied");
+        match result {
+            Ok(()) => Vec::new(),
+            Err(FsmError::Rejected(why)) => {
+                tracing::debug!(index, reason = %why, "log entry refused by its condition");
+                why.into_bytes()
+            }
+            Err(e) => {
+                // Deterministic on every server: the same entry fails the same way everywhere,
+                // so the replicas stay equal. It is logged loudly rather than skipped silently.
+                tracing::error!(index, error = %e, "log entry not applied");
+                e.to_string().into_bytes()
+            }
         }
     }
 
@@ -225,9 +309,9 @@ mod tests {
 
     #[test]
     fn unknown_entry_type_and_version_are_errors() {
-        let e = LogEntry::decode(br#"{"V":1,"Type":"Bogus"}"#).unwrap_err();
+        let e = LogEntry::decode(br#"{"V":2,"E":{"Bogus":{}}}"#).unwrap_err();
         assert!(e.to_string().contains("Bogus"), "{e}");
-        let e = LogEntry::decode(br#"{"V":7,"Type":"EvalDelete","ids":[]}"#).unwrap_err();
+        let e = LogEntry::decode(br#"{"V":7,"E":{"EvalDelete":{"ids":[]}}}"#).unwrap_err();
         assert!(matches!(e, FsmError::UnknownVersion(7)));
     }
 

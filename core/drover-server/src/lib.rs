@@ -1,18 +1,33 @@
 //! The server side of Drover: Raft-replicated state, the eval broker, scheduler workers, the plan
 //! applier, node heartbeats, and the endpoints that turn API requests into log entries.
 //!
+//! In a cluster, writes run on the leader (followers forward them over the network of
+//! `drover-net`'s traits, which drover-rpc implements with gRPC), reads run
+//! anywhere after a read barrier, and servers find each other with `bootstrap_expect` and
+//! `join` (see `cluster`).
+//!
 //! Must not depend on: HTTP (axum), the client, drivers or plugins. The HTTP layer and the client
 //! call into [`Server`]; the server never calls out to them.
 
 mod broker;
+mod cluster;
+#[cfg(test)]
+mod cluster_tests;
 pub mod fsm;
 mod heartbeat;
+mod identity;
+mod operator;
 pub mod plan_apply;
+mod routing;
+pub mod rpc;
 mod sched_state;
 mod server;
+pub mod snapshot_archive;
 mod worker;
 
 pub use broker::{BrokerError, BrokerStats, EvalBroker};
+pub use operator::{RaftMember, StateDigest};
+pub use routing::RPC_HOLD_TIMEOUT;
 pub use server::{RegisterResult, Server, ServerConfig};
 
 use drover_structs::MultiError;
@@ -34,4 +49,20 @@ pub enum ServerError {
     Raft(#[from] drover_raft::RaftError),
     #[error("{0}")]
     Internal(String),
+}
+
+impl ServerError {
+    /// True when the request certainly was not executed (it never reached the log), so it
+    /// may be sent again, to the leader.
+    pub fn not_executed(&self) -> bool {
+        use drover_raft::RaftError;
+        matches!(
+            self,
+            ServerError::Raft(
+                RaftError::NotLeader { .. }
+                    | RaftError::ProposalDropped { .. }
+                    | RaftError::ShuttingDown
+            )
+        )
+    }
 }

@@ -27,4 +27,8 @@ impl State for SnapshotState {
     fn allocs_by_node(&self, node_id: &str) -> Vec<Arc<Allocation>> {
         self.0.allocs_by_node(node_id)
     }
+    fn node_usage(&self, node_id: &str) -> Option<Arc<drover_structs::usage::NodeAllocUsage>> {
+        // Every node has an entry once it holds an allocation; an empty default otherwise.
+        Some(self.0.node_usage(node_id).unwrap_or_default())
+    }
 }

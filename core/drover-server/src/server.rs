@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use drover_raft::{NoTransport, RaftConfig, RaftNode};
+use drover_net::{NoNet, PeerNet};
+use drover_raft::{PeerInfo, RaftConfig, RaftNode};
 use drover_scheduler::SchedulerConfig;
 use drover_state::{StateSnapshot, StateStore, Table};
 use drover_structs::time::now_nanos;
@@ -15,6 +16,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::ServerError;
 use crate::broker::EvalBroker;
+use crate::cluster::{RpcEndpoint, StartPlan};
 use crate::fsm::{Fsm, LogEntry};
 use crate::heartbeat::HeartbeatTimers;
 use crate::plan_apply::{PlanRequest, run_plan_applier};
@@ -22,11 +24,24 @@ use crate::plan_apply::{PlanRequest, run_plan_applier};
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     pub data_dir: PathBuf,
-    /// Raft id of this server (non-zero).
-    pub raft_id: u64,
+    /// Raft id of this server (non-zero). `None`: the id kept in the data dir, chosen at
+    /// random at the first start.
+    pub raft_id: Option<u64>,
     /// Region this server belongs to.
     pub region: String,
     pub datacenter: String,
+    /// This server's name (Nomad's `<node>.<region>`), shown by `operator raft list-peers`.
+    pub name: String,
+    /// The RPC address other servers and clients reach this one at (`host:port`).
+    pub rpc_addr: String,
+    /// How many servers to wait for before bootstrapping a new cluster; 1 bootstraps alone at
+    /// once (a single server, the dev agent). Ignored once the data dir holds a cluster.
+    pub bootstrap_expect: u32,
+    /// RPC addresses of servers to discover and join (Nomad's `server_join.retry_join`).
+    pub join: Vec<String>,
+    /// One Raft tick. Heartbeats go every 2 ticks; a follower campaigns after 10 to 20 ticks
+    /// without hearing from a leader.
+    pub raft_tick: Duration,
     /// Number of scheduler workers.
     pub num_schedulers: usize,
     /// How long a node may go without heartbeating before it is marked down.
@@ -43,9 +58,14 @@ impl ServerConfig {
     pub fn new(data_dir: impl Into<PathBuf>) -> Self {
         ServerConfig {
             data_dir: data_dir.into(),
-            raft_id: 1,
+            raft_id: None,
             region: DEFAULT_REGION.into(),
             datacenter: "dc1".into(),
+            name: "server.global".into(),
+            rpc_addr: "127.0.0.1:4647".into(),
+            bootstrap_expect: 1,
+            join: Vec::new(),
+            raft_tick: Duration::from_millis(50),
             num_schedulers: 2,
             heartbeat_ttl: Duration::from_secs(10),
             heartbeat_grace: Duration::from_secs(10),
@@ -57,7 +77,7 @@ impl ServerConfig {
 }
 
 /// What a job registration returns (Nomad's `JobRegisterResponse`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RegisterResult {
     pub eval_id: String,
     pub eval_create_index: u64,
@@ -68,6 +88,12 @@ pub struct RegisterResult {
 
 pub(crate) struct Inner {
     pub config: ServerConfig,
+    /// This server's Raft id.
+    pub id: u64,
+    /// Where this server is reached, as it tells the cluster.
+    pub own: PeerInfo,
+    /// Calls to other servers (forwarding to the leader, joining) and the Raft transport.
+    pub net: Arc<dyn PeerNet>,
     pub state: Arc<StateStore>,
     pub raft: RaftNode,
     pub broker: EvalBroker,
@@ -85,6 +111,18 @@ impl Inner {
     pub async fn apply(&self, entry: LogEntry) -> Result<u64, ServerError> {
         let index = self.raft.propose(entry.encode()).await?;
         Ok(index)
+    }
+
+    /// As `apply`, failing with `Conflict` when the FSM refused the entry's condition.
+    pub async fn apply_checked(&self, entry: LogEntry) -> Result<u64, ServerError> {
+        let applied = self.raft.propose_for_response(entry.encode()).await?;
+        if applied.response.is_empty() {
+            Ok(applied.index)
+        } else {
+            Err(ServerError::Conflict(
+                String::from_utf8_lossy(&applied.response).into_owned(),
+            ))
+        }
     }
 
     pub fn is_leader(&self) -> bool {
@@ -161,20 +199,73 @@ pub struct Server {
 
 impl Server {
     /// Opens (or creates) the server's Raft log under the data dir, replays it into the state
-    /// store and starts the leader's subsystems.
+    /// store and starts the leader's subsystems. Without a network the server cannot reach
+    /// others: a fresh data dir bootstraps a single-voter cluster (`bootstrap_expect` must be 1).
     pub async fn start(config: ServerConfig) -> Result<Server, ServerError> {
-        let state = Arc::new(StateStore::new());
-        let mut raft_config =
-            RaftConfig::new(config.raft_id, &config.data_dir, vec![config.raft_id]);
+        if config.bootstrap_expect != 1 {
+            return Err(ServerError::BadRequest(
+                "a server without a network can only bootstrap alone (bootstrap_expect = 1)".into(),
+            ));
+        }
+        Self::start_with_net(config, Arc::new(NoNet)).await
+    }
+
+    /// As `start`, on `net` (drover-rpc's gRPC in the agent): it serves this server's RPC
+    /// first, so other servers discover this one, send it Raft messages and forward writes to
+    /// it, and clients call it. With a fresh data dir and `bootstrap_expect` other than 1 this
+    /// waits until the cluster forms or is found (see `cluster`).
+    pub async fn start_with_net(
+        config: ServerConfig,
+        net: Arc<dyn PeerNet>,
+    ) -> Result<Server, ServerError> {
+        let id = match config.raft_id {
+            Some(id) => id,
+            None => crate::identity::resolve_raft_id(&config.data_dir)?,
+        };
+        let own = PeerInfo::new(config.rpc_addr.clone(), config.name.clone());
+        let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let endpoint = Arc::new(RpcEndpoint::new(id, own.clone(), config.bootstrap_expect));
+        let mut stop = shutdown_rx.clone();
+        net.serve(
+            endpoint.clone(),
+            Box::pin(async move {
+                let _ = stop.wait_for(|s| *s).await;
+            }),
+        );
+
+        let mut raft_config = RaftConfig::new(id, &config.data_dir, Vec::new());
         raft_config.snapshot_threshold = config.snapshot_threshold;
+        raft_config.tick_interval = config.raft_tick;
+        // Operator restores carry the whole state in one entry; jobs stay far below this.
+        raft_config.max_entry_bytes = 256 * 1024 * 1024;
+        let plan = if RaftNode::has_state(&raft_config)? {
+            StartPlan::Restart
+        } else if config.bootstrap_expect == 1 {
+            StartPlan::Bootstrap {
+                voters: vec![id],
+                book: [(id, own.clone())].into_iter().collect(),
+            }
+        } else {
+            crate::cluster::discover(&config.join, &endpoint, net.as_ref(), shutdown_rx.clone())
+                .await?
+        };
+        if let StartPlan::Bootstrap { voters, book } = &plan {
+            raft_config.initial_voters.clone_from(voters);
+            raft_config.initial_peers.clone_from(book);
+        }
+
+        let state = Arc::new(StateStore::new());
         let fsm = Fsm {
             state: state.clone(),
         };
-        let raft = RaftNode::start(raft_config, fsm, Arc::new(NoTransport))?;
+        let raft = RaftNode::start(raft_config, fsm, net.raft_transport())?;
+        net.attach(raft.clone());
         let (plan_tx, plan_rx) = mpsc::channel(64);
-        let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let inner = Arc::new(Inner {
             broker: EvalBroker::new(config.eval_nack_timeout, config.eval_delivery_limit),
+            id,
+            own,
+            net,
             config,
             state,
             raft,
@@ -190,7 +281,24 @@ impl Server {
             tokio::spawn(crate::worker::run_worker(inner.clone(), id));
         }
         tokio::spawn(leader_loop(inner.clone()));
-        Ok(Server { inner })
+        let server = Server { inner };
+        endpoint.attach(server.clone());
+        // A joining server asks to be added; a restarted one whose address changed (or whose
+        // log predates addresses) has the cluster learn the new one.
+        let mut targets = server.inner.config.join.clone();
+        targets.extend(endpoint.known().into_values().map(|p| p.address));
+        tokio::spawn(crate::cluster::keep_membership(server.clone(), targets));
+        Ok(server)
+    }
+
+    /// This server's Raft id.
+    pub fn id(&self) -> u64 {
+        self.inner.id
+    }
+
+    /// Where this server is reached, as it tells the cluster.
+    pub fn own_peer(&self) -> PeerInfo {
+        self.inner.own.clone()
     }
 
     pub fn state(&self) -> &Arc<StateStore> {
@@ -229,26 +337,21 @@ impl Server {
         self.inner.raft.shutdown();
     }
 
-    /// Registers a job (a new one or a new version). The job must be canonicalised; it is
-    /// validated here. `enforce_index` is Nomad's check-and-set on `JobModifyIndex`
-    /// (0 = the job must not exist).
-    pub async fn register_job(
+    /// Registers a job on the leader (see `register_job`).
+    pub(crate) async fn register_job_here(
         &self,
         mut job: Job,
         enforce_index: Option<u64>,
     ) -> Result<RegisterResult, ServerError> {
         validate::validate_job(&job).map_err(ServerError::Validation)?;
         let existing = self.snapshot().job(&job.namespace, &job.id);
+        // A quick refusal; the FSM checks again in log order, which is what makes it safe.
         if let Some(want) = enforce_index {
             let have = existing.as_ref().map(|j| j.job_modify_index).unwrap_or(0);
             if want != have {
-                return Err(ServerError::Conflict(if want == 0 {
-                    format!("Enforcing job modify index {want}: job already exists")
-                } else {
-                    format!(
-                        "Enforcing job modify index {want}: job exists with conflicting job modify index: {have}"
-                    )
-                }));
+                return Err(ServerError::Conflict(crate::fsm::enforce_index_error(
+                    want, have,
+                )));
             }
         }
         job.submit_time = now_nanos();
@@ -261,9 +364,10 @@ impl Server {
             .then(|| Evaluation::for_job(&job, TRIGGER_JOB_REGISTER));
         let index = self
             .inner
-            .apply(LogEntry::JobRegister {
+            .apply_checked(LogEntry::JobRegister {
                 job: job.clone(),
                 evals: eval.iter().cloned().collect(),
+                enforce_index,
             })
             .await?;
         let snap = self.snapshot();
@@ -284,8 +388,8 @@ impl Server {
     }
 
     /// Stops a job (`Stop = true`, a new version) or, with `purge`, removes it. Returns the
-    /// evaluation that stops its allocations.
-    pub async fn deregister_job(
+    /// evaluation that stops its allocations. On the leader.
+    pub(crate) async fn deregister_job_here(
         &self,
         namespace: &str,
         job_id: &str,
@@ -308,6 +412,7 @@ impl Server {
             LogEntry::JobRegister {
                 job: stopped,
                 evals: vec![eval.clone()],
+                enforce_index: None,
             }
         };
         let index = self.inner.apply(entry).await?;
@@ -318,7 +423,10 @@ impl Server {
     }
 
     /// Stops one allocation (`alloc stop`); the scheduler replaces it if its job still wants it.
-    pub async fn stop_alloc(&self, alloc_id: &str) -> Result<(String, u64), ServerError> {
+    pub(crate) async fn stop_alloc_here(
+        &self,
+        alloc_id: &str,
+    ) -> Result<(String, u64), ServerError> {
         let snap = self.snapshot();
         let alloc = snap
             .alloc(alloc_id)
@@ -345,8 +453,11 @@ impl Server {
         Ok((eval.id, index))
     }
 
-    /// Registers or re-registers a client node; returns the heartbeat TTL.
-    pub async fn register_node(&self, mut node: Node) -> Result<(u64, Duration), ServerError> {
+    /// Registers or re-registers a client node; returns the heartbeat TTL. On the leader.
+    pub(crate) async fn register_node_here(
+        &self,
+        mut node: Node,
+    ) -> Result<(u64, Duration), ServerError> {
         if node.id.is_empty() {
             return Err(ServerError::BadRequest("missing node ID".into()));
         }
@@ -367,7 +478,7 @@ impl Server {
     }
 
     /// A node's heartbeat: resets its TTL and brings a down node back to ready.
-    pub async fn heartbeat(&self, node_id: &str) -> Result<Duration, ServerError> {
+    pub(crate) async fn heartbeat_here(&self, node_id: &str) -> Result<Duration, ServerError> {
         let node = self
             .snapshot()
             .node(node_id)
@@ -391,7 +502,10 @@ impl Server {
 
     /// Applies what a client reports about its allocations, in one log entry. Failed
     /// allocations trigger an evaluation of their job so it can reschedule them.
-    pub async fn update_allocs(&self, updates: Vec<AllocClientUpdate>) -> Result<u64, ServerError> {
+    pub(crate) async fn update_allocs_here(
+        &self,
+        updates: Vec<AllocClientUpdate>,
+    ) -> Result<u64, ServerError> {
         if updates.is_empty() {
             return Ok(self.inner.state.latest_index());
         }
@@ -436,8 +550,9 @@ impl Server {
         Ok(index)
     }
 
-    /// A node's allocations, once their index passes `min_index` (or `wait` passes).
-    pub async fn node_allocs(
+    /// A node's allocations in this server's state, once their index passes `min_index` (or
+    /// `wait` passes).
+    pub(crate) async fn node_allocs_here(
         &self,
         node_id: &str,
         min_index: u64,
@@ -459,8 +574,8 @@ impl Server {
         }
     }
 
-    /// Sets a node's scheduling eligibility.
-    pub async fn set_node_eligibility(
+    /// Sets a node's scheduling eligibility. On the leader.
+    pub(crate) async fn set_node_eligibility_here(
         &self,
         node_id: &str,
         eligible: bool,
@@ -526,6 +641,21 @@ async fn leader_loop(inner: Arc<Inner>) {
             }
             _ = shutdown.changed() => return,
         }
+    }
+}
+
+/// Restarts the leader's subsystems from the current state (after an operator restore
+/// replaced it under them).
+pub(crate) async fn reestablish_leadership(inner: &Arc<Inner>) {
+    inner.broker.set_enabled(false);
+    inner.heartbeats.clear();
+    inner
+        .blocked
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clear();
+    if inner.is_leader() {
+        establish_leadership(inner).await;
     }
 }
 

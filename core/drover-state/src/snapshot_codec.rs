@@ -135,6 +135,10 @@ fn decode(data: &[u8]) -> Result<Tables, SnapshotError> {
             .entry(k)
             .or_default()
             .insert(alloc.id.clone());
+        if !alloc.terminal() {
+            let u = t.node_usage.entry(alloc.node_id.clone()).or_default();
+            Arc::make_mut(u).add(&alloc);
+        }
         t.allocs.insert(alloc.id.clone(), Arc::new(alloc));
     }
     for n in enc.nodes {

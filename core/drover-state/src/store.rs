@@ -2,11 +2,12 @@
 //! either all of it or none of it, because a write builds on a private copy of the tables and
 //! swaps it in under the lock.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use drover_structs::time::{format_rfc3339_nanos, now_nanos};
+use drover_structs::usage::NodeAllocUsage;
 use drover_structs::*;
 use tokio::sync::watch;
 
@@ -203,6 +204,7 @@ impl StateStore {
             index,
             &[Table::Allocs, Table::JobSummary, Table::Jobs, Table::Evals],
             |t| {
+                let mut usage = UsagePending::default();
                 let now = now_nanos();
                 let mut jobs_touched = BTreeSet::new();
                 for stop in stopped {
@@ -215,16 +217,17 @@ impl StateStore {
                     if !stop.client_status.is_empty() && stop.client_status != a.client_status {
                         a.client_status = stop.client_status;
                     }
-                    if stop.followup_eval_id.is_empty() {
-                        // keep
-                    } else {
+                    if !stop.followup_eval_id.is_empty() {
                         a.followup_eval_id = stop.followup_eval_id;
+                    }
+                    if !stop.preempted_by_allocation.is_empty() {
+                        a.preempted_by_allocation = stop.preempted_by_allocation;
                     }
                     a.modify_index = index;
                     a.alloc_modify_index = index;
                     a.modify_time = now;
                     jobs_touched.insert(key(&a.namespace, &a.job_id));
-                    t.allocs.insert(a.id.clone(), Arc::new(a));
+                    put_alloc(t, &mut usage, a);
                 }
                 for mut a in placed {
                     match t.allocs.get(&a.id).cloned() {
@@ -251,9 +254,10 @@ impl StateStore {
                     a.modify_time = now;
                     index_alloc(t, &a);
                     jobs_touched.insert(key(&a.namespace, &a.job_id));
-                    t.allocs.insert(a.id.clone(), Arc::new(a));
+                    put_alloc(t, &mut usage, a);
                 }
                 upsert_evals_in(t, index, evals);
+                usage.flush(t);
                 for k in jobs_touched {
                     recompute_summary(t, &k, index);
                     refresh_job_status(t, &k, index);
@@ -268,6 +272,7 @@ impl StateStore {
             index,
             &[Table::Allocs, Table::JobSummary, Table::Jobs],
             |t| {
+                let mut usage = UsagePending::default();
                 let now = now_nanos();
                 let mut jobs_touched = BTreeSet::new();
                 for u in updates {
@@ -283,8 +288,9 @@ impl StateStore {
                     a.modify_index = index;
                     a.modify_time = now;
                     jobs_touched.insert(key(&a.namespace, &a.job_id));
-                    t.allocs.insert(a.id.clone(), Arc::new(a));
+                    put_alloc(t, &mut usage, a);
                 }
+                usage.flush(t);
                 for k in jobs_touched {
                     recompute_summary(t, &k, index);
                     refresh_job_status(t, &k, index);
@@ -296,6 +302,7 @@ impl StateStore {
     /// Marks allocations for stopping on behalf of an operator (`alloc stop`) or the server.
     pub fn update_allocs_desired(&self, index: u64, ids: &[String], desired: &str, desc: &str) {
         self.write(index, &[Table::Allocs, Table::Jobs], |t| {
+            let mut usage = UsagePending::default();
             let mut jobs = BTreeSet::new();
             for id in ids {
                 if let Some(existing) = t.allocs.get(id).cloned() {
@@ -305,9 +312,10 @@ impl StateStore {
                     a.modify_index = index;
                     a.alloc_modify_index = index;
                     jobs.insert(key(&a.namespace, &a.job_id));
-                    t.allocs.insert(a.id.clone(), Arc::new(a));
+                    put_alloc(t, &mut usage, a);
                 }
             }
+            usage.flush(t);
             for k in jobs {
                 refresh_job_status(t, &k, index);
             }
@@ -403,6 +411,46 @@ impl StateStore {
             Ok(())
         })
     }
+}
+
+/// Node usage changes of one write, applied to the table once per node at the end.
+#[derive(Default)]
+struct UsagePending {
+    nodes: HashMap<String, NodeAllocUsage>,
+}
+
+impl UsagePending {
+    /// Accounts for `old` (the stored version, if any) being replaced by `new`.
+    fn track(&mut self, t: &Tables, old: Option<&Allocation>, new: &Allocation) {
+        let old_live = old.filter(|o| !o.terminal());
+        if old_live.is_none() && new.terminal() {
+            return;
+        }
+        let node = &new.node_id;
+        let u = self.nodes.entry(node.clone()).or_insert_with(|| {
+            t.node_usage
+                .get(node)
+                .map(|u| (**u).clone())
+                .unwrap_or_default()
+        });
+        if let Some(o) = old_live {
+            u.remove(o);
+        }
+        u.add(new);
+    }
+
+    fn flush(self, t: &mut Tables) {
+        for (node, u) in self.nodes {
+            t.node_usage.insert(node, Arc::new(u));
+        }
+    }
+}
+
+/// Stores a new version of an allocation, keeping its node's usage in step.
+fn put_alloc(t: &mut Tables, usage: &mut UsagePending, a: Allocation) {
+    let old = t.allocs.get(&a.id).cloned();
+    usage.track(t, old.as_deref(), &a);
+    t.allocs.insert(a.id.clone(), Arc::new(a));
 }
 
 fn index_alloc(t: &mut Tables, a: &Allocation) {
@@ -656,6 +704,69 @@ mod tests {
         let snap = s.snapshot();
         assert_eq!(snap.node_allocs_index("n1"), 2);
         assert_eq!(snap.alloc("x").unwrap().modify_index, 3);
+    }
+
+    #[test]
+    fn node_usage_follows_placements_stops_and_client_ends() {
+        let s = StateStore::new();
+        s.upsert_job(1, job("a", 2));
+        let mut x = alloc("x", "a");
+        let mut res = AllocatedResources::default();
+        res.tasks.insert(
+            "t".into(),
+            AllocatedTaskResources {
+                cpu: AllocatedCpuResources {
+                    cpu_shares: 100,
+                    reserved_cores: None,
+                },
+                memory: AllocatedMemoryResources {
+                    memory_mb: 64,
+                    memory_max_mb: 0,
+                },
+                ..Default::default()
+            },
+        );
+        x.allocated_resources = Some(res);
+        let mut y = x.clone();
+        y.id = "y".into();
+        let jv = s.snapshot().job("default", "a");
+        s.upsert_plan_results(2, jv, vec![], vec![x.clone(), y], vec![]);
+        let u = s.snapshot().node_usage("n1").unwrap();
+        assert_eq!(
+            (u.used.cpu_shares, u.used.memory_mb, u.allocs),
+            (200, 128, 2)
+        );
+        s.upsert_plan_results(
+            3,
+            None,
+            vec![{
+                let mut stop = x.clone();
+                stop.desired_status = ALLOC_DESIRED_STOP.into();
+                stop
+            }],
+            vec![],
+            vec![],
+        );
+        let u = s.snapshot().node_usage("n1").unwrap();
+        assert_eq!((u.used.cpu_shares, u.allocs), (100, 1));
+        s.update_allocs_from_client(
+            4,
+            vec![AllocClientUpdate {
+                id: "y".into(),
+                client_status: ALLOC_CLIENT_COMPLETE.into(),
+                ..Default::default()
+            }],
+        );
+        let snap = s.snapshot();
+        let u = snap.node_usage("n1").unwrap();
+        assert_eq!((u.used.cpu_shares, u.allocs), (0, 0));
+        // A restored snapshot rebuilds the same usage.
+        let r = StateStore::new();
+        r.restore(&snap.encode()).unwrap();
+        assert_eq!(
+            r.snapshot().node_usage("n1").map(|u| u.allocs).unwrap_or(0),
+            0
+        );
     }
 
     #[tokio::test]

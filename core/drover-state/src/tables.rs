@@ -52,6 +52,9 @@ pub(crate) struct Tables {
     pub allocs_by_node: OrdMap<String, OrdSet<String>>,
     pub allocs_by_job: OrdMap<NsKey, OrdSet<String>>,
     pub nodes: OrdMap<String, Arc<Node>>,
+    /// What each node's live allocations hold, kept in step with `allocs` by every write, so
+    /// schedulers and the plan applier never sum a node's allocations themselves.
+    pub node_usage: OrdMap<String, Arc<drover_structs::usage::NodeAllocUsage>>,
     pub indexes: OrdMap<Table, u64>,
     /// Raft index of the newest applied entry, whatever table it touched.
     pub latest_index: u64,
@@ -203,6 +206,11 @@ impl StateSnapshot {
                     .unwrap_or(0)
             })
             .unwrap_or(0)
+    }
+
+    /// What a node's live (non-terminal) allocations hold together.
+    pub fn node_usage(&self, node_id: &str) -> Option<Arc<drover_structs::usage::NodeAllocUsage>> {
+        self.t.node_usage.get(node_id).cloned()
     }
 
     pub fn node(&self, id: &str) -> Option<Arc<Node>> {

@@ -15,6 +15,7 @@ pub mod plan;
 pub mod resources;
 pub mod summary;
 pub mod time;
+pub mod usage;
 pub mod validate;
 
 pub use alloc::*;

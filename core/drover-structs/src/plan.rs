@@ -19,6 +19,12 @@ pub struct Plan {
     pub node_update: BTreeMap<String, Vec<Allocation>>,
     /// New or updated allocations, by node.
     pub node_allocation: BTreeMap<String, Vec<Allocation>>,
+    /// Allocations to evict so that a placement fits, by node (Nomad's `NodePreemptions`).
+    /// Each carries desired status `evict`, `PreemptedByAllocation` and the description
+    /// "Preempted by alloc ID <id>"; the applier checks fit without them and commits them
+    /// with the placements.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_preemptions: BTreeMap<String, Vec<Allocation>>,
     /// The state index the scheduler planned against.
     pub snapshot_index: u64,
     /// All or nothing: if any node no longer fits, commit nothing.
@@ -27,7 +33,9 @@ pub struct Plan {
 
 impl Plan {
     pub fn is_no_op(&self) -> bool {
-        self.node_update.is_empty() && self.node_allocation.is_empty()
+        self.node_update.is_empty()
+            && self.node_allocation.is_empty()
+            && self.node_preemptions.is_empty()
     }
 
     pub fn append_stop(&mut self, alloc: &Allocation, desc: &str, client_status: Option<&str>) {
@@ -39,6 +47,20 @@ impl Plan {
             a.client_status = cs.to_string();
         }
         self.node_update
+            .entry(a.node_id.clone())
+            .or_default()
+            .push(a);
+    }
+
+    /// Records that `alloc` is evicted to make room for the allocation `preempted_by`
+    /// (Nomad's `AppendPreemptedAlloc`).
+    pub fn append_preempted(&mut self, alloc: &Allocation, preempted_by: &str) {
+        let mut a = alloc.clone();
+        a.job = None;
+        a.desired_status = crate::alloc::ALLOC_DESIRED_EVICT.to_string();
+        a.desired_description = format!("Preempted by alloc ID {preempted_by}");
+        a.preempted_by_allocation = preempted_by.to_string();
+        self.node_preemptions
             .entry(a.node_id.clone())
             .or_default()
             .push(a);
@@ -57,6 +79,9 @@ impl Plan {
 pub struct PlanResult {
     pub node_update: BTreeMap<String, Vec<Allocation>>,
     pub node_allocation: BTreeMap<String, Vec<Allocation>>,
+    /// The preemptions committed, by node.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_preemptions: BTreeMap<String, Vec<Allocation>>,
     /// Non-zero when part of the plan was refused: the scheduler must refresh its state to at
     /// least this index and retry what was left out.
     pub refresh_index: u64,

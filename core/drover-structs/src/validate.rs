@@ -1,21 +1,33 @@
-//! Nomad's job validation: every problem at once, nested by group and task, worded as Nomad words
-//! it (nomad/structs/structs.go `Job.Validate`, `TaskGroup.Validate`, `Task.Validate`).
+//! Nomad's job validation: every problem at once, nested by group and task, worded as Nomad 1.1
+//! words it (nomad/structs/structs.go `Job.Validate`, `TaskGroup.Validate`, `Task.Validate`
+//! and the `Validate` methods of the blocks they hold). Blocks the model keeps as opaque JSON
+//! (services, volumes, templates...) are read from that JSON in Nomad's server shape, which
+//! [`crate::canonicalize`] produces.
+
+mod cron;
+pub(crate) mod gofmt;
+mod group;
+mod json;
+mod placement;
+mod policies;
+mod services;
+mod task;
 
 use std::collections::BTreeMap;
+
+pub use placement::{validate_affinity, validate_constraint, validate_spread};
 
 use crate::job::*;
 use crate::multierror::MultiError;
 
-const SEC: i64 = 1_000_000_000;
-
-fn go_duration(nanos: i64) -> String {
-    crate::alloc::format_go_duration_secs(nanos as f64 / 1e9)
-}
-
 /// Validates a canonicalised job.
 pub fn validate_job(j: &Job) -> Result<(), MultiError> {
     let mut m = MultiError::new();
-    if j.region.is_empty() {
+    let multiregion = j
+        .multiregion
+        .as_ref()
+        .is_some_and(|mr| !json::list(mr, "Regions").is_empty());
+    if j.region.is_empty() && j.multiregion.as_ref().is_none_or(|v| v.is_null()) {
         m.push("Missing job region");
     }
     if j.id.is_empty() {
@@ -34,25 +46,31 @@ pub fn validate_job(j: &Job) -> Result<(), MultiError> {
         m.push("Job must be in a namespace");
     }
     match j.job_type.as_str() {
-        JOB_TYPE_SERVICE | JOB_TYPE_BATCH | JOB_TYPE_SYSTEM | JOB_TYPE_SYSBATCH => {}
-        other => m.push(format!("Invalid job type: {other:?}")),
+        // sysbatch arrived in Nomad 1.2; Drover accepts it.
+        "_core" | JOB_TYPE_SERVICE | JOB_TYPE_BATCH | JOB_TYPE_SYSTEM | JOB_TYPE_SYSBATCH => {}
+        "" => m.push("Missing job type"),
+        other => m.push(format!("Invalid job type: {}", gofmt::quote(other))),
     }
     if !(1..=100).contains(&j.priority) {
         m.push("Job priority must be between [1, 100]");
     }
-    if j.datacenters.is_empty() && j.multiregion.is_none() {
+    if j.datacenters.is_empty() && !multiregion {
         m.push("Missing job datacenters");
-    } else if j.datacenters.iter().any(String::is_empty) {
-        m.push("Job datacenter must be non-empty string");
+    } else {
+        for dc in &j.datacenters {
+            if dc.is_empty() {
+                m.push("Job datacenter must be non-empty string");
+            }
+        }
     }
     if j.task_groups.is_empty() {
         m.push("Missing job task groups");
     }
-    for (idx, c) in j.constraints.iter().flatten().enumerate() {
-        if let Err(e) = validate_constraint(c) {
-            m.push(format!("Constraint {} validation failed: {e}", idx + 1));
-        }
-    }
+    placement::check_constraints(&mut m, j.constraints.as_ref());
+    let system = j.job_type == JOB_TYPE_SYSTEM;
+    placement::check_affinities(&mut m, j.affinities.as_ref(), system);
+    placement::check_spreads(&mut m, j.spreads.as_ref(), system);
+
     let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
     for (idx, tg) in j.task_groups.iter().enumerate() {
         if tg.name.is_empty() {
@@ -70,7 +88,14 @@ pub fn validate_job(j: &Job) -> Result<(), MultiError> {
         if tg.shutdown_delay.is_some_and(|d| d < 0) {
             m.push("ShutdownDelay must be a positive value");
         }
-        if j.job_type == JOB_TYPE_SYSTEM && tg.count > 1 {
+        if let Some(d) = tg.stop_after_client_disconnect.filter(|d| *d != 0) {
+            if d > 0 && !matches!(j.job_type.as_str(), JOB_TYPE_BATCH | JOB_TYPE_SERVICE) {
+                m.push("stop_after_client_disconnect can only be set in batch and service jobs");
+            } else if d < 0 {
+                m.push("stop_after_client_disconnect must be a positive value");
+            }
+        }
+        if system && tg.count > 1 {
             m.push(format!(
                 "Job task group {} has count {}. Count cannot exceed 1 with system scheduler",
                 tg.name, tg.count
@@ -78,325 +103,31 @@ pub fn validate_job(j: &Job) -> Result<(), MultiError> {
         }
     }
     for tg in &j.task_groups {
-        if let Err(e) = validate_group(j, tg) {
+        if let Err(e) = group::validate_group(j, tg) {
             m.push(format!("Task group {} validation failed: {e}", tg.name));
         }
     }
-    m.into_result()
-}
-
-fn validate_group(j: &Job, tg: &TaskGroup) -> Result<(), MultiError> {
-    let mut m = MultiError::new();
-    if tg.name.is_empty() {
-        m.push("Missing task group name");
-    }
-    if tg.count < 0 {
-        m.push("Task group count can't be negative");
-    }
-    if tg.tasks.is_empty() {
-        m.push("Missing tasks for task group");
-    }
-    for (idx, c) in tg.constraints.iter().flatten().enumerate() {
-        if let Err(e) = validate_constraint(c) {
-            m.push(format!("Constraint {} validation failed: {e}", idx + 1));
-        }
-    }
-    match &tg.restart_policy {
-        Some(rp) => {
-            if let Err(e) = validate_restart(rp) {
-                m.push(e.to_string());
-            }
-        }
-        None => m.push(format!(
-            "Task Group {} should have a restart policy",
-            tg.name
-        )),
-    }
-    if j.job_type == JOB_TYPE_SYSTEM {
-        if tg.reschedule_policy.is_some() {
-            m.push("System jobs should not have a reschedule policy");
-        }
-    } else if j.job_type != JOB_TYPE_SYSBATCH {
-        match &tg.reschedule_policy {
-            Some(rp) => {
-                if let Err(e) = validate_reschedule(rp) {
-                    m.push(e.to_string());
-                }
-            }
-            None => m.push(format!(
-                "Task Group {} should have a reschedule policy",
-                tg.name
-            )),
-        }
-    }
-    match &tg.ephemeral_disk {
-        Some(d) if d.size_mb < 10 => {
-            m.push(format!("minimum DiskMB value is 10; got {}", d.size_mb))
-        }
-        Some(_) => {}
-        None => m.push(format!(
-            "Task Group {} should have an ephemeral disk object",
-            tg.name
-        )),
-    }
-    if tg.update.is_some() && !matches!(j.job_type.as_str(), JOB_TYPE_SERVICE | JOB_TYPE_SYSTEM) {
-        m.push(format!(
-            "Job type {:?} does not allow update block",
-            j.job_type
-        ));
-    }
-    if tg.networks.as_ref().is_some_and(|n| n.len() > 1) {
-        m.push("Only one network resource is currently supported");
-    }
-
-    let mut tasks: BTreeMap<&str, usize> = BTreeMap::new();
-    let mut static_ports: BTreeMap<i64, String> = BTreeMap::new();
-    for net in tg.networks.iter().flatten() {
-        for p in net.reserved_ports.iter().flatten() {
-            if let Some(other) = static_ports.get(&p.value) {
-                m.push(format!(
-                    "Static port {} already reserved by {other}",
-                    p.value
-                ));
-            } else if p.value > 65535 || p.value < 0 {
-                m.push(format!(
-                    "Port {} ({}) cannot be greater than 65535",
-                    p.label, p.value
-                ));
-            } else {
-                static_ports.insert(p.value, p.label.clone());
-            }
-        }
-        for p in net.dynamic_ports.iter().flatten() {
-            if p.value > 65535 || p.to > 65535 {
-                m.push(format!(
-                    "Port {} ({}) cannot be greater than 65535",
-                    p.label, p.value
-                ));
-            }
-        }
-    }
-    let mut leaders = 0;
-    for (idx, task) in tg.tasks.iter().enumerate() {
-        if task.name.is_empty() {
-            m.push(format!("Task {} missing name", idx + 1));
-        } else if let Some(prev) = tasks.get(task.name.as_str()) {
-            m.push(format!(
-                "Task {} redefines '{}' from task {}",
-                idx + 1,
-                task.name,
-                prev + 1
-            ));
-        } else {
-            tasks.insert(&task.name, idx);
-        }
-        if task.leader {
-            leaders += 1;
-        }
-    }
-    if leaders > 1 {
-        m.push("Only one task may be marked as leader");
-    }
-    for task in &tg.tasks {
-        if let Err(e) = validate_task(task, tg) {
-            m.push(format!("Task {} validation failed: {e}", task.name));
-        }
-    }
-    m.into_result()
-}
-
-fn validate_task(t: &Task, tg: &TaskGroup) -> Result<(), MultiError> {
-    let mut m = MultiError::new();
-    if t.name.is_empty() {
-        m.push("Missing task name");
-    }
-    if t.name.contains('/') || t.name.contains('\\') {
-        m.push("Task name cannot include slashes");
-    }
-    if t.driver.is_empty() {
-        m.push("Missing task driver");
-    }
-    if t.kill_timeout < 0 {
-        m.push("KillTimeout must be a positive value");
-    }
-    if t.shutdown_delay < 0 {
-        m.push("ShutdownDelay must be a positive value");
-    }
-    let r = &t.resources;
-    if r.cpu < 1 && r.cores == 0 {
-        m.push(format!("minimum CPU value is 1; got {}", r.cpu));
-    }
-    if r.memory_mb < 10 {
-        m.push(format!("minimum MemoryMB value is 10; got {}", r.memory_mb));
-    }
-    if r.cores > 0 && r.cpu > 0 {
-        m.push("Task can only ask for 'cpu' or 'cores' resource, not both.");
-    }
-    if r.memory_max_mb != 0 && r.memory_max_mb < r.memory_mb {
-        m.push(format!(
-            "MemoryMaxMB value ({}) should be larger than MemoryMB value ({})",
-            r.memory_max_mb, r.memory_mb
-        ));
-    }
-    match &t.log_config {
-        None => m.push("Missing Log Config"),
-        Some(lc) => {
-            if lc.max_files < 1 {
-                m.push(format!(
-                    "minimum number of files is 1; got {}",
-                    lc.max_files
-                ));
-            }
-            if lc.max_file_size_mb < 1 {
-                m.push(format!(
-                    "minimum file size is 1MB; got {}",
-                    lc.max_file_size_mb
-                ));
-            }
-            if let Some(d) = &tg.ephemeral_disk {
-                let need = lc.max_files * lc.max_file_size_mb;
-                if d.size_mb <= need {
-                    m.push(format!(
-                        "log storage ({need} MB) must be less than requested disk capacity ({} MB)",
-                        d.size_mb
-                    ));
-                }
-            }
-        }
-    }
-    for (idx, c) in t.constraints.iter().flatten().enumerate() {
-        if let Err(e) = validate_constraint(c) {
-            m.push(format!("Constraint {} validation failed: {e}", idx + 1));
-        }
-        if c.operand == "distinct_hosts" || c.operand == "distinct_property" {
-            m.push(format!(
-                "Constraint {} has disallowed Operand at task level: {}",
-                idx + 1,
-                c.operand
-            ));
-        }
-    }
-    if let Some(rp) = &t.restart_policy
-        && let Err(e) = validate_restart(rp)
+    // Periodic and parameterized jobs are batch jobs (sysbatch too since Nomad 1.2).
+    let batch_like = j.is_batch_like();
+    if let Some(p) = j.periodic.as_ref().filter(|p| !p.is_null())
+        && json::bool_of(p, "Enabled")
     {
-        m.push(e.to_string());
-    }
-    m.into_result()
-}
-
-/// Nomad's `Constraint.Validate`.
-pub fn validate_constraint(c: &Constraint) -> Result<(), MultiError> {
-    let mut m = MultiError::new();
-    if c.operand.is_empty() {
-        m.push("Missing constraint operand");
-    }
-    let mut require_ltarget = true;
-    match c.operand.as_str() {
-        "distinct_hosts" => require_ltarget = false,
-        "set_contains_all" | "set_contains_any" | "set_contains" => {
-            if c.r_target.is_empty() {
-                m.push("Set contains constraint requires an RTarget");
-            }
+        if !batch_like {
+            m.push("Periodic can only be used with \"batch\" scheduler");
         }
-        "regexp" => {
-            if let Err(e) = regex::Regex::new(&c.r_target) {
-                m.push(format!("Regular expression failed to compile: {e}"));
-            }
+        if let Err(e) = policies::validate_periodic(p) {
+            m.push(e.to_string());
         }
-        "version" | "semver" => {
-            if c.r_target.trim().is_empty() {
-                m.push("Version constraint is invalid: empty constraint");
-            }
+    }
+    if let Some(p) = j.parameterized_job.as_ref().filter(|p| !p.is_null())
+        && !j.dispatched
+    {
+        if !batch_like {
+            m.push("Parameterized job can only be used with \"batch\" scheduler");
         }
-        "distinct_property" => {
-            if !c.r_target.is_empty() {
-                match c.r_target.parse::<i64>() {
-                    Err(e) => m.push(format!(
-                        "Failed to convert RTarget {:?} to int: {e}",
-                        c.r_target
-                    )),
-                    Ok(v) if v < 1 => m.push(format!(
-                        "Distinct Property must have an allowed count of 1 or greater: {v} < 1"
-                    )),
-                    Ok(_) => {}
-                }
-            }
+        if let Err(e) = policies::validate_parameterized(p) {
+            m.push(e.to_string());
         }
-        "is_set" | "is_not_set" => {
-            if !c.r_target.is_empty() {
-                m.push(format!(
-                    "Operator {:?} does not support an RTarget",
-                    c.operand
-                ));
-            }
-        }
-        "=" | "==" | "is" | "!=" | "not" | "<" | "<=" | ">" | ">=" => {
-            if c.r_target.is_empty() {
-                m.push(format!("Operator {:?} requires an RTarget", c.operand));
-            }
-        }
-        "" => {}
-        other => m.push(format!("Unknown constraint type {other:?}")),
-    }
-    if require_ltarget && c.l_target.is_empty() {
-        m.push("No LTarget provided but is required by constraint");
-    }
-    m.into_result()
-}
-
-fn validate_restart(r: &RestartPolicy) -> Result<(), MultiError> {
-    let mut m = MultiError::new();
-    match r.mode.as_str() {
-        RESTART_MODE_DELAY | RESTART_MODE_FAIL => {}
-        other => m.push(format!("Unsupported restart mode: {other:?}")),
-    }
-    if r.attempts == 0 && r.mode != RESTART_MODE_FAIL {
-        m.push(format!(
-            "Restart policy {:?} with {} attempts is ambiguous",
-            r.mode, r.attempts
-        ));
-    }
-    if r.interval < 5 * SEC {
-        m.push(format!(
-            "Interval can not be less than 5s (got {})",
-            go_duration(r.interval)
-        ));
-    }
-    if r.attempts.saturating_mul(r.delay) > r.interval {
-        m.push(format!(
-            "Nomad can't restart the TaskGroup {} times in an interval of {} with a delay of {}",
-            r.attempts,
-            go_duration(r.interval),
-            go_duration(r.delay)
-        ));
-    }
-    m.into_result()
-}
-
-fn validate_reschedule(r: &ReschedulePolicy) -> Result<(), MultiError> {
-    let mut m = MultiError::new();
-    if r.attempts < 0 {
-        m.push(format!("Attempts must be >= 0 (got {})", r.attempts));
-    }
-    if !r.unlimited && r.attempts > 0 && r.interval <= 0 {
-        m.push("Interval must be a non zero value if Attempts > 0");
-    }
-    let known = matches!(
-        r.delay_function.as_str(),
-        "constant" | "exponential" | "fibonacci"
-    );
-    let needed = r.attempts > 0 || r.unlimited;
-    if !known && (needed || !r.delay_function.is_empty()) {
-        m.push(format!(
-            "Invalid delay function {:?}, must be one of [constant exponential fibonacci]",
-            r.delay_function
-        ));
-    }
-    if (r.attempts > 0 || r.unlimited) && r.delay < 5 * SEC {
-        m.push(format!(
-            "Delay cannot be less than 5s (got {})",
-            go_duration(r.delay)
-        ));
     }
     m.into_result()
 }
@@ -404,7 +135,7 @@ fn validate_reschedule(r: &ReschedulePolicy) -> Result<(), MultiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     fn job(v: serde_json::Value) -> Job {
         crate::decode::decode_api_job(v).unwrap()
@@ -470,5 +201,130 @@ mod tests {
                 .to_string()
                 .contains("Unknown constraint type")
         );
+    }
+
+    #[test]
+    fn group_without_tasks_and_a_bare_connect_service_gives_two_nested_errors() {
+        let j = job(
+            json!({"ID": "a", "Datacenters": ["dc1"], "TaskGroups": [{"Name": "api",
+            "Tasks": [], "Services": [{"Name": "api", "Connect": {"Native": false}}]}]}),
+        );
+        let e = validate_job(&j).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "1 error occurred:\n\t* Task group api validation failed: 2 errors occurred:\n\t* Missing tasks for task group\n\t* Task group service validation failed: 1 error occurred:\n\t* Service[0] api validation failed: 1 error occurred:\n\t* Consul Connect must be exclusively native, make use of a sidecar, or represent a Gateway\n\n\n\n\n\n\n\n"
+        );
+    }
+
+    #[test]
+    fn scaling_min_and_max_bound_the_count() {
+        let base = |count: Value| {
+            job(
+                json!({"ID": "a", "Datacenters": ["dc1"], "TaskGroups": [{"Name": "g",
+                "Count": count, "Scaling": {"Min": 2, "Max": 4},
+                "Tasks": [{"Name": "t", "Driver": "raw_exec"}]}]}),
+            )
+        };
+        assert!(validate_job(&base(Value::Null)).is_ok());
+        assert_eq!(base(Value::Null).task_groups[0].count, 2);
+        let e = validate_job(&base(json!(5))).unwrap_err().to_string();
+        assert!(
+            e.contains("* Task group scaling policy validation failed: 1 error occurred:\n\t* Scaling policy invalid: task group count must not be greater than maximum count in scaling policy"),
+            "{e}"
+        );
+        let e = validate_job(&base(json!(1))).unwrap_err().to_string();
+        assert!(
+            e.contains("Scaling policy invalid: task group count must not be less than minimum count in scaling policy"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn scaling_without_max_is_refused() {
+        let j = job(
+            json!({"ID": "a", "Datacenters": ["dc1"], "TaskGroups": [{"Name": "g",
+            "Scaling": {"Min": 1}, "Tasks": [{"Name": "t", "Driver": "raw_exec"}]}]}),
+        );
+        let e = validate_job(&j).unwrap_err().to_string();
+        assert!(
+            e.contains("Scaling policy invalid: maximum count must be specified and non-negative"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn job_level_rules_read_as_nomads() {
+        let j = job(
+            json!({"ID": "a", "Type": "system", "Datacenters": ["dc1", ""],
+            "Affinities": [{"LTarget": "a", "RTarget": "b", "Operand": "="}],
+            "Periodic": {"Spec": "*/5 * * * *"},
+            "ParameterizedJob": {"Payload": "bogus"},
+            "TaskGroups": [{"Name": "g", "Count": 2, "StopAfterClientDisconnect": 5,
+                "Tasks": [{"Name": "t", "Driver": "raw_exec"}]}]}),
+        );
+        let e = validate_job(&j).unwrap_err();
+        assert_eq!(
+            e.errors,
+            [
+                "Job datacenter must be non-empty string",
+                "System jobs may not have an affinity stanza",
+                "stop_after_client_disconnect can only be set in batch and service jobs",
+                "Job task group g has count 2. Count cannot exceed 1 with system scheduler",
+                "Periodic can only be used with \"batch\" scheduler",
+                "Parameterized job can only be used with \"batch\" scheduler",
+                "1 error occurred:\n\t* Unknown payload requirement: \"bogus\"\n\n",
+            ]
+        );
+    }
+
+    #[test]
+    fn update_and_migrate_are_refused_for_batch_groups() {
+        let j = job(json!({"ID": "a", "Type": "batch", "Datacenters": ["dc1"],
+            "TaskGroups": [{"Name": "g", "Update": {"MaxParallel": 1}, "Migrate": {"MaxParallel": 1},
+                "Tasks": [{"Name": "t", "Driver": "raw_exec"}]}]}));
+        let e = validate_job(&j).unwrap_err().to_string();
+        assert!(
+            e.contains("* Job type \"batch\" does not allow update block"),
+            "{e}"
+        );
+        assert!(
+            e.contains("* Job type \"batch\" does not allow migrate block"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn volume_mounts_must_name_group_volumes() {
+        let j = job(
+            json!({"ID": "a", "Datacenters": ["dc1"], "TaskGroups": [{"Name": "g",
+            "Volumes": {"data": {"Name": "data", "Type": "host", "Source": "data"}},
+            "Tasks": [{"Name": "t", "Driver": "raw_exec", "VolumeMounts": [
+                {"Volume": "data", "Destination": "/d"}, {"Volume": "logs"}, {"Volume": ""}]}]}]}),
+        );
+        let e = validate_job(&j).unwrap_err().to_string();
+        assert!(
+            e.contains("* Task t has a volume mount (1) referencing undefined volume logs"),
+            "{e}"
+        );
+        assert!(
+            e.contains("* Task t has a volume mount (2) referencing an empty volume"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn task_services_must_use_defined_port_labels() {
+        let j = job(
+            json!({"ID": "a", "Datacenters": ["dc1"], "TaskGroups": [{"Name": "g",
+            "Networks": [{"DynamicPorts": [{"Label": "http"}]}],
+            "Tasks": [{"Name": "t", "Driver": "raw_exec", "Services": [
+                {"Name": "web", "PortLabel": "http"}, {"Name": "admin", "PortLabel": "admin"}]}]}]}),
+        );
+        let e = validate_job(&j).unwrap_err().to_string();
+        assert!(
+            e.contains("port label \"admin\" referenced by services admin does not exist"),
+            "{e}"
+        );
+        assert!(!e.contains("\"http\""), "{e}");
     }
 }

@@ -27,6 +27,16 @@ pub struct AgentArgs {
     pub http_port: Option<u16>,
     #[arg(long = "rpc-port")]
     pub rpc_port: Option<u16>,
+    /// Servers to wait for before bootstrapping a new cluster (server mode). Without it a
+    /// server bootstraps alone, unless it is told to join others.
+    #[arg(long = "bootstrap-expect", value_name = "N")]
+    pub bootstrap_expect: Option<u32>,
+    /// RPC address (host:port) of a server to join (server mode). Repeatable.
+    #[arg(long = "join", visible_alias = "retry-join", value_name = "ADDR")]
+    pub join: Vec<String>,
+    /// RPC addresses of the servers a client talks to, comma-separated (client mode).
+    #[arg(long = "servers", value_name = "ADDR,...", value_delimiter = ',')]
+    pub servers: Vec<String>,
     /// Node name.
     #[arg(long)]
     pub node: Option<String>,

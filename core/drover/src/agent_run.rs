@@ -1,4 +1,5 @@
-//! Starting the agent's parts in order: server (and its leadership), drivers, client, HTTP.
+//! Starting the agent's parts in order: server (RPC, cluster formation, leadership), drivers,
+//! client (talking to the server in this process, or to remote servers over RPC), HTTP.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -15,6 +16,7 @@ use drover_structs::{AllocClientUpdate, Allocation, Node};
 use serde_json::json;
 
 use crate::agent::AgentArgs;
+use crate::agent_remote::RemoteServers;
 use crate::config::{AgentFile, parse_file};
 
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -39,7 +41,10 @@ impl ServerConn for LocalServer {
         min_index: u64,
         wait: Duration,
     ) -> Result<(Vec<Arc<Allocation>>, u64), String> {
-        Ok(self.0.node_allocs(node_id, min_index, wait).await)
+        self.0
+            .node_allocs(node_id, min_index, wait)
+            .await
+            .map_err(|e| e.to_string())
     }
     async fn update_allocs(&self, updates: Vec<AllocClientUpdate>) -> Result<(), String> {
         self.0
@@ -78,11 +83,15 @@ fn driver_catalog(
     file: &AgentFile,
     dev: bool,
     plugin_dir: Option<&std::path::Path>,
+    plugin_state_dir: &std::path::Path,
 ) -> anyhow::Result<BTreeMap<String, Arc<dyn Driver>>> {
     let mut catalog = DriverCatalog::new();
+    // gRPC plugins keep their reattach configs and logs here and outlive the agent.
+    catalog.set_plugin_state_dir(plugin_state_dir);
     catalog.register(Arc::new(drover_driver_raw_exec::RawExecDriver::new()));
     catalog.register(Arc::new(drover_driver_exec::ExecDriver::new()));
     catalog.register(Arc::new(drover_driver_mock::MockDriver::new()));
+    catalog.register(Arc::new(drover_driver_docker::DockerDriver::new()));
     if let Some(dir) = plugin_dir {
         catalog.load_plugin_dir(dir)?;
     }
@@ -129,9 +138,10 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     if !server_enabled && !client_enabled {
         bail!("Must specify either server, client or dev mode for the agent.");
     }
-    if client_enabled && !server_enabled {
+    let remote_servers = client_servers(&args, &file);
+    if client_enabled && !server_enabled && remote_servers.is_empty() {
         bail!(
-            "a client-only agent (without --server) needs remote servers, which is not supported yet: run the client together with a server (--server --client, or --dev)"
+            "a client-only agent needs the RPC addresses of servers: --servers host:port,... or client {{ servers = [...] }}"
         );
     }
     let mut temp_dir = None;
@@ -175,29 +185,44 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         .with_context(|| format!("binding HTTP listener on {http_addr}"))?;
 
     warn_ignored_settings(&file);
-    let mut sc = ServerConfig::new(data_dir.join("server"));
-    sc.region = region.clone();
-    sc.datacenter = datacenter.clone();
-    if let Some(s) = &file.server {
-        if let Some(n) = s.num_schedulers {
-            sc.num_schedulers = n;
-        }
-        if let Some(g) = &s.heartbeat_grace {
-            sc.heartbeat_grace = drover_jobspec::parse_duration(g)
-                .map_err(|e| anyhow::anyhow!("server.heartbeat_grace: {e}"))?;
-        }
-        if let Some(t) = &s.min_heartbeat_ttl {
-            sc.heartbeat_ttl = drover_jobspec::parse_duration(t)
-                .map_err(|e| anyhow::anyhow!("server.min_heartbeat_ttl: {e}"))?;
-        }
-    }
-    let server = Server::start(sc).await.context("starting server")?;
-    server
-        .wait_for_leadership(Duration::from_secs(10))
-        .await
-        .context("waiting for leadership")?;
-
     let node_name = args.node.clone().or(file.name.clone()).unwrap_or_default();
+    let agent_name = if node_name.is_empty() {
+        hostname()
+    } else {
+        node_name.clone()
+    };
+    let mut rpc_advertise = rpc_addr.to_string();
+    let mut server = None;
+    if server_enabled {
+        // Bound before anything starts: a busy port is an error, not a silent cluster split.
+        let rpc_listener = tokio::net::TcpListener::bind(rpc_addr)
+            .await
+            .with_context(|| format!("binding RPC listener on {rpc_addr}"))?;
+        rpc_advertise = advertise_rpc(&file, rpc_addr)?;
+        let sc = server_config(&args, &file, &data_dir, dev, &region, &datacenter)?;
+        let sc = ServerConfig {
+            rpc_addr: rpc_advertise.clone(),
+            name: format!("{agent_name}.{region}"),
+            ..sc
+        };
+        let net = drover_rpc::GrpcNet::new(
+            rpc_listener,
+            rpc_advertise.clone(),
+            Arc::new(drover_rpc::Faults::from_env()),
+        );
+        let s = Server::start_with_net(sc, Arc::new(net))
+            .await
+            .context("starting server")?;
+        // The dev agent is ready when it leads; a cluster server serves its API at once and
+        // answers "No cluster leader" until there is one.
+        if dev {
+            s.wait_for_leadership(Duration::from_secs(10))
+                .await
+                .context("waiting for leadership")?;
+        }
+        server = Some(s);
+    }
+
     let mut client = None;
     if client_enabled {
         let mut cc = ClientConfig::new(data_dir.join("client"));
@@ -206,7 +231,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         cc.region = region.clone();
         cc.http_addr = http_addr.to_string();
         cc.version = VERSION.into();
-        cc.drivers = driver_catalog(&file, dev, plugin_dir.as_deref())?;
+        cc.drivers = driver_catalog(&file, dev, plugin_dir.as_deref(), &data_dir.join("plugins"))?;
         if let Some(c) = &file.client {
             cc.node_class = c.node_class.clone().unwrap_or_default();
             cc.meta = c.meta.clone().unwrap_or_default();
@@ -221,22 +246,20 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
                     .map_err(|e| anyhow::anyhow!("client.reserved.reserved_ports: {e}"))?;
             }
         }
-        let c = Client::start(cc, Arc::new(LocalServer(server.clone())))
-            .await
-            .context("starting client")?;
+        let c = match &server {
+            Some(server) => Client::start(cc, Arc::new(LocalServer(server.clone()))).await,
+            None => Client::start(cc, Arc::new(RemoteServers::new(remote_servers.clone()))).await,
+        }
+        .context("starting client")?;
         client = Some(c);
     }
 
     let agent = drover_http::AgentInfo {
-        name: if node_name.is_empty() {
-            hostname()
-        } else {
-            node_name.clone()
-        },
+        name: agent_name.clone(),
         region: region.clone(),
         datacenter: datacenter.clone(),
         http_addr,
-        rpc_addr,
+        rpc_addr: rpc_advertise.parse().unwrap_or(rpc_addr),
         server: server_enabled,
         client: client_enabled,
         version: VERSION.into(),
@@ -255,14 +278,17 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     let node_client: Option<Arc<dyn drover_http::NodeClient>> = client
         .clone()
         .map(|c| Arc::new(HttpClient(c)) as Arc<dyn drover_http::NodeClient>);
-    let router = drover_http::router(server.clone(), node_client, agent);
+    let router = match &server {
+        Some(server) => drover_http::router(server.clone(), node_client, agent),
+        None => crate::agent_client_api::router(client.clone(), agent, remote_servers.clone()),
+    };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let http = tokio::spawn(drover_http::serve(listener, router, async move {
         let _ = stop_rx.await;
     }));
 
     println!("==> Drover agent configuration:\n");
-    println!("       Advertise Addrs: HTTP: {http_addr}; RPC: {rpc_addr}");
+    println!("       Advertise Addrs: HTTP: {http_addr}; RPC: {rpc_advertise}");
     println!("            Bind Addrs: HTTP: {http_addr}");
     println!("                Client: {client_enabled}");
     println!(
@@ -288,11 +314,111 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         c.shutdown();
     }
     let _ = tokio::time::timeout(Duration::from_secs(5), http).await;
-    server.shutdown();
+    if let Some(server) = &server {
+        server.shutdown();
+    }
     if let Some(d) = temp_dir {
+        // Nobody can reattach to plugins whose state goes away with the data dir.
+        drover_plugin_host::grpc::stop_plugins(&d.join("plugins"), &[]);
         let _ = std::fs::remove_dir_all(d);
     }
     Ok(())
+}
+
+/// The server's settings: flags over the `server` block over defaults.
+fn server_config(
+    args: &AgentArgs,
+    file: &AgentFile,
+    data_dir: &std::path::Path,
+    dev: bool,
+    region: &str,
+    datacenter: &str,
+) -> anyhow::Result<ServerConfig> {
+    let mut sc = ServerConfig::new(data_dir.join("server"));
+    sc.region = region.to_string();
+    sc.datacenter = datacenter.to_string();
+    let block = file.server.clone().unwrap_or_default();
+    if let Some(n) = block.num_schedulers {
+        sc.num_schedulers = n;
+    }
+    if let Some(g) = &block.heartbeat_grace {
+        sc.heartbeat_grace = drover_jobspec::parse_duration(g)
+            .map_err(|e| anyhow::anyhow!("server.heartbeat_grace: {e}"))?;
+    }
+    if let Some(t) = &block.min_heartbeat_ttl {
+        sc.heartbeat_ttl = drover_jobspec::parse_duration(t)
+            .map_err(|e| anyhow::anyhow!("server.min_heartbeat_ttl: {e}"))?;
+    }
+    if let Some(m) = block.raft_multiplier {
+        if !(1..=10).contains(&m) {
+            bail!("server.raft_multiplier must be between 1 and 10, got {m}");
+        }
+        sc.raft_tick *= m;
+    }
+    if let Some(n) = block.raft_snapshot_threshold {
+        sc.snapshot_threshold = n;
+    }
+    let mut join: Vec<String> = args.join.clone();
+    if let Some(sj) = &block.server_join {
+        join.extend(sj.retry_join.iter().cloned());
+        join.extend(sj.start_join.iter().cloned());
+    }
+    join.extend(block.retry_join.iter().flatten().cloned());
+    join.retain(|a| !a.trim().is_empty());
+    join.dedup();
+    // Without bootstrap_expect a server bootstraps alone, unless told to join others: then
+    // it only ever joins (0), so it cannot start a second, separate cluster.
+    sc.bootstrap_expect = if dev {
+        1
+    } else {
+        args.bootstrap_expect
+            .or(block.bootstrap_expect)
+            .unwrap_or(if join.is_empty() { 1 } else { 0 })
+    };
+    sc.join = join;
+    Ok(sc)
+}
+
+/// Servers a client-only agent talks to: `--servers`, then `client.servers`, then
+/// `client.server_join.retry_join`.
+fn client_servers(args: &AgentArgs, file: &AgentFile) -> Vec<String> {
+    let mut servers: Vec<String> = args.servers.clone();
+    if let Some(c) = &file.client {
+        servers.extend(c.servers.iter().flatten().cloned());
+        if let Some(sj) = &c.server_join {
+            servers.extend(sj.retry_join.iter().cloned());
+        }
+    }
+    servers.retain(|s| !s.trim().is_empty());
+    servers.dedup();
+    servers
+}
+
+/// The RPC address other servers and clients are told: `advertise { rpc = ... }`, else the
+/// bind address, else (bound to all interfaces) the address this host routes out from.
+fn advertise_rpc(file: &AgentFile, rpc_addr: SocketAddr) -> anyhow::Result<String> {
+    if let Some(rpc) = file
+        .advertise
+        .as_ref()
+        .and_then(|a| a.get("rpc"))
+        .and_then(serde_json::Value::as_str)
+    {
+        return Ok(if rpc.contains(':') {
+            rpc.to_string()
+        } else {
+            format!("{rpc}:{}", rpc_addr.port())
+        });
+    }
+    if !rpc_addr.ip().is_unspecified() {
+        return Ok(rpc_addr.to_string());
+    }
+    // No packet is sent: connecting a UDP socket only picks the outgoing interface.
+    let ip = std::net::UdpSocket::bind("0.0.0.0:0")
+        .and_then(|s| s.connect("192.0.2.1:9").map(|()| s))
+        .and_then(|s| s.local_addr())
+        .map(|a| a.ip())
+        .unwrap_or(std::net::IpAddr::from([127, 0, 0, 1]));
+    Ok(SocketAddr::new(ip, rpc_addr.port()).to_string())
 }
 
 /// Settings Nomad accepts in `server` and `client` blocks that Drover does not act on yet: said
@@ -330,4 +456,94 @@ fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "localhost".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::parse_str;
+
+    fn args(join: &[&str], expect: Option<u32>) -> AgentArgs {
+        AgentArgs {
+            join: join.iter().map(|s| s.to_string()).collect(),
+            bootstrap_expect: expect,
+            ..AgentArgs::default()
+        }
+    }
+
+    fn config(args: &AgentArgs, file: &AgentFile, dev: bool) -> ServerConfig {
+        server_config(args, file, std::path::Path::new("/d"), dev, "global", "dc1").unwrap()
+    }
+
+    #[test]
+    fn a_server_bootstraps_alone_unless_told_to_join_or_to_expect_others() {
+        let none = AgentFile::default();
+        assert_eq!(config(&args(&[], None), &none, false).bootstrap_expect, 1);
+        // Told to join but not how many to expect: it only ever joins.
+        let joining = config(&args(&["10.0.0.1:4647"], None), &none, false);
+        assert_eq!((joining.bootstrap_expect, joining.join.len()), (0, 1));
+        assert_eq!(
+            config(&args(&["a:1"], Some(3)), &none, false).bootstrap_expect,
+            3
+        );
+        assert_eq!(
+            config(&args(&["a:1"], Some(3)), &none, true).bootstrap_expect,
+            1
+        );
+    }
+
+    #[test]
+    fn server_join_and_raft_settings_come_from_the_server_block() {
+        let file = parse_str(
+            r#"
+server {
+  bootstrap_expect = 5
+  raft_multiplier = 2
+  raft_snapshot_threshold = 100
+  server_join { retry_join = ["a:4647", "b:4647"] }
+}
+client {
+  servers = ["c:4647"]
+  server_join { retry_join = ["d:4647"] }
+}
+"#,
+            "agent.hcl",
+        )
+        .unwrap();
+        let sc = config(&args(&["a:4647"], None), &file, false);
+        assert_eq!(sc.bootstrap_expect, 5);
+        assert_eq!(sc.join, vec!["a:4647", "b:4647"]);
+        assert_eq!(sc.raft_tick, Duration::from_millis(100));
+        assert_eq!(sc.snapshot_threshold, 100);
+        let mut cli = args(&[], None);
+        cli.servers = vec!["e:4647".into()];
+        assert_eq!(
+            client_servers(&cli, &file),
+            vec!["e:4647", "c:4647", "d:4647"]
+        );
+        let bad = parse_str("server {\n raft_multiplier = 11\n}\n", "a.hcl").unwrap();
+        assert!(
+            server_config(
+                &args(&[], None),
+                &bad,
+                std::path::Path::new("/d"),
+                false,
+                "g",
+                "d"
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn the_advertised_rpc_address_is_never_unspecified() {
+        let file = AgentFile::default();
+        let bound: SocketAddr = "127.0.0.1:4647".parse().unwrap();
+        assert_eq!(advertise_rpc(&file, bound).unwrap(), "127.0.0.1:4647");
+        let any: SocketAddr = "0.0.0.0:4647".parse().unwrap();
+        let addr: SocketAddr = advertise_rpc(&file, any).unwrap().parse().unwrap();
+        assert!(!addr.ip().is_unspecified());
+        let file = parse_str("advertise {\n rpc = \"10.1.2.3\"\n}\n", "a.hcl").unwrap();
+        assert_eq!(advertise_rpc(&file, any).unwrap(), "10.1.2.3:4647");
+    }
 }

@@ -55,6 +55,15 @@ pub struct ServerBlock {
     pub num_schedulers: Option<usize>,
     pub heartbeat_grace: Option<String>,
     pub min_heartbeat_ttl: Option<String>,
+    /// `server_join { retry_join = ["host:port", ...] }`.
+    #[serde(deserialize_with = "one_or_many_blocks")]
+    pub server_join: Option<ServerJoin>,
+    /// Nomad's older spelling of `server_join.retry_join`.
+    pub retry_join: Option<Vec<String>>,
+    /// Scales Raft's timings (Nomad's `raft_multiplier`, 1 to 10).
+    pub raft_multiplier: Option<u32>,
+    /// Raft snapshot (and log compaction) every this many entries.
+    pub raft_snapshot_threshold: Option<u64>,
     /// Other server settings Nomad accepts; kept, not interpreted yet.
     #[serde(flatten)]
     pub other: BTreeMap<String, Value>,
@@ -70,9 +79,44 @@ pub struct ClientBlock {
     pub memory_total_mb: Option<u64>,
     pub reserved: Option<Reserved>,
     pub servers: Option<Vec<String>>,
+    #[serde(deserialize_with = "one_or_many_blocks")]
+    pub server_join: Option<ServerJoin>,
     pub options: Option<BTreeMap<String, String>>,
     #[serde(flatten)]
     pub other: BTreeMap<String, Value>,
+}
+
+/// The `server_join` block (Nomad's; only `retry_join` is acted on).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct ServerJoin {
+    pub retry_join: Vec<String>,
+    pub retry_interval: Option<String>,
+    pub retry_max: Option<u32>,
+    pub start_join: Vec<String>,
+}
+
+/// hcl-rs gives a block written once as an object and, in some layouts, as a one-element
+/// array: accept both.
+fn one_or_many_blocks<'de, D>(d: D) -> Result<Option<ServerJoin>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(ServerJoin),
+        Many(Vec<ServerJoin>),
+    }
+    Ok(match Option::<OneOrMany>::deserialize(d)? {
+        None => None,
+        Some(OneOrMany::One(b)) => Some(b),
+        Some(OneOrMany::Many(blocks)) => blocks.into_iter().reduce(|mut a, b| {
+            a.retry_join.extend(b.retry_join);
+            a.start_join.extend(b.start_join);
+            a
+        }),
+    })
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -211,6 +255,34 @@ plugin "raw_exec" {
         assert_eq!(c.meta.unwrap()["rack"], "r1");
         let p = f.plugin.unwrap();
         assert_eq!(p["raw_exec"].config.as_ref().unwrap()["enabled"], true);
+    }
+
+    #[test]
+    fn server_join_and_client_servers_parse() {
+        let f = parse_str(
+            r#"
+server {
+  enabled          = true
+  bootstrap_expect = 3
+  raft_multiplier  = 2
+  server_join {
+    retry_join = ["10.0.0.1:4647", "10.0.0.2:4647"]
+  }
+}
+client {
+  enabled = true
+  servers = ["10.0.0.1:4647"]
+}
+"#,
+            "agent.hcl",
+        )
+        .unwrap();
+        let s = f.server.unwrap();
+        assert_eq!(s.bootstrap_expect, Some(3));
+        assert_eq!(s.raft_multiplier, Some(2));
+        assert_eq!(s.server_join.unwrap().retry_join.len(), 2);
+        assert!(s.other.is_empty(), "{:?}", s.other);
+        assert_eq!(f.client.unwrap().servers.unwrap(), vec!["10.0.0.1:4647"]);
     }
 
     #[test]

@@ -2,9 +2,16 @@
 //! the workspace names a concrete driver.
 
 mod agent;
+mod agent_client_api;
+mod agent_remote;
 mod agent_run;
 mod cli;
 mod config;
+
+/// The server allocates and frees many small objects per placement; mimalloc handles that far
+/// better than glibc's malloc (see drover-bench in BENCHMARKS.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
     cli::main()

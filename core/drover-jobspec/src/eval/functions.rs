@@ -24,6 +24,29 @@ type R = Result<Value, CallError>;
 /// job cannot make the parser allocate unbounded memory.
 const MAX_PADDING: usize = 10_000;
 
+/// Largest file `file()` and `filebase64()` read. Only regular files are read: a job naming
+/// `/dev/zero` or a FIFO must fail, not fill memory or block the parser.
+const MAX_FILE_BYTES: u64 = 64 << 20;
+
+fn read_job_file(p: &std::path::Path) -> Result<Vec<u8>, CallError> {
+    use std::io::Read;
+    let fail = |e: &dyn std::fmt::Display| {
+        CallError::Invalid(format!("failed to read {}: {e}", p.display()))
+    };
+    let meta = std::fs::metadata(p).map_err(|e| fail(&e))?;
+    if !meta.is_file() {
+        return Err(fail(&"not a regular file"));
+    }
+    let mut bytes = Vec::new();
+    std::fs::File::open(p)
+        .and_then(|f| f.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes))
+        .map_err(|e| fail(&e))?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(fail(&format!("larger than {MAX_FILE_BYTES} bytes")));
+    }
+    Ok(bytes)
+}
+
 fn err<T>(msg: impl Into<String>) -> Result<T, CallError> {
     Err(CallError::Invalid(msg.into()))
 }
@@ -464,15 +487,17 @@ pub(crate) fn call(ctx: &Context<'_>, name: &str, args: Vec<Value>) -> R {
         // filesystem
         "file" => {
             let p = ctx.base_dir.join(expand_home(&arg_str(a, 0)?));
-            std::fs::read_to_string(&p)
-                .map(Value::String)
-                .map_err(|e| CallError::Invalid(format!("failed to read {}: {e}", p.display())))
+            let bytes = read_job_file(&p)?;
+            String::from_utf8(bytes).map(Value::String).map_err(|_| {
+                CallError::Invalid(format!(
+                    "failed to read {}: stream did not contain valid UTF-8",
+                    p.display()
+                ))
+            })
         }
         "filebase64" => {
             let p = ctx.base_dir.join(expand_home(&arg_str(a, 0)?));
-            std::fs::read(&p)
-                .map(|b| Value::String(digest::base64_encode(&b)))
-                .map_err(|e| CallError::Invalid(format!("failed to read {}: {e}", p.display())))
+            read_job_file(&p).map(|b| Value::String(digest::base64_encode(&b)))
         }
         "fileexists" => Ok(Value::Bool(
             ctx.base_dir.join(expand_home(&arg_str(a, 0)?)).is_file(),

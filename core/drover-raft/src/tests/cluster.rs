@@ -4,7 +4,7 @@ use std::time::Duration;
 use raft::eraftpb::{ConfChangeSingle, ConfChangeType, ConfChangeV2};
 
 use crate::test_support::{MemNetwork, RecordingSm, TempDir, eventually, fast_config};
-use crate::{RaftError, RaftNode};
+use crate::{PeerBook, PeerInfo, RaftError, RaftNode};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -24,12 +24,23 @@ impl Cluster {
     }
 
     fn start(&mut self, id: u64, voters: Vec<u64>, snapshot_threshold: u64) {
-        let mut cfg = fast_config(id, &self._dir.path().join(format!("n{id}")), voters);
+        let mut cfg = fast_config(id, &self.dir(id), voters.clone());
         cfg.snapshot_threshold = snapshot_threshold;
+        cfg.initial_peers = book(&voters);
         let sm = RecordingSm::default();
         let node = RaftNode::start(cfg, sm.clone(), self.net.clone()).unwrap();
         self.net.register(&node);
         self.nodes.push((node, sm));
+    }
+
+    fn dir(&self, id: u64) -> std::path::PathBuf {
+        self._dir.path().join(format!("n{id}"))
+    }
+
+    /// Shuts a node down and forgets it.
+    fn stop(&mut self, id: u64) {
+        self.node(id).shutdown();
+        self.nodes.retain(|(n, _)| n.id() != id);
     }
 
     fn node(&self, id: u64) -> &RaftNode {
@@ -61,6 +72,14 @@ impl Cluster {
             node.shutdown();
         }
     }
+}
+
+fn peer(id: u64) -> PeerInfo {
+    PeerInfo::new(format!("10.0.0.{id}:4647"), format!("server-{id}"))
+}
+
+fn book(ids: &[u64]) -> PeerBook {
+    ids.iter().map(|id| (*id, peer(*id))).collect()
 }
 
 async fn propose_n(node: &RaftNode, range: std::ops::Range<u32>) {
@@ -194,5 +213,198 @@ async fn a_voter_added_by_conf_change_receives_the_log() {
     // It could only get there through a snapshot holding the new configuration: the first
     // configuration is in the bootstrap snapshot, not in the log.
     assert!(!cluster.sm(4).restored_at.lock().unwrap().is_empty());
+    cluster.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_member_learns_the_addresses_of_bootstrap_and_added_voters() {
+    let mut cluster = Cluster::new("cluster-book");
+    for id in 1..=3 {
+        cluster.start(id, vec![1, 2, 3], 5);
+    }
+    let leader = cluster.leader_among(&[1, 2, 3]).await;
+    propose_n(cluster.node(leader), 0..10).await;
+    cluster.start(4, Vec::new(), 5);
+    cluster
+        .node(leader)
+        .add_voter(4, peer(4))
+        .await
+        .expect("voter added");
+    let want = book(&[1, 2, 3, 4]);
+    eventually("all four know all four addresses", WAIT, || {
+        (1..=4).all(|id| cluster.node(id).status().peers == want)
+    })
+    .await;
+
+    cluster.node(leader).remove_member(4).await.unwrap();
+    let want = book(&[1, 2, 3]);
+    eventually("the removed server is gone from every book", WAIT, || {
+        (1..=3).all(|id| {
+            let s = cluster.node(id).status();
+            s.peers == want && s.voters == [1, 2, 3]
+        })
+    })
+    .await;
+    cluster.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proposer_gets_the_state_machines_response() {
+    let mut cluster = Cluster::new("cluster-response");
+    for id in 1..=3 {
+        cluster.start(id, vec![1, 2, 3], 0);
+    }
+    let leader = cluster.leader_among(&[1, 2, 3]).await;
+    let applied = cluster
+        .node(leader)
+        .propose_for_response(b"x".to_vec())
+        .await
+        .unwrap();
+    assert_eq!(
+        applied.response,
+        format!("applied {}", applied.index).into_bytes()
+    );
+    cluster.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_index_on_a_follower_waits_for_every_acknowledged_write() {
+    let mut cluster = Cluster::new("cluster-read-index");
+    for id in 1..=3 {
+        cluster.start(id, vec![1, 2, 3], 0);
+    }
+    let leader = cluster.leader_among(&[1, 2, 3]).await;
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    for round in 0..20u32 {
+        let index = cluster
+            .node(leader)
+            .propose(format!("w{round}").into_bytes())
+            .await
+            .unwrap();
+        let read = cluster
+            .node(follower)
+            .read_index(WAIT)
+            .await
+            .expect("read index confirmed");
+        assert!(read >= index, "read index {read} < acknowledged {index}");
+        assert!(
+            cluster.node(follower).status().applied_index >= index,
+            "the follower applied the write before answering"
+        );
+        assert!(
+            cluster
+                .sm(follower)
+                .entries()
+                .iter()
+                .any(|(i, _)| *i == index)
+        );
+    }
+    let contact = cluster.node(follower).last_leader_contact().unwrap();
+    assert!(contact < Duration::from_secs(1), "{contact:?}");
+    assert_eq!(
+        cluster.node(leader).last_leader_contact(),
+        Some(Duration::ZERO)
+    );
+
+    // Cut off, the follower cannot confirm anything and says so within the timeout.
+    cluster.net.isolate(follower);
+    let err = cluster
+        .node(follower)
+        .read_index(Duration::from_millis(600))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RaftError::NoLeader { .. }), "{err}");
+    cluster.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leadership_moves_to_the_server_it_is_transferred_to() {
+    let mut cluster = Cluster::new("cluster-transfer");
+    for id in 1..=3 {
+        cluster.start(id, vec![1, 2, 3], 0);
+    }
+    let old = cluster.leader_among(&[1, 2, 3]).await;
+    propose_n(cluster.node(old), 0..5).await;
+    let target = (1..=3).find(|id| *id != old).unwrap();
+    cluster.node(old).transfer_leadership(target);
+    eventually("the target leads", WAIT, || {
+        cluster.node(target).status().is_leader
+    })
+    .await;
+    cluster.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peers_json_brings_back_a_cluster_that_lost_its_quorum() {
+    let mut cluster = Cluster::new("cluster-recover");
+    for id in 1..=3 {
+        cluster.start(id, vec![1, 2, 3], 0);
+    }
+    let leader = cluster.leader_among(&[1, 2, 3]).await;
+    propose_n(cluster.node(leader), 0..20).await;
+    let expected = cluster.sm(leader).entries();
+    eventually("all applied", WAIT, || {
+        (1..=3).all(|id| cluster.sm(id).entries() == expected)
+    })
+    .await;
+    // Two of three servers are lost for good: the survivor cannot elect itself.
+    let survivor = (1..=3).find(|id| *id != leader).unwrap();
+    for id in 1..=3 {
+        cluster.stop(id);
+    }
+
+    let recovery = cluster.dir(survivor).join("raft").join(crate::PEERS_JSON);
+    std::fs::write(
+        &recovery,
+        format!(r#"[{{"id": "{survivor}", "address": "10.9.9.9:4647", "non_voter": false}}]"#),
+    )
+    .unwrap();
+    cluster.start(survivor, Vec::new(), 0);
+    eventually("the survivor leads alone", WAIT, || {
+        let s = cluster.node(survivor).status();
+        s.is_leader && s.voters == [survivor]
+    })
+    .await;
+    assert!(!recovery.exists(), "peers.json is removed once applied");
+    let status = cluster.node(survivor).status();
+    assert_eq!(status.peers[&survivor].address, "10.9.9.9:4647");
+    assert_eq!(
+        status.peers[&survivor].name,
+        format!("server-{survivor}"),
+        "names known before are kept"
+    );
+    let data: Vec<_> = cluster
+        .sm(survivor)
+        .entries()
+        .into_iter()
+        .map(|(_, d)| d)
+        .collect();
+    let want: Vec<_> = expected.into_iter().map(|(_, d)| d).collect();
+    assert_eq!(data, want, "state survives the recovery");
+    cluster
+        .node(survivor)
+        .propose(b"after recovery".to_vec())
+        .await
+        .expect("writes accepted again");
+    cluster.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unusable_peers_json_fails_start_and_changes_nothing() {
+    let mut cluster = Cluster::new("cluster-recover-bad");
+    cluster.start(1, vec![1], 0);
+    cluster.leader_among(&[1]).await;
+    propose_n(cluster.node(1), 0..3).await;
+    cluster.stop(1);
+    let recovery = cluster.dir(1).join("raft").join(crate::PEERS_JSON);
+    std::fs::write(&recovery, r#"[{"id": "web-1", "address": "x:1"}]"#).unwrap();
+    let cfg = fast_config(1, &cluster.dir(1), Vec::new());
+    let err = RaftNode::start(cfg, RecordingSm::default(), cluster.net.clone()).unwrap_err();
+    assert!(matches!(err, RaftError::Recovery(_)), "{err}");
+    assert!(recovery.exists());
+    std::fs::remove_file(&recovery).unwrap();
+    cluster.start(1, Vec::new(), 0);
+    cluster.leader_among(&[1]).await;
+    assert_eq!(cluster.sm(1).len(), 3);
     cluster.shutdown();
 }

@@ -19,6 +19,7 @@ mod lookup;
 mod metrics;
 mod monitor;
 mod node;
+mod operator;
 mod server;
 mod status;
 mod timefmt;
@@ -67,6 +68,8 @@ enum Command {
     Eval(eval::EvalCli),
     /// Interact with servers
     Server(server::ServerCli),
+    /// Cluster operations: the Raft configuration, snapshots
+    Operator(operator::OperatorCli),
     /// Display the status of jobs, or of the object an identifier names
     Status(status::StatusArgs),
     /// Print the version
@@ -169,6 +172,7 @@ fn dispatch(command: Command) -> anyhow::Result<Exit> {
         Command::Node(cmd) => node::run(cmd),
         Command::Eval(cmd) => eval::run(cmd),
         Command::Server(cmd) => server::run(cmd),
+        Command::Operator(cmd) => operator::run(cmd),
         Command::Status(args) => status::run(args),
         Command::Version => {
             print_version();

@@ -330,13 +330,16 @@ fn stats_cover_the_running_task() {
     let driver = ExecDriver::new();
     let config = dirs.config("sleep", json!({"command": "sleep", "args": ["30"]}));
     driver.start_task(&config).unwrap();
-    // Right after exec the kernel's batched RSS counters may still read 0; poll briefly.
+    // Right after clone the task may still be setting up (its /proc entries changing under
+    // exec) and the kernel's batched RSS counters may read 0: poll briefly.
     let deadline = Instant::now() + Duration::from_secs(5);
-    let mut usage = driver.task_stats(&config.id).unwrap();
-    while usage.memory_rss_bytes == 0 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-        usage = driver.task_stats(&config.id).unwrap();
-    }
+    let usage = loop {
+        match driver.task_stats(&config.id) {
+            Ok(u) if u.memory_rss_bytes > 0 => break u,
+            other if Instant::now() > deadline => panic!("no stats within 5s: {other:?}"),
+            _ => std::thread::sleep(Duration::from_millis(20)),
+        }
+    };
     assert!(usage.memory_rss_bytes > 0, "{usage:?}");
     driver.destroy_task(&config.id, true).unwrap();
 }

@@ -1,0 +1,170 @@
+//! The calling side: one cached HTTP/2 channel per address, and errors that say whether the
+//! call may have run.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use drover_net::RpcError;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Request};
+
+use crate::MAX_MESSAGE_BYTES;
+use crate::faults::Faults;
+use crate::proto::drover_client::DroverClient;
+use crate::proto::{CallRequest, RaftBatch};
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Calls servers' RPC endpoints. Cheap to share; connections are made on first use and
+/// dropped when a call on them fails.
+pub struct RpcClient {
+    own_addr: String,
+    faults: Arc<Faults>,
+    channels: Mutex<HashMap<String, Channel>>,
+}
+
+impl RpcClient {
+    /// `own_addr` is this server's RPC address (empty for clients), sent with every call.
+    pub fn new(own_addr: impl Into<String>, faults: Arc<Faults>) -> RpcClient {
+        RpcClient {
+            own_addr: own_addr.into(),
+            faults,
+            channels: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn faults(&self) -> &Arc<Faults> {
+        &self.faults
+    }
+
+    fn cached(&self, addr: &str) -> Option<Channel> {
+        self.channels
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(addr)
+            .cloned()
+    }
+
+    fn evict(&self, addr: &str) {
+        self.channels
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(addr);
+    }
+
+    async fn stub(&self, addr: &str) -> Result<DroverClient<Channel>, RpcError> {
+        let not_sent = |reason: String| RpcError::NotSent {
+            addr: addr.to_string(),
+            reason,
+        };
+        if self.faults.blocks(addr) {
+            return Err(not_sent("cut off by the test fault filter".into()));
+        }
+        let channel = match self.cached(addr) {
+            Some(channel) => channel,
+            None => {
+                let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+                    .map_err(|e| not_sent(format!("invalid address: {e}")))?
+                    .connect_timeout(CONNECT_TIMEOUT)
+                    .tcp_nodelay(true)
+                    .http2_keep_alive_interval(Duration::from_secs(10))
+                    .keep_alive_timeout(Duration::from_secs(5));
+                let channel = endpoint
+                    .connect()
+                    .await
+                    .map_err(|e| not_sent(error_chain(&e)))?;
+                self.channels
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(addr.to_string(), channel.clone());
+                channel
+            }
+        };
+        Ok(DroverClient::new(channel)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES))
+    }
+
+    fn failure(&self, addr: &str, status: tonic::Status) -> RpcError {
+        if status.code() == Code::FailedPrecondition {
+            return RpcError::Refused {
+                addr: addr.to_string(),
+                reason: status.message().to_string(),
+            };
+        }
+        // The channel may be broken; the next call connects afresh (and learns NotSent if
+        // the peer is gone).
+        self.evict(addr);
+        RpcError::Failed {
+            addr: addr.to_string(),
+            reason: format!("{}: {}", status.code(), status.message()),
+        }
+    }
+
+    /// Calls endpoint `method` on the server at `addr` with a JSON `body`; returns its JSON
+    /// answer. Gives up after `timeout`.
+    pub async fn call(
+        &self,
+        addr: &str,
+        method: &str,
+        body: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, RpcError> {
+        let mut stub = self.stub(addr).await?;
+        let request = Request::new(CallRequest {
+            from_addr: self.own_addr.clone(),
+            method: method.to_string(),
+            body,
+        });
+        match tokio::time::timeout(timeout, stub.call(request)).await {
+            Ok(Ok(reply)) => Ok(reply.into_inner().body),
+            Ok(Err(status)) => Err(self.failure(addr, status)),
+            Err(_) => {
+                self.evict(addr);
+                Err(RpcError::Failed {
+                    addr: addr.to_string(),
+                    reason: format!("no answer within {timeout:?}"),
+                })
+            }
+        }
+    }
+
+    /// Sends protobuf-encoded raft messages to the server at `addr`.
+    pub async fn raft(
+        &self,
+        addr: &str,
+        messages: Vec<Vec<u8>>,
+        timeout: Duration,
+    ) -> Result<(), RpcError> {
+        let mut stub = self.stub(addr).await?;
+        let request = Request::new(RaftBatch {
+            from_addr: self.own_addr.clone(),
+            messages,
+        });
+        match tokio::time::timeout(timeout, stub.raft(request)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(status)) => Err(self.failure(addr, status)),
+            Err(_) => {
+                self.evict(addr);
+                Err(RpcError::Failed {
+                    addr: addr.to_string(),
+                    reason: format!("no answer within {timeout:?}"),
+                })
+            }
+        }
+    }
+}
+
+/// An error and its sources on one line ("transport error: tcp connect error: Connection
+/// refused").
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}

@@ -1,0 +1,42 @@
+//! drover-rpc: the RPC between Drover servers, and from clients to servers, over gRPC
+//! (tonic) on the RPC port (4647 by default).
+//!
+//! Two calls: `Raft` carries raft-rs messages (protobuf bytes inside our own message) and
+//! `Call` carries one endpoint request as JSON (method name + body). This crate moves bytes
+//! and knows nothing of what the endpoints mean: the server implements `drover_net::Handler`,
+//! and [`GrpcNet`] implements the server's `drover_net::PeerNet` with what follows.
+//!
+//! - [`serve`] runs the service on a listener.
+//! - [`RpcClient`] calls other servers, one cached HTTP/2 connection per address, and says
+//!   whether a failed call may have been executed ([`RpcError::is_not_sent`]).
+//! - [`RaftTransport`] implements `drover_raft::Transport`: a bounded queue and a sender task
+//!   per peer, reconnecting with backoff and reporting unreachable peers to Raft.
+//! - [`Faults`] drops traffic to and from listed addresses, for partition tests
+//!   (`DROVER_TEST_FAULTS=<file>`).
+//!
+//! Must not depend on the server, state, HTTP or client crates: only on drover-raft, whose
+//! messages it carries, and drover-net, whose traits it implements.
+
+mod client;
+mod faults;
+mod net;
+mod service;
+mod transport;
+
+/// Generated from `proto/drover_rpc.proto`.
+pub mod proto {
+    tonic::include_proto!("drover.rpc.v1");
+}
+
+pub use client::RpcClient;
+pub use drover_net::{CallFuture, Handler, HandlerError, RpcError};
+pub use faults::{FAULTS_ENV, Faults};
+pub use net::GrpcNet;
+pub use service::serve;
+pub use transport::RaftTransport;
+
+/// Largest message either side accepts: raft snapshots and operator restores travel whole.
+pub const MAX_MESSAGE_BYTES: usize = 512 * 1024 * 1024;
+
+#[cfg(test)]
+mod tests;

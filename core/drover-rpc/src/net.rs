@@ -1,0 +1,82 @@
+//! `drover_net::PeerNet` over gRPC: the RPC client, the Raft transport, and the service on
+//! this server's listener.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use drover_net::{BoxFuture, Handler, PeerNet, RpcError};
+use drover_raft::{RaftNode, Transport};
+
+use crate::client::RpcClient;
+use crate::faults::Faults;
+use crate::transport::RaftTransport;
+
+/// The network of one server, on its RPC listener.
+pub struct GrpcNet {
+    client: Arc<RpcClient>,
+    transport: RaftTransport,
+    faults: Arc<Faults>,
+    /// Taken by `serve`.
+    listener: Mutex<Option<tokio::net::TcpListener>>,
+}
+
+impl GrpcNet {
+    /// `own_addr` is the address other servers reach `listener` at. Must be called within a
+    /// tokio runtime (the transport's sender tasks run on it).
+    pub fn new(
+        listener: tokio::net::TcpListener,
+        own_addr: impl Into<String>,
+        faults: Arc<Faults>,
+    ) -> GrpcNet {
+        let client = Arc::new(RpcClient::new(own_addr, faults.clone()));
+        let transport = RaftTransport::new(client.clone(), tokio::runtime::Handle::current());
+        GrpcNet {
+            client,
+            transport,
+            faults,
+            listener: Mutex::new(Some(listener)),
+        }
+    }
+}
+
+impl PeerNet for GrpcNet {
+    fn call<'a>(
+        &'a self,
+        addr: &'a str,
+        method: &'a str,
+        body: Vec<u8>,
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<Vec<u8>, RpcError>> {
+        Box::pin(self.client.call(addr, method, body, timeout))
+    }
+
+    fn raft_transport(&self) -> Arc<dyn Transport> {
+        Arc::new(self.transport.clone())
+    }
+
+    fn attach(&self, node: RaftNode) {
+        self.transport.attach(node);
+    }
+
+    fn heard_from(&self, peer: u64, addr: &str) {
+        self.transport.heard_from(peer, addr);
+    }
+
+    fn serve(&self, handler: Arc<dyn Handler>, shutdown: BoxFuture<'static, ()>) {
+        let taken = self
+            .listener
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        let Some(listener) = taken else {
+            tracing::error!("the RPC listener is already served");
+            return;
+        };
+        let faults = self.faults.clone();
+        tokio::spawn(async move {
+            if let Err(e) = crate::service::serve(listener, handler, faults, shutdown).await {
+                tracing::error!(error = %e, "RPC server stopped");
+            }
+        });
+    }
+}

@@ -1,0 +1,206 @@
+//! Operator work on the cluster: the Raft configuration and changes to it, snapshots of the
+//! whole state (save and restore), and a digest of the state to compare servers.
+
+use drover_raft::PeerInfo;
+use drover_state::StateStore;
+
+use crate::ServerError;
+use crate::server::Server;
+
+/// One server of the Raft configuration (Nomad's `RaftServer`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RaftMember {
+    pub id: u64,
+    /// The server's name, if it told the cluster.
+    pub name: String,
+    /// Its RPC address.
+    pub address: String,
+    pub leader: bool,
+    pub voter: bool,
+}
+
+/// A digest of the state tables and the index it was taken at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateDigest {
+    pub digest: u64,
+    /// The state store's latest index.
+    pub index: u64,
+    /// Raft's applied index on this server.
+    pub applied_index: u64,
+}
+
+impl Server {
+    /// The applied Raft configuration as this server sees it, and its applied index.
+    pub fn raft_configuration(&self) -> (Vec<RaftMember>, u64) {
+        let status = self.inner.raft.status();
+        let member = |id: u64, voter: bool| {
+            let peer = status.peers.get(&id).cloned().unwrap_or_else(|| {
+                if id == self.inner.id {
+                    self.inner.own.clone()
+                } else {
+                    PeerInfo::default()
+                }
+            });
+            RaftMember {
+                id,
+                name: peer.name,
+                address: peer.address,
+                leader: status.leader_id == Some(id),
+                voter,
+            }
+        };
+        let mut members: Vec<RaftMember> = status
+            .voters
+            .iter()
+            .map(|id| member(*id, true))
+            .chain(status.learners.iter().map(|id| member(*id, false)))
+            .collect();
+        members.sort_by(|a, b| a.address.cmp(&b.address).then(a.id.cmp(&b.id)));
+        (members, status.applied_index)
+    }
+
+    /// Removes a server from the Raft configuration, named by id or RPC address (Nomad's
+    /// `operator raft remove-peer`). Returns the index of the configuration change.
+    pub async fn remove_peer(
+        &self,
+        id: Option<u64>,
+        address: Option<String>,
+    ) -> Result<u64, ServerError> {
+        if id.is_none() && address.as_deref().is_none_or(str::is_empty) {
+            return Err(ServerError::BadRequest(
+                "Must specify either ?id with the server's ID or ?address with IP:port of peer to remove"
+                    .into(),
+            ));
+        }
+        match self
+            .route(crate::rpc::Request::RemovePeer { id, address })
+            .await?
+        {
+            crate::rpc::Reply::Index(index) => Ok(index),
+            other => Err(ServerError::Internal(format!(
+                "unexpected endpoint reply: {other:?}"
+            ))),
+        }
+    }
+
+    /// On the leader: removes the member. The leader removing itself first hands leadership
+    /// to another voter, then the request goes there.
+    pub(crate) async fn remove_peer_here(
+        &self,
+        id: Option<u64>,
+        address: Option<&str>,
+    ) -> Result<u64, ServerError> {
+        let status = self.inner.raft.status();
+        let members: Vec<u64> = status
+            .voters
+            .iter()
+            .chain(status.learners.iter())
+            .copied()
+            .collect();
+        let target = match (id, address.filter(|a| !a.is_empty())) {
+            (Some(id), _) => members.iter().copied().find(|m| *m == id).ok_or_else(|| {
+                ServerError::NotFound(format!(
+                    "id {:?} was not found in the Raft configuration",
+                    id.to_string()
+                ))
+            })?,
+            (None, Some(addr)) => members
+                .iter()
+                .copied()
+                .find(|m| status.peers.get(m).is_some_and(|p| p.address == addr))
+                .ok_or_else(|| {
+                    ServerError::NotFound(format!(
+                        "address {addr:?} was not found in the Raft configuration"
+                    ))
+                })?,
+            (None, None) => {
+                return Err(ServerError::BadRequest(
+                    "Must specify either ?id with the server's ID or ?address with IP:port of peer to remove"
+                        .into(),
+                ));
+            }
+        };
+        if target == self.inner.id {
+            let Some(successor) = status.voters.iter().copied().find(|v| *v != target) else {
+                return Err(ServerError::BadRequest(
+                    "cannot remove the only voter of the cluster".into(),
+                ));
+            };
+            tracing::info!(
+                successor,
+                "removing the leader: handing leadership over first"
+            );
+            self.inner.raft.transfer_leadership(successor);
+            // Not executed: the caller retries at the new leader.
+            return Err(ServerError::Raft(drover_raft::RaftError::NotLeader {
+                leader_hint: Some(successor),
+            }));
+        }
+        tracing::info!(id = target, "removing a server from the raft configuration");
+        Ok(self.inner.raft.remove_member(target).await?)
+    }
+
+    /// On the leader: adds a voter (a joining server), or updates a member's address.
+    pub(crate) async fn add_peer_here(&self, id: u64, peer: PeerInfo) -> Result<u64, ServerError> {
+        if id == 0 || peer.address.is_empty() {
+            return Err(ServerError::BadRequest(
+                "a joining server needs an id and an address".into(),
+            ));
+        }
+        let status = self.inner.raft.status();
+        if status.voters.contains(&id) && status.peers.get(&id) == Some(&peer) {
+            return Ok(status.applied_index);
+        }
+        tracing::info!(id, address = %peer.address, "adding a server to the raft configuration");
+        Ok(self.inner.raft.add_voter(id, peer).await?)
+    }
+
+    /// The whole state as an operator snapshot archive, taken once this server caught up with
+    /// the leader.
+    pub async fn save_snapshot(&self) -> Result<Vec<u8>, ServerError> {
+        self.read_barrier().await?;
+        let status = self.inner.raft.status();
+        let snap = self.inner.state.snapshot();
+        let index = snap.latest_index();
+        Ok(crate::snapshot_archive::build(
+            index,
+            status.term,
+            &snap.encode(),
+        ))
+    }
+
+    /// On the leader: replaces the whole state with `state` (already checked) through one log
+    /// entry, then restarts the leader's subsystems on it.
+    pub(crate) async fn restore_here(
+        &self,
+        state: Vec<u8>,
+    ) -> Result<crate::rpc::Reply, ServerError> {
+        // Decodes on a scratch store first: a payload every server would refuse never enters
+        // the log.
+        StateStore::new()
+            .restore(&state)
+            .map_err(|e| ServerError::BadRequest(format!("snapshot state does not decode: {e}")))?;
+        let applied = self
+            .inner
+            .raft
+            .propose_for_response(crate::fsm::restore_entry(&state))
+            .await?;
+        if !applied.response.is_empty() {
+            return Err(ServerError::Internal(
+                String::from_utf8_lossy(&applied.response).into_owned(),
+            ));
+        }
+        crate::server::reestablish_leadership(&self.inner).await;
+        Ok(crate::rpc::Reply::Index(applied.index))
+    }
+
+    /// A digest of every state table on this server, to compare servers.
+    pub fn state_digest(&self) -> StateDigest {
+        let snap = self.inner.state.snapshot();
+        StateDigest {
+            digest: snap.digest(),
+            index: snap.latest_index(),
+            applied_index: self.inner.raft.status().applied_index,
+        }
+    }
+}

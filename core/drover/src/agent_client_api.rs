@@ -1,0 +1,62 @@
+//! The HTTP API of a client-only agent: its health and self report. The cluster's `/v1` API
+//! (jobs, allocations, nodes...) is served by the servers; other paths say so.
+
+use axum::Router;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use drover_client::Client;
+use serde_json::json;
+
+fn json_response(status: StatusCode, body: serde_json::Value) -> Response {
+    (
+        status,
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+pub fn router(
+    client: Option<Client>,
+    agent: drover_http::AgentInfo,
+    servers: Vec<String>,
+) -> Router {
+    let node_id = client.as_ref().map(Client::node_id).unwrap_or_default();
+    let self_report = json!({
+        "config": agent.config_json,
+        "member": {
+            "Name": agent.name,
+            "Tags": {"region": agent.region, "dc": agent.datacenter, "build": agent.version},
+            "Status": "alive",
+        },
+        "stats": {
+            "client": {"node_id": node_id, "known_servers": servers.join(",")},
+        },
+    });
+    let hint = format!(
+        "this agent runs only a client: send API requests to a server (RPC servers: {})",
+        servers.join(", ")
+    );
+    Router::new()
+        .route(
+            "/v1/agent/health",
+            get(|| async {
+                json_response(
+                    StatusCode::OK,
+                    json!({"client": {"ok": true, "message": "ok"}}),
+                )
+            }),
+        )
+        .route(
+            "/v1/agent/self",
+            get(move || {
+                let body = self_report.clone();
+                async move { json_response(StatusCode::OK, body) }
+            }),
+        )
+        .fallback(move || {
+            let hint = hint.clone();
+            async move { (StatusCode::NOT_FOUND, hint) }
+        })
+}

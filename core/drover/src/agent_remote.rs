@@ -1,0 +1,119 @@
+//! The client's link to remote servers (a client-only agent): `drover_client::ServerConn` over
+//! the servers' RPC. Calls go to the server that answered last; when it cannot be reached, or
+//! has no leader to offer, the next one in the list is tried.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use drover_client::ServerConn;
+use drover_rpc::{Faults, RpcClient};
+use drover_server::rpc::{EndpointResult, ErrorKind, METHOD_ENDPOINT, Reply, Request};
+use drover_structs::{AllocClientUpdate, Allocation, Node};
+
+/// Time a call may take on the server, besides a blocking query's own wait.
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub struct RemoteServers {
+    rpc: RpcClient,
+    servers: Vec<String>,
+    /// Index in `servers` of the one that answered last.
+    current: AtomicUsize,
+}
+
+impl RemoteServers {
+    /// `servers` are RPC addresses (`host:port`); at least one.
+    pub fn new(servers: Vec<String>) -> RemoteServers {
+        RemoteServers {
+            rpc: RpcClient::new("", Arc::new(Faults::none())),
+            servers,
+            current: AtomicUsize::new(0),
+        }
+    }
+
+    /// Sends `request` to the current server, failing over through the list. The client's
+    /// calls are safe to repeat (registration, heartbeat, status updates carry their whole
+    /// state), so a call whose outcome is unknown is sent to the next server too.
+    async fn call(&self, request: &Request, timeout: Duration) -> Result<Reply, String> {
+        let body = drover_server::rpc::encode(request);
+        let start = self.current.load(Ordering::Relaxed);
+        let mut last_error = String::from("no server configured");
+        for attempt in 0..self.servers.len() {
+            let i = (start + attempt) % self.servers.len();
+            let addr = &self.servers[i];
+            match self
+                .rpc
+                .call(addr, METHOD_ENDPOINT, body.clone(), timeout)
+                .await
+            {
+                Ok(answer) => match serde_json::from_slice::<EndpointResult>(&answer) {
+                    Ok(Ok(reply)) => {
+                        self.current.store(i, Ordering::Relaxed);
+                        return Ok(reply);
+                    }
+                    Ok(Err(e)) if matches!(e.kind, ErrorKind::NoLeader | ErrorKind::NotLeader) => {
+                        last_error = format!("{addr}: {}", e.message);
+                    }
+                    Ok(Err(e)) => return Err(e.message),
+                    Err(e) => last_error = format!("{addr}: undecodable answer: {e}"),
+                },
+                Err(e) => last_error = e.to_string(),
+            }
+            tracing::debug!(server = %addr, error = %last_error, "server call failed: trying the next server");
+        }
+        Err(last_error)
+    }
+}
+
+fn unexpected(reply: Reply) -> String {
+    format!("unexpected server reply: {reply:?}")
+}
+
+impl ServerConn for RemoteServers {
+    async fn register_node(&self, node: Node) -> Result<Duration, String> {
+        match self
+            .call(&Request::RegisterNode { node }, CALL_TIMEOUT)
+            .await?
+        {
+            Reply::Ttl { ttl_ms, .. } => Ok(Duration::from_millis(ttl_ms)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn heartbeat(&self, node_id: &str) -> Result<Duration, String> {
+        let request = Request::Heartbeat {
+            node_id: node_id.to_string(),
+        };
+        match self.call(&request, CALL_TIMEOUT).await? {
+            Reply::Ttl { ttl_ms, .. } => Ok(Duration::from_millis(ttl_ms)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn node_allocs(
+        &self,
+        node_id: &str,
+        min_index: u64,
+        wait: Duration,
+    ) -> Result<(Vec<Arc<Allocation>>, u64), String> {
+        let request = Request::NodeAllocs {
+            node_id: node_id.to_string(),
+            min_index,
+            wait_ms: wait.as_millis() as u64,
+        };
+        match self.call(&request, wait + CALL_TIMEOUT).await? {
+            Reply::NodeAllocs { allocs, index } => Ok((allocs, index)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn update_allocs(&self, updates: Vec<AllocClientUpdate>) -> Result<(), String> {
+        match self
+            .call(&Request::UpdateAllocs { updates }, CALL_TIMEOUT)
+            .await?
+        {
+            Reply::Index(_) => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+}

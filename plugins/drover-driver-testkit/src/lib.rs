@@ -1,0 +1,145 @@
+//! The driver conformance kit: runs any `Arc<dyn drover_abi::Driver>` through the contract the
+//! client relies on (start, output to the log FIFOs, wait, exit codes, stop with a signal and
+//! with a timeout that escalates to SIGKILL, destroy, recovery by a new driver instance from a
+//! saved handle, stats, exec, signals, and refusal of bad config with an error naming the field).
+//!
+//! It plays the host's part itself: a task directory, stdout/stderr FIFOs with readers, task
+//! configs. The driver-specific part, which task `config` makes the driver print a line, exit
+//! with a code or run until stopped, comes from [`TaskConfigs`]; [`TaskConfigs::command`] covers
+//! drivers whose config is `command` + `args`.
+//!
+//! ```ignore
+//! let kit = Kit::new("skeleton", || Arc::new(SkeletonDriver::new()), TaskConfigs::command());
+//! kit.assert_conforms();
+//! ```
+//!
+//! Must not depend on: tokio, or any Drover crate other than drover-abi (so plugin authors can use
+//! it without the agent).
+
+mod build;
+mod checks;
+mod host;
+
+use std::sync::Arc;
+
+use drover_abi::Driver;
+use serde_json::{Value, json};
+
+pub use build::build_cdylib;
+pub use checks::CHECKS;
+pub use host::{FifoReader, TaskDirs};
+
+/// The task `config` blocks that make the driver under test do what each check needs.
+pub struct TaskConfigs {
+    /// Prints the given line on stdout, then exits 0.
+    pub print_line: Box<dyn Fn(&str) -> Value + Send + Sync>,
+    /// Exits with the given code.
+    pub exit_with: Box<dyn Fn(i32) -> Value + Send + Sync>,
+    /// Runs until signalled; SIGINT and SIGTERM end it (default dispositions).
+    pub run_until_stopped: Value,
+    /// Prints the line `ready` once it ignores SIGTERM, then runs until SIGKILL.
+    pub ignore_sigterm: Value,
+    /// A config the driver must refuse, and the field its error must name.
+    pub bad_config: (Value, String),
+    /// A plugin config the driver must refuse, and the field its error must name; `None` skips.
+    pub bad_plugin_config: Option<(Value, String)>,
+    /// For drivers with the exec capability: a command run inside a task, and text its stdout
+    /// must contain.
+    pub exec: (Vec<String>, String),
+}
+
+fn sh(script: &str) -> Value {
+    json!({"command": "/bin/sh", "args": ["-c", script]})
+}
+
+impl TaskConfigs {
+    /// For drivers configured with `command` and `args` (raw_exec, exec, skeleton...), using
+    /// /bin/sh scripts.
+    pub fn command() -> Self {
+        TaskConfigs {
+            print_line: Box::new(|line| sh(&format!("echo '{}'", line.replace('\'', "")))),
+            exit_with: Box::new(|code| sh(&format!("exit {code}"))),
+            run_until_stopped: json!({"command": "sleep", "args": ["1000"]}),
+            ignore_sigterm: sh("trap '' TERM; echo ready; while :; do sleep 0.1; done"),
+            bad_config: (
+                json!({"command": "/bin/true", "argz": []}),
+                "argz".to_string(),
+            ),
+            bad_plugin_config: None,
+            exec: (
+                vec!["/bin/echo".to_string(), "exec-ok".to_string()],
+                "exec-ok".to_string(),
+            ),
+        }
+    }
+}
+
+/// Makes a new, configured driver instance; called again to play an agent restart.
+pub type DriverFactory = Box<dyn Fn() -> Arc<dyn Driver> + Send + Sync>;
+
+/// One driver under test.
+pub struct Kit {
+    pub name: String,
+    pub new_driver: DriverFactory,
+    pub configs: TaskConfigs,
+}
+
+/// What a run found: the checks that passed and the failures with their reasons.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub passed: Vec<&'static str>,
+    pub failed: Vec<(&'static str, String)>,
+}
+
+impl Kit {
+    pub fn new(
+        name: impl Into<String>,
+        new_driver: impl Fn() -> Arc<dyn Driver> + Send + Sync + 'static,
+        configs: TaskConfigs,
+    ) -> Kit {
+        Kit {
+            name: name.into(),
+            new_driver: Box::new(new_driver),
+            configs,
+        }
+    }
+
+    /// Runs one check by name (see [`CHECKS`]).
+    pub fn run_check(&self, name: &str) -> Result<(), String> {
+        let (_, check) = CHECKS
+            .iter()
+            .find(|(n, _)| *n == name)
+            .ok_or_else(|| format!("no check named {name:?}"))?;
+        check(self)
+    }
+
+    /// Runs every check, one after the other.
+    pub fn run(&self) -> Report {
+        let mut report = Report::default();
+        for (name, check) in CHECKS {
+            match check(self) {
+                Ok(()) => report.passed.push(name),
+                Err(why) => report.failed.push((name, why)),
+            }
+        }
+        report
+    }
+
+    /// Runs every check and panics listing each failure.
+    pub fn assert_conforms(&self) {
+        let report = self.run();
+        assert!(
+            report.failed.is_empty(),
+            "driver {} fails {} of {} checks:\n{}",
+            self.name,
+            report.failed.len(),
+            CHECKS.len(),
+            report
+                .failed
+                .iter()
+                .map(|(n, why)| format!("  {n}: {why}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
+}

@@ -1,0 +1,204 @@
+//! The gRPC adapter against a real plugin process: the skeleton example built as its sidecar
+//! binary (examples/skeleton-sidecar).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use drover_abi::{Driver, DriverError, TaskState};
+use drover_driver_testkit::{Kit, TaskConfigs, TaskDirs};
+use serde_json::json;
+
+use super::*;
+use crate::{DriverCatalog, DriverSource};
+
+/// The skeleton sidecar binary, built once per test process (`cargo test` builds no binaries
+/// of other packages).
+fn sidecar() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let out = Command::new(cargo)
+            .args(["build", "-p", "skeleton-sidecar"])
+            .current_dir(&root)
+            .output()
+            .expect("run cargo build");
+        assert!(
+            out.status.success(),
+            "cargo build -p skeleton-sidecar failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| root.join("target"))
+            .join("debug/skeleton-sidecar")
+    })
+}
+
+fn temp(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("drover-grpc-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn ephemeral() -> Arc<dyn Driver> {
+    load(sidecar(), &GrpcOptions::default())
+        .expect("load the skeleton sidecar")
+        .driver
+}
+
+fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn alive(pid: i32) -> bool {
+    process::start_ticks(pid).is_some()
+}
+
+/// Stops a plugin the test left running (SIGTERM: it removes its socket on the way out).
+fn terminate(pid: i32) {
+    // SAFETY: kill has no memory-safety preconditions; the pid is a plugin this test started.
+    unsafe {
+        libc::kill(pid, libc::SIGTERM);
+    }
+    eventually("the plugin to exit", || !alive(pid));
+}
+
+#[test]
+fn the_skeleton_sidecar_passes_the_conformance_kit_through_the_grpc_adapter() {
+    let mut configs = TaskConfigs::command();
+    configs.bad_plugin_config = Some((json!({"verbose": true}), "verbose".into()));
+    // Each instance is a new plugin process, as after an agent restart.
+    Kit::new("skeleton-sidecar (gRPC)", ephemeral, configs).assert_conforms();
+}
+
+#[test]
+fn a_loaded_sidecar_reports_its_name_and_file_name_and_is_shut_down_with_its_driver() {
+    let plugin = load(sidecar(), &GrpcOptions::default()).unwrap();
+    assert_eq!(plugin.driver.plugin_info().name, "skeleton-sidecar");
+    assert_eq!(plugin.config_name, "skeleton-sidecar");
+    let fp = plugin.driver.fingerprint();
+    assert_eq!(fp.attributes["driver.skeleton-sidecar"], "1");
+    let pid = plugin.driver.pid().unwrap();
+    assert!(alive(pid));
+    drop(plugin);
+    eventually("the plugin to exit after its driver was dropped", || {
+        !alive(pid)
+    });
+}
+
+#[test]
+fn a_plugin_that_dies_is_restarted_and_its_tasks_recovered() {
+    let plugin = load(sidecar(), &GrpcOptions::default()).unwrap();
+    let driver = Arc::clone(&plugin.driver);
+    let dirs = TaskDirs::new("grpc-restart").unwrap();
+    let config = dirs.config("long", json!({"command": "sleep", "args": ["1000"]}));
+    driver.start_task(&config).unwrap();
+    let first = driver.pid().unwrap();
+    driver.kill_plugin();
+    eventually("a new plugin process", || {
+        driver.pid().is_some_and(|p| p != first)
+    });
+    // The new process took the task back: it is running, and stopping it works.
+    let status = driver.inspect_task(&config.id).unwrap();
+    assert_eq!(status.state, TaskState::Running, "{status:?}");
+    driver
+        .stop_task(&config.id, Duration::from_secs(5), "SIGTERM")
+        .unwrap();
+    let exit = driver
+        .wait_task(&config.id, Duration::from_secs(10))
+        .unwrap()
+        .expect("the recovered task exits after stop");
+    assert!(
+        exit.err.is_some() || exit.signal == 15 || exit.exit_code == 143,
+        "{exit:?}"
+    );
+    driver.destroy_task(&config.id, false).unwrap();
+}
+
+#[test]
+fn with_a_state_dir_the_plugin_outlives_its_driver_and_a_new_agent_reattaches() {
+    let state = temp("reattach");
+    let options = GrpcOptions {
+        state_dir: Some(state.clone()),
+        ..Default::default()
+    };
+    let first = load(sidecar(), &options).unwrap();
+    let pid = first.driver.pid().unwrap();
+    let dirs = TaskDirs::new("grpc-reattach").unwrap();
+    let config = dirs.config("long", json!({"command": "sleep", "args": ["1000"]}));
+    let handle = first.driver.start_task(&config).unwrap();
+    let saved: serde_json::Value = serde_json::to_value(&handle).unwrap();
+    assert!(reattach::file(&state, "skeleton-sidecar").exists());
+    drop(first);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(alive(pid), "the plugin must outlive the agent");
+
+    // "The agent restarts": a new load finds the saved config and the same process.
+    let second = load(sidecar(), &options).unwrap();
+    assert_eq!(second.driver.pid(), Some(pid), "reattached, not restarted");
+    let handle = serde_json::from_value(saved).unwrap();
+    second.driver.recover_task(&handle).unwrap();
+    assert_eq!(
+        second.driver.inspect_task(&config.id).unwrap().state,
+        TaskState::Running
+    );
+    second
+        .driver
+        .stop_task(&config.id, Duration::from_secs(5), "")
+        .unwrap();
+    second.driver.destroy_task(&config.id, false).unwrap();
+    drop(second);
+    terminate(pid);
+
+    // A reattach config naming a dead process starts a fresh plugin.
+    let third = load(sidecar(), &options).unwrap();
+    let new_pid = third.driver.pid().unwrap();
+    assert_ne!(new_pid, pid);
+    drop(third);
+    terminate(new_pid);
+    let _ = std::fs::remove_dir_all(&state);
+}
+
+#[test]
+fn the_catalog_loads_sidecars_configures_them_by_file_name_and_lets_them_replace_builtins() {
+    let dir = temp("catalog");
+    std::fs::copy(sidecar(), dir.join("my-sidecar")).unwrap();
+    let mut cat = DriverCatalog::new();
+    // A built-in that has the plugin's name is replaced by it.
+    cat.register(Arc::new(skeleton_driver::SkeletonDriver::named(
+        "skeleton-sidecar",
+    )));
+    cat.load_plugin_dir(&dir).unwrap();
+    assert!(matches!(
+        cat.source("skeleton-sidecar"),
+        Some(DriverSource::Grpc { path }) if path.ends_with("my-sidecar")
+    ));
+    cat.configure(&BTreeMap::from([("my-sidecar".to_string(), json!({}))]))
+        .unwrap();
+    let e = cat
+        .configure(&BTreeMap::from([(
+            "my-sidecar".to_string(),
+            json!({"verbose": true}),
+        )]))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("plugin \"my-sidecar\"") && e.contains("verbose"),
+        "{e}"
+    );
+    let driver = cat.get("skeleton-sidecar").unwrap();
+    assert!(matches!(
+        driver.validate_task_config(&json!({"command": 1, "args": "x"})),
+        Err(DriverError::InvalidConfig(m)) if m.contains("\"args\"")
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+}

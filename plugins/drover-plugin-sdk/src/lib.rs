@@ -1,0 +1,51 @@
+//! The plugin SDK: what a plugin author needs to write ONE task driver and ship it.
+//!
+//! Write a type that implements [`Driver`] (the same trait Drover's built-in drivers implement),
+//! then choose how to ship it:
+//! - **cdylib** (in-process): `crate-type = ["cdylib"]` and one line,
+//!   `drover_plugin_sdk::export_driver!(MyDriver::new);`. The agent loads the library from its
+//!   `plugin_dir`. Panics in the driver are caught at the boundary and reported as errors.
+//! - **sidecar** (out-of-process, Nomad's go-plugin gRPC protocol): with the `sidecar` feature,
+//!   a binary whose `main` calls `drover_plugin_sdk::sidecar::run(MyDriver::new(), schemas)`.
+//!   The agent (Drover's, or Nomad's: the protocol is Nomad's) starts it from `plugin_dir`.
+//!
+//! Test the driver with the conformance kit in `drover-driver-testkit`. The guide is
+//! docs/writing-a-driver-plugin.md.
+//!
+//! Must not depend on: any Drover core crate (only drover-abi, drover-abi-ffi and, for the
+//! sidecar, drover-plugin-proto); tokio and tonic only behind the `sidecar` feature, so a cdylib
+//! plugin builds without them.
+
+pub use drover_abi;
+pub use drover_abi::{
+    Capabilities, DRIVER_API_VERSION, Driver, DriverError, ExecOutput, ExitResult, Fingerprint,
+    FsIsolation, HealthState, PluginInfo, TaskConfig, TaskHandle, TaskResourceUsage, TaskResources,
+    TaskState, TaskStatus, signal_number,
+};
+
+pub mod log;
+#[cfg(feature = "sidecar")]
+pub mod sidecar;
+
+/// Exports the cdylib's driver plugin root module. `$make` builds the driver: a function or
+/// closure taking nothing, for example `MyDriver::new` or `|| MyDriver::with_defaults()`. The
+/// host calls it once per driver instance it needs (once at agent start).
+///
+/// ```ignore
+/// drover_plugin_sdk::export_driver!(SkeletonDriver::new);
+/// ```
+#[macro_export]
+macro_rules! export_driver {
+    ($make:expr) => {
+        $crate::__private::drover_abi_ffi::export_driver_plugin!(|| {
+            $crate::log::set_source(env!("CARGO_PKG_NAME"));
+            ($make)()
+        });
+    };
+}
+
+/// What the export macro expands to refers to these; not part of the public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use drover_abi_ffi;
+}

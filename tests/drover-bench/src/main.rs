@@ -1,0 +1,216 @@
+//! `drover-bench`: scheduler throughput on the real server code path.
+//!
+//! Starts a real server (Raft with redb on disk and fsync, the same FSM, eval broker, scheduler
+//! workers and plan applier) in this process, registers N simulated nodes through the same
+//! endpoint real clients use (no tasks run), submits J jobs of C allocations each with a
+//! constraint, waits until every allocation is placed, and prints, last, one JSON line:
+//! `{"placements", "seconds", "placements_per_sec", "p99_eval_ms", "peak_rss_mb", ...}`.
+//!
+//! `drover-bench --nodes 5000 --jobs 1000 --count 1000` is Nomad's C1M shape.
+
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+
+/// The allocator the `drover` binary uses too: the server allocates and frees many small
+/// objects per placement, where glibc's malloc spends a third of the time.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+use drover_server::{Server, ServerConfig};
+use drover_structs::*;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "drover-bench",
+    about = "Scheduler throughput on the real server path"
+)]
+struct Args {
+    #[arg(long, default_value_t = 1000)]
+    nodes: usize,
+    #[arg(long, default_value_t = 100)]
+    jobs: usize,
+    #[arg(long, default_value_t = 100)]
+    count: usize,
+    /// Scheduler workers.
+    #[arg(long, default_value_t = 2)]
+    schedulers: usize,
+    /// Where the Raft log goes (a temp dir by default, removed afterwards).
+    #[arg(long)]
+    data_dir: Option<std::path::PathBuf>,
+    /// Give up after this many seconds.
+    #[arg(long, default_value_t = 600)]
+    timeout: u64,
+}
+
+fn node(i: usize) -> Node {
+    let mut n = Node {
+        id: format!("{:08x}-0000-4000-8000-{:012x}", i, i),
+        secret_id: generate_id(),
+        datacenter: format!("dc{}", i % 3 + 1),
+        name: format!("bench-node-{i}"),
+        ..Default::default()
+    };
+    for (k, v) in [
+        ("kernel.name", "linux"),
+        ("os.name", "debian"),
+        ("cpu.arch", "amd64"),
+        ("driver.mock_driver", "1"),
+    ] {
+        n.attributes.insert(k.into(), v.into());
+    }
+    n.attributes
+        .insert("unique.hostname".into(), n.name.clone());
+    n.drivers.insert(
+        "mock_driver".into(),
+        DriverInfo {
+            detected: true,
+            healthy: true,
+            health_description: "Healthy".into(),
+            ..Default::default()
+        },
+    );
+    n.node_resources.cpu.cpu_shares = 400_000;
+    n.node_resources.memory.memory_mb = 400_000;
+    n.node_resources.disk.disk_mb = 1_000_000;
+    n.node_resources.networks = Some(vec![NetworkResource {
+        mode: "host".into(),
+        device: "eth0".into(),
+        ip: format!("10.{}.{}.{}", (i >> 16) & 255, (i >> 8) & 255, i & 255),
+        mbits: 1000,
+        ..Default::default()
+    }]);
+    n
+}
+
+fn job(i: usize, count: usize) -> anyhow::Result<Job> {
+    let api = serde_json::json!({
+        "ID": format!("bench-{i}"),
+        "Datacenters": ["dc1", "dc2", "dc3"],
+        "Constraints": [{"LTarget": "${attr.kernel.name}", "RTarget": "linux", "Operand": "="}],
+        "TaskGroups": [{
+            "Name": "g",
+            "Count": count,
+            "EphemeralDisk": {"SizeMB": 10},
+            "Tasks": [{
+                "Name": "t",
+                "Driver": "mock_driver",
+                "Config": {"run_for": "1h"},
+                "Resources": {"CPU": 10, "MemoryMB": 10},
+                "LogConfig": {"MaxFiles": 1, "MaxFileSizeMB": 1}
+            }]
+        }]
+    });
+    Ok(decode::decode_api_job(api)?)
+}
+
+fn peak_rss_mb() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse::<f64>().ok())
+        .map(|kb| kb / 1024.0)
+        .unwrap_or(0.0)
+}
+
+fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let idx = ((v.len() as f64 - 1.0) * p).round() as usize;
+    v[idx.min(v.len() - 1)]
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let (dir, temp) = match &args.data_dir {
+        Some(d) => (d.clone(), false),
+        None => (
+            std::env::temp_dir().join(format!("drover-bench-{}", std::process::id())),
+            true,
+        ),
+    };
+    let mut config = ServerConfig::new(&dir);
+    config.num_schedulers = args.schedulers;
+    // Simulated nodes do not heartbeat; keep them ready for the whole run.
+    config.heartbeat_ttl = Duration::from_secs(24 * 3600);
+    let server = Server::start(config).await?;
+    server.wait_for_leadership(Duration::from_secs(10)).await?;
+
+    let t_nodes = Instant::now();
+    let mut handles = Vec::with_capacity(args.nodes);
+    for i in 0..args.nodes {
+        let s = server.clone();
+        handles.push(tokio::spawn(async move { s.register_node(node(i)).await }));
+    }
+    for h in handles {
+        h.await??;
+    }
+    let nodes_secs = t_nodes.elapsed().as_secs_f64();
+    eprintln!("registered {} nodes in {:.2}s", args.nodes, nodes_secs);
+
+    let jobs: Vec<Job> = (0..args.jobs)
+        .map(|i| job(i, args.count))
+        .collect::<anyhow::Result<_>>()?;
+    let expected = args.jobs * args.count;
+    let start = Instant::now();
+    let mut handles = Vec::with_capacity(args.jobs);
+    for j in jobs {
+        let s = server.clone();
+        handles.push(tokio::spawn(async move { s.register_job(j, None).await }));
+    }
+    for h in handles {
+        h.await??;
+    }
+    let deadline = start + Duration::from_secs(args.timeout);
+    let mut last_report = Instant::now();
+    loop {
+        let placed = server.snapshot().alloc_count();
+        if placed >= expected {
+            break;
+        }
+        if Instant::now() > deadline {
+            anyhow::bail!(
+                "timed out: {placed} of {expected} placed after {}s",
+                args.timeout
+            );
+        }
+        if last_report.elapsed() > Duration::from_secs(5) {
+            eprintln!(
+                "{placed} of {expected} placed after {:.1}s",
+                start.elapsed().as_secs_f64()
+            );
+            last_report = Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    let snap = server.snapshot();
+    let eval_ms: Vec<f64> = snap
+        .evals()
+        .iter()
+        .filter(|e| e.status == EVAL_STATUS_COMPLETE && e.triggered_by == TRIGGER_JOB_REGISTER)
+        .map(|e| (e.modify_time - e.create_time) as f64 / 1e6)
+        .collect();
+    let placements = snap.alloc_count();
+    server.shutdown();
+    if temp {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    let line = serde_json::json!({
+        "nodes": args.nodes,
+        "jobs": args.jobs,
+        "count": args.count,
+        "placements": placements,
+        "seconds": (seconds * 1000.0).round() / 1000.0,
+        "placements_per_sec": (placements as f64 / seconds).round(),
+        "p99_eval_ms": (percentile(eval_ms, 0.99) * 10.0).round() / 10.0,
+        "peak_rss_mb": (peak_rss_mb() * 10.0).round() / 10.0,
+        "node_register_seconds": (nodes_secs * 1000.0).round() / 1000.0,
+    });
+    println!("{line}");
+    Ok(())
+}

@@ -1,0 +1,241 @@
+//! In-process driver plugins end to end: the skeleton example built as a cdylib, placed in a dev
+//! agent's `--plugin-dir`, runs a job whose line shows in `drover alloc logs`, and a running
+//! skeleton task survives an agent restart still managed (`job stop` ends its process).
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use drover_tests::{Agent, TempDir, output_text, workspace_root};
+use serde_json::Value;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// `cargo test` never builds a cdylib, so build the plugin here (a no-op when it is fresh).
+fn build_skeleton() -> PathBuf {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args(["build", "-p", "skeleton-driver"])
+        .current_dir(workspace_root())
+        .output()
+        .expect("run cargo build");
+    assert!(
+        out.status.success(),
+        "cargo build -p skeleton-driver failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"));
+    target.join("debug").join("libskeleton_driver.so")
+}
+
+fn write_job(dir: &TempDir, name: &str, text: &str) -> String {
+    let p = dir.path().join(name);
+    std::fs::write(&p, text).expect("write job file");
+    p.display().to_string()
+}
+
+fn allocs(agent: &Agent, job: &str) -> Vec<Value> {
+    agent
+        .get(&format!("/v1/job/{job}/allocations"))
+        .ok()
+        .and_then(|v| v.as_array().cloned())
+        .unwrap_or_default()
+}
+
+/// Pid of the live process whose command line is exactly `argv`.
+fn find_process(argv: &[&str]) -> Option<i32> {
+    let wanted: Vec<u8> = argv
+        .iter()
+        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
+        .collect();
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        (cmdline == wanted && is_alive(pid)).then_some(pid)
+    })
+}
+
+/// Running and not a zombie.
+fn is_alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit(')')
+                .next()
+                .and_then(|r| r.split_whitespace().next().map(|st| st != "Z"))
+        })
+        .unwrap_or(false)
+}
+
+fn plugin_dir(dir: &TempDir) -> PathBuf {
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    std::fs::copy(build_skeleton(), plugins.join("skeleton.so")).expect("copy the plugin");
+    plugins
+}
+
+fn node_has_skeleton(agent: &Agent) -> bool {
+    let Some(id) = agent
+        .get("/v1/nodes")
+        .ok()
+        .and_then(|n| n[0]["ID"].as_str().map(str::to_string))
+    else {
+        return false;
+    };
+    agent
+        .get(&format!("/v1/node/{id}"))
+        .map(|n| n["Attributes"]["driver.skeleton"] == "1")
+        .unwrap_or(false)
+}
+
+#[test]
+fn skeleton_cdylib_job_runs_and_its_line_shows_in_alloc_logs() {
+    let dir = TempDir::new("plugin-logs");
+    let plugins = plugin_dir(&dir);
+    let agent = Agent::start_dev(dir.path(), &["--plugin-dir", plugins.to_str().unwrap()]);
+    agent.eventually("the node to fingerprint the skeleton driver", WAIT, || {
+        node_has_skeleton(&agent)
+    });
+    let job = write_job(
+        &dir,
+        "hello.nomad",
+        r#"
+job "hello" {
+  datacenters = ["dc1"]
+  type = "batch"
+  group "g" {
+    task "say" {
+      driver = "skeleton"
+      config {
+        command = "/bin/sh"
+        args = ["-c", "echo hello from the skeleton plugin in $NOMAD_TASK_NAME"]
+      }
+      resources {
+        cpu = 20
+        memory = 16
+      }
+    }
+  }
+}
+"#,
+    );
+    let out = agent.cli(&["job", "run", &job]);
+    assert!(
+        out.status.success(),
+        "job run failed: {}",
+        output_text(&out)
+    );
+    agent.eventually("the batch alloc to complete", WAIT, || {
+        allocs(&agent, "hello")
+            .iter()
+            .any(|a| a["ClientStatus"] == "complete")
+    });
+    let alloc_id = allocs(&agent, "hello")[0]["ID"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let logs = agent.cli(&["alloc", "logs", &alloc_id, "say"]);
+    assert!(
+        logs.status.success(),
+        "alloc logs failed: {}",
+        output_text(&logs)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&logs.stdout).trim(),
+        "hello from the skeleton plugin in say"
+    );
+}
+
+#[test]
+fn a_running_skeleton_task_survives_an_agent_restart_and_job_stop_ends_it() {
+    let dir = TempDir::new("plugin-restart");
+    let plugins = plugin_dir(&dir);
+    let args = ["--plugin-dir", plugins.to_str().unwrap()];
+    let mut agent = Agent::start_dev(dir.path(), &args);
+    // A sleep whose length names this test run, to find exactly its process.
+    let seconds = (1_000_000 + std::process::id()).to_string();
+    let job = write_job(
+        &dir,
+        "long.nomad",
+        &format!(
+            r#"
+job "long" {{
+  datacenters = ["dc1"]
+  group "g" {{
+    task "sleep" {{
+      driver = "skeleton"
+      config {{
+        command = "sleep"
+        args = ["{seconds}"]
+      }}
+      resources {{
+        cpu = 20
+        memory = 16
+      }}
+    }}
+  }}
+}}
+"#
+        ),
+    );
+    let out = agent.cli(&["job", "run", "-detach", &job]);
+    assert!(
+        out.status.success(),
+        "job run failed: {}",
+        output_text(&out)
+    );
+    agent.eventually("the alloc to run", WAIT, || {
+        allocs(&agent, "long")
+            .iter()
+            .any(|a| a["ClientStatus"] == "running")
+    });
+    let argv = ["/usr/bin/sleep", seconds.as_str()];
+    let alt = ["/bin/sleep", seconds.as_str()];
+    let find = || find_process(&argv).or_else(|| find_process(&alt));
+    let mut pid = None;
+    agent.eventually("the sleep process", WAIT, || {
+        pid = find();
+        pid.is_some()
+    });
+    let pid = pid.unwrap();
+    let alloc_id = allocs(&agent, "long")[0]["ID"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    agent.terminate();
+    assert!(is_alive(pid), "the task died with the agent");
+    let agent = Agent::start_on_ports(dir.path(), agent.http_port, agent.rpc_port, &args);
+    agent.eventually("the node to fingerprint the skeleton driver", WAIT, || {
+        node_has_skeleton(&agent)
+    });
+    // Give the client time to restore its allocs; the task must neither die nor be replaced.
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        is_alive(pid),
+        "the task died after the restart:\n{}",
+        agent.log()
+    );
+    assert_eq!(find(), Some(pid), "a second copy of the task was started");
+    let after = allocs(&agent, "long");
+    assert_eq!(after.len(), 1, "{after:?}");
+    assert_eq!(after[0]["ID"], alloc_id.as_str());
+    assert_eq!(after[0]["ClientStatus"], "running", "{:?}", after[0]);
+
+    let out = agent.cli(&["job", "stop", "long"]);
+    assert!(
+        out.status.success(),
+        "job stop failed: {}",
+        output_text(&out)
+    );
+    agent.eventually("the recovered task's process to end", WAIT, || {
+        !is_alive(pid)
+    });
+    agent.eventually("the alloc to stop", WAIT, || {
+        allocs(&agent, "long")
+            .iter()
+            .all(|a| a["ClientStatus"] == "complete")
+    });
+}
