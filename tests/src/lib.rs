@@ -597,3 +597,44 @@ pub fn http_call(method: &str, url: &str, body: Option<&str>) -> Result<(u16, St
         Err(e) => Err(e.to_string()),
     }
 }
+
+/// Writes a job file into `dir` and returns its path as a string, for the CLI.
+pub fn write_job(dir: &TempDir, name: &str, text: &str) -> String {
+    let p = dir.path().join(name);
+    std::fs::write(&p, text).expect("write job file");
+    p.display().to_string()
+}
+
+/// A job's allocations as the API lists them (empty when the request fails).
+pub fn allocs(agent: &Agent, job: &str) -> Vec<Value> {
+    agent
+        .get(&format!("/v1/job/{job}/allocations"))
+        .ok()
+        .and_then(|v| v.as_array().cloned())
+        .unwrap_or_default()
+}
+
+/// Pid of the live process whose command line is exactly `argv`.
+pub fn find_process(argv: &[&str]) -> Option<i32> {
+    let wanted: Vec<u8> = argv
+        .iter()
+        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
+        .collect();
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        (cmdline == wanted && is_alive(pid)).then_some(pid)
+    })
+}
+
+/// Running and not a zombie.
+pub fn is_alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit(')')
+                .next()
+                .and_then(|r| r.split_whitespace().next().map(|st| st != "Z"))
+        })
+        .unwrap_or(false)
+}

@@ -1,26 +1,13 @@
 //! End-to-end scenarios of the foundation, as a new user would try them: a real `drover agent
 //! --dev` process, the real CLI, real raw_exec/exec processes and the mock driver.
 
+use drover_tests::{allocs, write_job};
 use std::time::Duration;
 
 use drover_tests::{Agent, TempDir, output_text};
 use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(60);
-
-fn write_job(dir: &TempDir, name: &str, text: &str) -> String {
-    let p = dir.path().join(name);
-    std::fs::write(&p, text).expect("write job file");
-    p.display().to_string()
-}
-
-fn allocs(agent: &Agent, job: &str) -> Vec<Value> {
-    agent
-        .get(&format!("/v1/job/{job}/allocations"))
-        .ok()
-        .and_then(|v| v.as_array().cloned())
-        .unwrap_or_default()
-}
 
 fn count_status(allocs: &[Value], status: &str) -> usize {
     allocs

@@ -2,13 +2,13 @@
 //! Docker daemon, from an image built locally from busybox (no registry is reachable). Each
 //! test skips, with a message, when no daemon answers.
 
+use drover_tests::{allocs, write_job};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::Command;
 use std::time::Duration;
 
 use drover_tests::{Agent, TempDir, output_text};
-use serde_json::Value;
 
 // Builds the test image; plain std and the docker CLI, shared with the driver's own tests.
 #[path = "../../drivers/docker/src/testing.rs"]
@@ -28,20 +28,6 @@ macro_rules! require_docker {
             Err(e) => panic!("{e}"),
         }
     };
-}
-
-fn write_job(dir: &TempDir, name: &str, text: &str) -> String {
-    let p = dir.path().join(name);
-    std::fs::write(&p, text).expect("write job file");
-    p.display().to_string()
-}
-
-fn allocs(agent: &Agent, job: &str) -> Vec<Value> {
-    agent
-        .get(&format!("/v1/job/{job}/allocations"))
-        .ok()
-        .and_then(|v| v.as_array().cloned())
-        .unwrap_or_default()
 }
 
 /// Containers (running or not) of an allocation, by the label the driver puts on them.

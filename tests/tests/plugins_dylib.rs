@@ -2,12 +2,12 @@
 //! agent's `--plugin-dir`, runs a job whose line shows in `drover alloc logs`, and a running
 //! skeleton task survives an agent restart still managed (`job stop` ends its process).
 
+use drover_tests::{allocs, find_process, is_alive, write_job};
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
 use drover_tests::{Agent, TempDir, output_text, workspace_root};
-use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -28,45 +28,6 @@ fn build_skeleton() -> PathBuf {
         .map(PathBuf::from)
         .unwrap_or_else(|| workspace_root().join("target"));
     target.join("debug").join("libskeleton_driver.so")
-}
-
-fn write_job(dir: &TempDir, name: &str, text: &str) -> String {
-    let p = dir.path().join(name);
-    std::fs::write(&p, text).expect("write job file");
-    p.display().to_string()
-}
-
-fn allocs(agent: &Agent, job: &str) -> Vec<Value> {
-    agent
-        .get(&format!("/v1/job/{job}/allocations"))
-        .ok()
-        .and_then(|v| v.as_array().cloned())
-        .unwrap_or_default()
-}
-
-/// Pid of the live process whose command line is exactly `argv`.
-fn find_process(argv: &[&str]) -> Option<i32> {
-    let wanted: Vec<u8> = argv
-        .iter()
-        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
-        .collect();
-    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
-        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-        (cmdline == wanted && is_alive(pid)).then_some(pid)
-    })
-}
-
-/// Running and not a zombie.
-fn is_alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            s.rsplit(')')
-                .next()
-                .and_then(|r| r.split_whitespace().next().map(|st| st != "Z"))
-        })
-        .unwrap_or(false)
 }
 
 fn plugin_dir(dir: &TempDir) -> PathBuf {

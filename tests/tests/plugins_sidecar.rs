@@ -4,6 +4,7 @@
 //! agent reattaches to the running plugin), and survives the plugin being killed (the agent
 //! restarts it and it recovers the task); `job stop` then ends the task's process.
 
+use drover_tests::{allocs, find_process, is_alive, write_job};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -102,45 +103,6 @@ fn is_plugin(pid: i32) -> bool {
         .map(|c| String::from_utf8_lossy(&c).contains(DRIVER))
         .unwrap_or(false)
         && is_alive(pid)
-}
-
-fn write_job(dir: &TempDir, name: &str, text: &str) -> String {
-    let p = dir.path().join(name);
-    std::fs::write(&p, text).expect("write job file");
-    p.display().to_string()
-}
-
-fn allocs(agent: &Agent, job: &str) -> Vec<Value> {
-    agent
-        .get(&format!("/v1/job/{job}/allocations"))
-        .ok()
-        .and_then(|v| v.as_array().cloned())
-        .unwrap_or_default()
-}
-
-/// Pid of the live process whose command line is exactly `argv`.
-fn find_process(argv: &[&str]) -> Option<i32> {
-    let wanted: Vec<u8> = argv
-        .iter()
-        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
-        .collect();
-    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
-        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-        (cmdline == wanted && is_alive(pid)).then_some(pid)
-    })
-}
-
-/// Running and not a zombie.
-fn is_alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            s.rsplit(')')
-                .next()
-                .and_then(|r| r.split_whitespace().next().map(|st| st != "Z"))
-        })
-        .unwrap_or(false)
 }
 
 fn node_has_driver(agent: &Agent) -> bool {
