@@ -345,3 +345,40 @@ fn a_hundred_mock_allocations_run() {
     let summary = agent.get("/v1/job/mock100/summary").unwrap();
     assert_eq!(summary["Summary"]["g"]["Running"], 100);
 }
+
+#[test]
+fn system_job_places_one_allocation_on_the_node() {
+    let dir = TempDir::new("system");
+    let agent = Agent::start_dev(dir.path(), &[]);
+    let job = write_job(
+        &dir,
+        "system.nomad",
+        r#"
+job "everywhere" {
+  datacenters = ["dc1"]
+  type = "system"
+  group "g" {
+    task "t" {
+      driver = "mock_driver"
+      config { run_for = "10m" }
+      resources {
+        cpu = 10
+        memory = 10
+      }
+    }
+  }
+}
+"#,
+    );
+    let out = agent.cli(&["job", "run", &job]);
+    assert!(
+        out.status.success(),
+        "job run failed: {}",
+        output_text(&out)
+    );
+    agent.eventually("the system alloc to run", WAIT, || {
+        count_status(&allocs(&agent, "everywhere"), "running") == 1
+    });
+    let job: Value = agent.get("/v1/job/everywhere").unwrap();
+    assert_eq!(job["Status"], "running");
+}

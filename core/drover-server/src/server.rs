@@ -466,6 +466,12 @@ impl Server {
         }
         node.status = NODE_STATUS_READY.into();
         node.status_updated_at = now_nanos() / 1_000_000_000;
+        // A node that is new or comes back gets the system jobs evaluated for it (Nomad's
+        // shouldCreateNodeEval); a re-registration of a ready node does not.
+        let was_ready = self
+            .snapshot()
+            .node(&node.id)
+            .is_some_and(|n| n.status == NODE_STATUS_READY);
         let index = self
             .inner
             .apply(LogEntry::NodeRegister { node: node.clone() })
@@ -474,6 +480,9 @@ impl Server {
             .heartbeats
             .reset(&node.id, self.inner.config.heartbeat_ttl);
         self.inner.unblock_evals();
+        if !was_ready {
+            self.evaluate_system_jobs_for(&node.id).await?;
+        }
         Ok((index, self.inner.config.heartbeat_ttl))
     }
 
@@ -493,6 +502,7 @@ impl Server {
                 })
                 .await?;
             self.inner.unblock_evals();
+            self.evaluate_system_jobs_for(node_id).await?;
         }
         self.inner
             .heartbeats
@@ -597,8 +607,44 @@ impl Server {
             .await?;
         if eligible {
             self.inner.unblock_evals();
+            self.evaluate_system_jobs_for(node_id).await?;
         }
         Ok(index)
+    }
+
+    /// Creates a node-update evaluation of every running system and sysbatch job for `node_id`,
+    /// so the system scheduler places them on a node that joined or became usable.
+    async fn evaluate_system_jobs_for(&self, node_id: &str) -> Result<(), ServerError> {
+        let snap = self.snapshot();
+        let evals: Vec<Evaluation> = snap
+            .jobs(None)
+            .iter()
+            .filter(|j| {
+                !j.stop
+                    && (j.job_type == JOB_TYPE_SYSTEM || j.job_type == JOB_TYPE_SYSBATCH)
+                    && !j.is_periodic()
+                    && !j.is_parameterized()
+            })
+            .map(|job| {
+                let mut e = Evaluation::for_job(job, TRIGGER_NODE_UPDATE);
+                e.node_id = node_id.to_string();
+                e
+            })
+            .collect();
+        if evals.is_empty() {
+            return Ok(());
+        }
+        let index = self
+            .inner
+            .apply(LogEntry::EvalUpdate {
+                evals: evals.clone(),
+            })
+            .await?;
+        for mut e in evals {
+            e.modify_index = index;
+            self.inner.enqueue_when_due(e);
+        }
+        Ok(())
     }
 
     /// Broker and blocked-eval counts, for the agent's self report.
