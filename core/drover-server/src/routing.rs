@@ -41,6 +41,18 @@ impl Server {
         enforce_index: Option<u64>,
     ) -> Result<RegisterResult, ServerError> {
         validate::validate_job(&job).map_err(ServerError::Validation)?;
+        // Periodic launches and dispatch are not built yet: refuse rather than store a job
+        // that would never run.
+        if job.is_periodic() {
+            return Err(ServerError::BadRequest(
+                "periodic jobs are not supported yet".into(),
+            ));
+        }
+        if job.is_parameterized() {
+            return Err(ServerError::BadRequest(
+                "parameterized jobs (dispatch) are not supported yet".into(),
+            ));
+        }
         match self
             .route(Request::RegisterJob { job, enforce_index })
             .await?
