@@ -638,3 +638,53 @@ pub fn is_alive(pid: i32) -> bool {
         })
         .unwrap_or(false)
 }
+
+/// Runs a job "long" of one `sleep <seconds>` task on `driver` through the CLI, waits until its
+/// allocation runs and its process exists, and returns that process's pid. `seconds` should
+/// name the test run so exactly its process is found.
+pub fn run_long_sleep(agent: &Agent, dir: &TempDir, driver: &str, seconds: &str) -> i32 {
+    let wait = Duration::from_secs(60);
+    let job = write_job(
+        dir,
+        "long.nomad",
+        &format!(
+            r#"
+job "long" {{
+  datacenters = ["dc1"]
+  group "g" {{
+    task "sleep" {{
+      driver = "{driver}"
+      config {{
+        command = "sleep"
+        args = ["{seconds}"]
+      }}
+      resources {{
+        cpu = 20
+        memory = 16
+      }}
+    }}
+  }}
+}}
+"#
+        ),
+    );
+    let out = agent.cli(&["job", "run", "-detach", &job]);
+    assert!(
+        out.status.success(),
+        "job run failed: {}",
+        output_text(&out)
+    );
+    agent.eventually("the alloc to run", wait, || {
+        allocs(agent, "long")
+            .iter()
+            .any(|a| a["ClientStatus"] == "running")
+    });
+    let argv = ["/usr/bin/sleep", seconds];
+    let alt = ["/bin/sleep", seconds];
+    let mut pid = None;
+    agent.eventually("the sleep process", wait, || {
+        pid = find_process(&argv).or_else(|| find_process(&alt));
+        pid.is_some()
+    });
+    pid.expect("eventually returned only once the process was found")
+}

@@ -192,50 +192,10 @@ fn a_sidecar_task_survives_an_agent_restart_and_a_plugin_crash_and_job_stop_ends
     let mut agent = Agent::start_dev(dir.path(), &args);
     // A sleep whose length names this test run, to find exactly its process.
     let seconds = (2_000_000 + std::process::id()).to_string();
-    let job = write_job(
-        &dir,
-        "long.nomad",
-        &format!(
-            r#"
-job "long" {{
-  datacenters = ["dc1"]
-  group "g" {{
-    task "sleep" {{
-      driver = "skeleton-sidecar"
-      config {{
-        command = "sleep"
-        args = ["{seconds}"]
-      }}
-      resources {{
-        cpu = 20
-        memory = 16
-      }}
-    }}
-  }}
-}}
-"#
-        ),
-    );
-    let out = agent.cli(&["job", "run", "-detach", &job]);
-    assert!(
-        out.status.success(),
-        "job run failed: {}",
-        output_text(&out)
-    );
-    agent.eventually("the alloc to run", WAIT, || {
-        allocs(&agent, "long")
-            .iter()
-            .any(|a| a["ClientStatus"] == "running")
-    });
+    let pid = drover_tests::run_long_sleep(&agent, &dir, "skeleton-sidecar", &seconds);
     let argv = ["/usr/bin/sleep", seconds.as_str()];
     let alt = ["/bin/sleep", seconds.as_str()];
     let find = || find_process(&argv).or_else(|| find_process(&alt));
-    let mut pid = None;
-    agent.eventually("the sleep process", WAIT, || {
-        pid = find();
-        pid.is_some()
-    });
-    let pid = pid.unwrap();
     let plugin = plugin_pid(&dir).expect("the agent saved the plugin's reattach config");
     let alloc_id = allocs(&agent, "long")[0]["ID"]
         .as_str()
