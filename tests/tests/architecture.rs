@@ -274,6 +274,25 @@ fn dependency_arrows_of_architecture_md_hold() {
         "the protocol crate is the wire only: tonic/prost code and its encodings",
         &mut e,
     );
+    check(
+        &c,
+        "drover-csi",
+        &["drover-*"],
+        "the CSI crate is the protocol and its model, usable by client and server alike",
+        &mut e,
+    );
+    let csi_plugin_side: Vec<&str> = CORE
+        .iter()
+        .copied()
+        .chain(["drover-plugin-host", "drover-driver-*", "drover-abi*"])
+        .collect();
+    check(
+        &c,
+        "drover-csi-hostpath",
+        &csi_plugin_side,
+        "a CSI plugin is an ordinary program speaking CSI, nothing of the agent",
+        &mut e,
+    );
     assert!(
         e.is_empty(),
         "broken dependency arrows:\n  {}",

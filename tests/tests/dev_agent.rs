@@ -382,37 +382,3 @@ job "everywhere" {
     let job: Value = agent.get("/v1/job/everywhere").unwrap();
     assert_eq!(job["Status"], "running");
 }
-
-#[test]
-fn periodic_job_is_refused_as_not_supported_yet() {
-    let dir = TempDir::new("periodic");
-    let agent = Agent::start_dev(dir.path(), &[]);
-    let job = write_job(
-        &dir,
-        "periodic.nomad",
-        r#"
-job "cron" {
-  datacenters = ["dc1"]
-  type = "batch"
-  periodic {
-    cron = "*/5 * * * *"
-  }
-  group "g" {
-    task "t" {
-      driver = "mock_driver"
-      config { run_for = "1s" }
-    }
-  }
-}
-"#,
-    );
-    let out = agent.cli(&["job", "run", &job]);
-    assert_ne!(out.status.code(), Some(0));
-    assert!(
-        output_text(&out).contains("periodic jobs are not supported yet"),
-        "{}",
-        output_text(&out)
-    );
-    let jobs = agent.get("/v1/jobs").unwrap();
-    assert_eq!(jobs.as_array().map(Vec::len), Some(0));
-}

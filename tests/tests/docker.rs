@@ -1,6 +1,9 @@
 //! End-to-end scenarios of the docker driver: a real dev agent running jobs on the machine's
 //! Docker daemon, from an image built locally from busybox (no registry is reachable). Each
 //! test skips, with a message, when no daemon answers.
+//!
+//! Also: a running container's resource usage through the client API
+//! (`/v1/client/allocation/:id/stats`) and `alloc status -stats`.
 
 use drover_tests::{allocs, write_job};
 use std::io::{Read, Write};
@@ -9,6 +12,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use drover_tests::{Agent, TempDir, output_text};
+use serde_json::Value;
 
 // Builds the test image; plain std and the docker CLI, shared with the driver's own tests.
 #[path = "../../drivers/docker/src/testing.rs"]
@@ -295,6 +299,58 @@ job "oom" {
         .unwrap_or_else(|| panic!("no Terminated event: {events:?}"));
     assert_eq!(terminated["Details"]["oom_killed"], "true", "{terminated}");
     assert_eq!(terminated["ExitCode"], 137, "{terminated}");
+    drop(cleanup);
+}
+
+#[test]
+fn a_running_containers_memory_shows_in_the_allocation_stats_and_alloc_status() {
+    require_docker!();
+    let dir = TempDir::new("docker-stats");
+    let agent = Agent::start_dev(dir.path(), &[]);
+    let (alloc_id, addr) = run_web_job(&agent, &dir);
+    let cleanup = scopeguard(alloc_id.clone());
+    wait_served(&agent, &addr);
+
+    let mut usage = Value::Null;
+    agent.eventually("non-zero memory in the allocation's stats", WAIT, || {
+        usage = agent
+            .get(&format!("/v1/client/allocation/{alloc_id}/stats"))
+            .unwrap_or_default();
+        usage["Tasks"]["server"]["ResourceUsage"]["MemoryStats"]["RSS"]
+            .as_u64()
+            .is_some_and(|rss| rss > 0)
+    });
+    let total = &usage["ResourceUsage"]["MemoryStats"];
+    assert!(total["RSS"].as_u64().unwrap_or(0) > 0, "{usage}");
+    assert_eq!(total["Measured"][0], "RSS", "{usage}");
+    let cpu = &usage["Tasks"]["server"]["ResourceUsage"]["CpuStats"];
+    assert!(cpu["Percent"].as_f64().is_some_and(|p| p >= 0.0), "{usage}");
+    assert_eq!(cpu["Measured"][0], "Percent", "{usage}");
+    assert!(usage["Timestamp"].as_i64().unwrap_or(0) > 0, "{usage}");
+    let r = agent.get(&format!("/v1/client/allocation/{}/stats", "0".repeat(36)));
+    assert!(
+        r.as_ref().is_err_and(|e| e.contains("404")),
+        "an unknown allocation: {r:?}"
+    );
+
+    let out = agent.cli(&["alloc", "status", "-stats", &alloc_id]);
+    let text = output_text(&out);
+    assert!(out.status.success(), "alloc status -stats failed: {text}");
+    assert!(text.contains("/32 MiB"), "used/reserved memory: {text}");
+    assert!(
+        text.contains("Memory Stats\nRSS\n") && text.contains("CPU Stats\nPercent\n"),
+        "{text}"
+    );
+
+    let out = agent.cli(&["job", "stop", "web"]);
+    assert!(
+        out.status.success(),
+        "job stop failed: {}",
+        output_text(&out)
+    );
+    agent.eventually("no container left behind", WAIT, || {
+        containers_of(&alloc_id).is_empty()
+    });
     drop(cleanup);
 }
 

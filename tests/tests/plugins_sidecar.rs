@@ -2,7 +2,9 @@
 //! (examples/skeleton-sidecar), placed in a dev agent's `--plugin-dir`, runs a job whose line
 //! shows in `drover alloc logs`; a running task survives an agent restart still managed (the
 //! agent reattaches to the running plugin), and survives the plugin being killed (the agent
-//! restarts it and it recovers the task); `job stop` then ends the task's process.
+//! restarts it and it recovers the task); `job stop` then ends the task's process. The running
+//! task's usage comes through the plugin's TaskStats to `/v1/client/allocation/:id/stats`, and
+//! the task event it streams on start shows among the task's events (type "Driver").
 
 use drover_tests::{allocs, find_process, is_alive, write_job};
 use std::path::{Path, PathBuf};
@@ -123,6 +125,37 @@ fn plugin_args(plugins: &Path) -> [&str; 2] {
     ["--plugin-dir", plugins.to_str().unwrap()]
 }
 
+/// The task's event of type "Driver" (a driver's task event), from the allocation's API.
+fn driver_event(agent: &Agent, alloc_id: &str, task: &str) -> Option<Value> {
+    let alloc = agent.get(&format!("/v1/allocation/{alloc_id}")).ok()?;
+    alloc["TaskStates"][task]["Events"]
+        .as_array()?
+        .iter()
+        .find(|e| e["Type"] == "Driver")
+        .cloned()
+}
+
+/// The skeleton reports each task's pid as a task event when it starts: it shows in the
+/// allocation's task events (Nomad's shape) and in `drover alloc status`.
+fn assert_start_event_shown(agent: &Agent, alloc_id: &str, pid: i32) {
+    agent.eventually("the driver's task event", WAIT, || {
+        driver_event(agent, alloc_id, "sleep").is_some()
+    });
+    let event = driver_event(agent, alloc_id, "sleep").unwrap();
+    let message = format!("started as host process {pid}");
+    assert_eq!(event["DriverMessage"], message.as_str(), "{event}");
+    assert_eq!(event["DisplayMessage"], message.as_str(), "{event}");
+    assert_eq!(event["Details"]["pid"], pid.to_string().as_str(), "{event}");
+    let status = agent.cli(&["alloc", "status", alloc_id]);
+    let text = output_text(&status);
+    assert!(status.status.success(), "alloc status failed: {text}");
+    assert!(
+        text.lines()
+            .any(|l| l.contains("Driver") && l.contains(&message)),
+        "no Driver event in alloc status:\n{text}"
+    );
+}
+
 #[test]
 fn sidecar_job_runs_and_its_line_shows_in_alloc_logs() {
     let dir = TempDir::new("sidecar-logs");
@@ -201,6 +234,16 @@ fn a_sidecar_task_survives_an_agent_restart_and_a_plugin_crash_and_job_stop_ends
         .as_str()
         .unwrap()
         .to_string();
+    let usage = agent
+        .get(&format!("/v1/client/allocation/{alloc_id}/stats"))
+        .expect("the allocation's stats");
+    assert!(
+        usage["Tasks"]["sleep"]["ResourceUsage"]["MemoryStats"]["RSS"]
+            .as_u64()
+            .is_some_and(|rss| rss > 0),
+        "the sleep's memory, through the plugin's TaskStats: {usage}"
+    );
+    assert_start_event_shown(&agent, &alloc_id, pid);
 
     // The agent restarts: the plugin and its task keep running, and the new agent reattaches.
     agent.terminate();

@@ -12,14 +12,14 @@ use abi_stable::library::{LibraryError, lib_header_from_path};
 use abi_stable::prefix_type::PrefixRefTrait;
 use abi_stable::std_types::{RResult, RStr, RString};
 use drover_abi::{
-    Capabilities, Driver, DriverError, ExecOutput, ExitResult, Fingerprint, FsIsolation,
-    HealthState, PluginInfo, TaskConfig, TaskHandle, TaskResourceUsage, TaskStatus,
+    Capabilities, Driver, DriverError, DriverTaskEvent, ExecOutput, ExitResult, Fingerprint,
+    FsIsolation, HealthState, PluginInfo, TaskConfig, TaskHandle, TaskResourceUsage, TaskStatus,
 };
 use serde::de::DeserializeOwned;
 
 use crate::history;
 use crate::interface::{DriverFfiBox, DriverPluginRef, HostLogger};
-use crate::wire::{decode_error, duration_to_nanos};
+use crate::wire::{TaskEventsArgs, decode_error, duration_to_nanos, extension};
 
 /// Why a library could not be used as a driver plugin. Every message names the file.
 #[derive(Debug, thiserror::Error)]
@@ -292,6 +292,20 @@ impl Driver for FfiDriver {
         );
         self.decode("exec_task", result)
     }
+
+    /// Through `DriverFfi::call`: plugins built before it answer `NotSupported`.
+    fn task_events(&self, max_wait: Duration) -> Result<Vec<DriverTaskEvent>, DriverError> {
+        let args = json(&TaskEventsArgs {
+            max_wait_nanos: duration_to_nanos(max_wait),
+        })?;
+        let text = self.call_extension(extension::TASK_EVENTS, &args)?;
+        serde_json::from_str(&text).map_err(|e| {
+            DriverError::Other(format!(
+                "plugin {}: malformed task_events result: {e}",
+                self.info.name
+            ))
+        })
+    }
 }
 
 #[cfg(test)]
@@ -443,9 +457,108 @@ mod tests {
     fn unknown_extension_methods_are_not_supported() {
         let d = adapter();
         assert_eq!(
-            d.call_extension("task_events", "{}"),
+            d.call_extension("from_the_future", "{}"),
+            Err(DriverError::NotSupported("from_the_future".into()))
+        );
+    }
+
+    #[test]
+    fn task_events_of_a_driver_without_them_are_not_supported() {
+        assert_eq!(
+            adapter().task_events(Duration::ZERO),
             Err(DriverError::NotSupported("task_events".into()))
         );
+    }
+
+    /// Answers `task_events` from a queue, waiting as asked when it is empty.
+    struct Eventful {
+        queue: Mutex<Vec<DriverTaskEvent>>,
+        waited: std::sync::Arc<Mutex<Vec<Duration>>>,
+    }
+
+    impl Driver for Eventful {
+        fn plugin_info(&self) -> PluginInfo {
+            Flaky::default().plugin_info()
+        }
+        fn set_config(&self, _: &serde_json::Value) -> Result<(), DriverError> {
+            Ok(())
+        }
+        fn capabilities(&self) -> Capabilities {
+            panic!("not used")
+        }
+        fn fingerprint(&self) -> Fingerprint {
+            panic!("not used")
+        }
+        fn validate_task_config(&self, _: &serde_json::Value) -> Result<(), DriverError> {
+            Ok(())
+        }
+        fn start_task(&self, _: &TaskConfig) -> Result<TaskHandle, DriverError> {
+            Err(DriverError::NotSupported("start_task".into()))
+        }
+        fn wait_task(&self, id: &str, _: Duration) -> Result<Option<ExitResult>, DriverError> {
+            Err(DriverError::TaskNotFound(id.into()))
+        }
+        fn stop_task(&self, id: &str, _: Duration, _: &str) -> Result<(), DriverError> {
+            Err(DriverError::TaskNotFound(id.into()))
+        }
+        fn destroy_task(&self, id: &str, _: bool) -> Result<(), DriverError> {
+            Err(DriverError::TaskNotFound(id.into()))
+        }
+        fn inspect_task(&self, id: &str) -> Result<TaskStatus, DriverError> {
+            Err(DriverError::TaskNotFound(id.into()))
+        }
+        fn recover_task(&self, _: &TaskHandle) -> Result<(), DriverError> {
+            Ok(())
+        }
+        fn task_events(&self, max_wait: Duration) -> Result<Vec<DriverTaskEvent>, DriverError> {
+            self.waited.lock().unwrap().push(max_wait);
+            let mut queue = self.queue.lock().unwrap();
+            if queue.first().is_some_and(|e| e.message == "panic") {
+                panic!("events exploded");
+            }
+            Ok(std::mem::take(&mut *queue))
+        }
+    }
+
+    #[test]
+    fn task_events_cross_the_boundary_with_their_wait_and_every_field() {
+        let event = DriverTaskEvent {
+            task_id: "a/t/1".into(),
+            alloc_id: "a".into(),
+            task_name: "t".into(),
+            timestamp: 42,
+            message: "image pulled".into(),
+            annotations: BTreeMap::from([("image".to_string(), "busybox".to_string())]),
+        };
+        let waited = std::sync::Arc::default();
+        let driver = Eventful {
+            queue: Mutex::new(vec![event.clone()]),
+            waited: std::sync::Arc::clone(&waited),
+        };
+        let shim = DriverShim::new(driver).into_ffi_box();
+        let d = FfiDriver::new(shim).unwrap();
+        assert_eq!(d.task_events(Duration::from_millis(1500)), Ok(vec![event]));
+        assert_eq!(d.task_events(Duration::ZERO), Ok(vec![]));
+        assert_eq!(
+            *waited.lock().unwrap(),
+            [Duration::from_millis(1500), Duration::ZERO]
+        );
+    }
+
+    #[test]
+    fn a_panic_in_task_events_comes_back_as_an_error() {
+        let driver = Eventful {
+            queue: Mutex::new(vec![DriverTaskEvent {
+                message: "panic".into(),
+                ..Default::default()
+            }]),
+            waited: Default::default(),
+        };
+        let d = FfiDriver::new(DriverShim::new(driver).into_ffi_box()).unwrap();
+        match d.task_events(Duration::ZERO) {
+            Err(DriverError::Other(m)) => assert!(m.contains("events exploded"), "{m}"),
+            other => panic!("expected the panic as an error, got {other:?}"),
+        }
     }
 
     #[test]

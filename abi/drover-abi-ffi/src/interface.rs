@@ -5,6 +5,9 @@
 //! - 1.0.0: `DriverPlugin { new_driver }` and `DriverFfi` with the driver methods and `call`.
 //! - 1.1.0: `DriverPlugin::set_host_logger`, optional: a host loading a 1.0 plugin finds it absent.
 //!
+//! Driver methods added through `DriverFfi::call` (no layout change; names in
+//! `wire::extension`): `task_events` (a plugin built before it answers `NotSupported`).
+//!
 //! A frozen copy of 1.0.0 lives in `tests/fixtures/drover-abi-ffi-v1`; the evolution test builds a
 //! plugin against it and loads it with this version's host. Never edit a field or method that
 //! exists; add new module functions after the last one (they are optional to the host) and new

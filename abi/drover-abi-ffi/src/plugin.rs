@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use crate::interface::{DriverFfi, DriverFfi_TO, DriverFfiBox, DriverPlugin, DriverPluginRef};
 use crate::interface::{HostLogger, LogLevel};
-use crate::wire::{encode_error, nanos_to_duration};
+use crate::wire::{TaskEventsArgs, encode_error, extension, nanos_to_duration};
 
 /// The text of a panic payload (`panic!` gives a `&str` or a `String`).
 fn panic_message(payload: &(dyn Any + Send)) -> String {
@@ -182,11 +182,18 @@ impl<D: Driver + 'static> DriverFfi for DriverShim<D> {
         })
     }
 
-    fn call(&self, method: RStr<'_>, _args_json: RStr<'_>) -> RResult<RString, RString> {
-        // No method has been added to the contract since ABI 1.0 yet; new ones are matched here.
-        guard("call", || {
-            Err(DriverError::NotSupported(method.as_str().to_string()))
-        })
+    /// The methods added to the contract since ABI 1.0, matched by name.
+    fn call(&self, method: RStr<'_>, args_json: RStr<'_>) -> RResult<RString, RString> {
+        match method.as_str() {
+            extension::TASK_EVENTS => guard(extension::TASK_EVENTS, || {
+                let args: TaskEventsArgs = from_json("the task_events arguments", args_json)?;
+                let events = self
+                    .driver
+                    .task_events(nanos_to_duration(args.max_wait_nanos))?;
+                to_json(extension::TASK_EVENTS, &events)
+            }),
+            other => guard("call", || Err(DriverError::NotSupported(other.to_string()))),
+        }
     }
 }
 

@@ -68,6 +68,19 @@ pub fn decode_error(text: &str) -> DriverError {
     }
 }
 
+/// Names of the driver methods added after ABI 1.0, which cross through `DriverFfi::call`.
+pub mod extension {
+    /// `Driver::task_events`: arguments [`super::TaskEventsArgs`], result a JSON list of
+    /// `DriverTaskEvent`.
+    pub const TASK_EVENTS: &str = "task_events";
+}
+
+/// Arguments of the `task_events` extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskEventsArgs {
+    pub max_wait_nanos: u64,
+}
+
 /// Durations cross as nanoseconds; anything longer than u64 nanoseconds (584 years) saturates.
 pub fn duration_to_nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)

@@ -86,6 +86,11 @@ fn a_plugin_built_against_abi_1_0_loads_and_runs_in_this_host() {
 
     assert_eq!(d.plugin_info().name, "v1-memory");
     assert_eq!(d.fingerprint().health, HealthState::Healthy);
+    // Task events came after 1.0: the plugin's `call` answers them not supported, at once.
+    assert_eq!(
+        d.task_events(Duration::from_secs(5)),
+        Err(DriverError::NotSupported("task_events".into()))
+    );
     d.set_config(&serde_json::json!({})).unwrap();
     assert_eq!(
         d.set_config(&serde_json::json!({"color": "red"})),

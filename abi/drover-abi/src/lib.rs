@@ -165,6 +165,40 @@ pub struct ExecOutput {
     pub exit_code: i32,
 }
 
+/// An event a driver reports about one of its tasks, beyond what the contract's calls return
+/// ("pulling image", "container restarted by the daemon"): Nomad's `drivers.TaskEvent`. The
+/// client records it as the task's event of type "Driver".
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DriverTaskEvent {
+    /// `TaskConfig::id` of the task.
+    pub task_id: String,
+    pub alloc_id: String,
+    pub task_name: String,
+    /// Unix time in nanoseconds; 0 when the driver gave none.
+    pub timestamp: i64,
+    pub message: String,
+    pub annotations: BTreeMap<String, String>,
+}
+
+impl DriverTaskEvent {
+    /// An event about the task started with `config`, without a timestamp yet.
+    pub fn for_task(config: &TaskConfig, message: impl Into<String>) -> DriverTaskEvent {
+        DriverTaskEvent {
+            task_id: config.id.clone(),
+            alloc_id: config.alloc_id.clone(),
+            task_name: config.name.clone(),
+            timestamp: 0,
+            message: message.into(),
+            annotations: BTreeMap::new(),
+        }
+    }
+
+    pub fn with_annotation(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.annotations.insert(key.into(), value.into());
+        self
+    }
+}
+
 /// A task driver. Built-in drivers implement exactly this trait, and the plugin host adapts
 /// in-process and out-of-process plugins to it, so the client never knows which kind it talks to.
 ///
@@ -228,6 +262,17 @@ pub trait Driver: Send + Sync {
         let _ = (task_id, command, timeout);
         Err(DriverError::NotSupported("exec_task".into()))
     }
+
+    /// The next events the driver reports about its tasks (Nomad's `TaskEvents` stream, in
+    /// batches): blocks up to `max_wait` for at least one, then returns every event waiting,
+    /// oldest first; an empty list when none came in time. Each event is returned once, to
+    /// one caller: hosts call it from one loop per driver.
+    ///
+    /// The default answers `NotSupported` at once, which tells the host not to ask again.
+    fn task_events(&self, max_wait: Duration) -> Result<Vec<DriverTaskEvent>, DriverError> {
+        let _ = max_wait;
+        Err(DriverError::NotSupported("task_events".into()))
+    }
 }
 
 /// Parses a signal name as Nomad's jobs write it ("SIGTERM", "TERM", "SIGKILL", ...) into its
@@ -282,6 +327,35 @@ mod tests {
         assert_eq!(signal_number("term"), Some(15));
         assert_eq!(signal_number("SIGKILL"), Some(9));
         assert_eq!(signal_number("SIGNOPE"), None);
+    }
+
+    /// `task_events` must keep the trait usable as `dyn Driver`.
+    #[allow(dead_code)]
+    fn driver_stays_object_safe(d: &dyn Driver) -> Result<Vec<DriverTaskEvent>, DriverError> {
+        d.task_events(Duration::ZERO)
+    }
+
+    #[test]
+    fn task_event_for_a_task_names_it_and_round_trips_as_json() {
+        let config: TaskConfig = serde_json::from_value(serde_json::json!({
+            "id": "a1/web/x", "name": "web", "alloc_id": "a1", "job_name": "j",
+            "group_name": "g", "env": {}, "driver_config": {}, "resources": {
+                "cpu_mhz": 0, "cores": 0, "memory_mb": 0, "memory_max_mb": 0},
+            "user": "", "alloc_dir": "/a", "task_dir": "/a/web",
+            "stdout_path": "/o", "stderr_path": "/e"
+        }))
+        .unwrap();
+        let event = DriverTaskEvent::for_task(&config, "pulled").with_annotation("image", "x");
+        assert_eq!(
+            (event.task_id.as_str(), event.alloc_id.as_str()),
+            ("a1/web/x", "a1")
+        );
+        assert_eq!(event.task_name, "web");
+        let text = serde_json::to_string(&event).unwrap();
+        assert_eq!(
+            serde_json::from_str::<DriverTaskEvent>(&text).unwrap(),
+            event
+        );
     }
 
     #[test]

@@ -9,7 +9,10 @@ use drover_abi::{Driver, TaskHandle};
 use drover_structs::*;
 use tokio::sync::{mpsc, watch};
 
+use crate::alloc_stats::LiveTasks;
 use crate::allocdir::AllocDir;
+use crate::csi::volumes::{self, MountedVolume};
+use crate::csi::{CsiManager, CsiServerCalls};
 use crate::state_db::ClientStateDb;
 use crate::task_runner::{KillReason, TaskContext, TaskRunner, TaskStateUpdate};
 
@@ -23,12 +26,19 @@ pub struct RunnerEnv {
     pub db: ClientStateDb,
     /// Where allocation status reports go (the client batches them to the servers).
     pub updates: mpsc::UnboundedSender<AllocClientUpdate>,
+    /// The node's CSI plugins and volumes, and the server calls for claims.
+    pub csi: CsiManager,
+    pub csi_server: Arc<dyn CsiServerCalls>,
+    /// Where the drivers' task events are routed to task runners.
+    pub driver_events: crate::driver_events::DriverEventRouter,
 }
 
 /// Handle the client keeps for a running allocation.
 pub struct AllocRunnerHandle {
     stop_tx: watch::Sender<bool>,
     pub alloc_dir: std::path::PathBuf,
+    /// The tasks that run now, for resource usage.
+    pub live: LiveTasks,
     done: watch::Receiver<bool>,
 }
 
@@ -102,13 +112,15 @@ pub fn start(
     let dir = AllocDir::new(&env.data_dir, &alloc.id).map_err(|e| e.to_string())?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let (done_tx, done_rx) = watch::channel(false);
+    let live = LiveTasks::default();
     let handle = AllocRunnerHandle {
         stop_tx,
         alloc_dir: dir.path().to_path_buf(),
+        live: live.clone(),
         done: done_rx,
     };
     tokio::spawn(run(
-        env, alloc, group, dir, prior, handles, stop_rx, done_tx,
+        env, alloc, group, dir, prior, handles, live, stop_rx, done_tx,
     ));
     Ok(handle)
 }
@@ -121,6 +133,7 @@ async fn run(
     dir: AllocDir,
     prior: BTreeMap<String, TaskState>,
     mut handles: BTreeMap<String, TaskHandle>,
+    live: LiveTasks,
     mut stop_rx: watch::Receiver<bool>,
     done_tx: watch::Sender<bool>,
 ) {
@@ -144,8 +157,43 @@ async fn run(
         let _ = done_tx.send(true);
         return;
     }
-    let (task_tx, mut task_rx) = mpsc::unbounded_channel::<TaskStateUpdate>();
     let mut states: BTreeMap<String, TaskState> = BTreeMap::new();
+    // Group volumes are mounted before any task starts (Nomad's csi_hook, a pre-run hook).
+    let resumed_running = prior.values().any(|s| s.state == TASK_STATE_RUNNING);
+    let mounted = match mount_csi_volumes(&env, &alloc, &group).await {
+        Ok(m) => m,
+        Err(err) if resumed_running => {
+            // Tasks resumed after an agent restart run on with the binds they have; the
+            // servers' volume watcher releases the claims once the allocation ends.
+            tracing::warn!(alloc = %alloc.id, error = %err, "re-mounting CSI volumes after a restart");
+            Vec::new()
+        }
+        Err(err) => {
+            for task in &group.tasks {
+                let mut s = prior.get(&task.name).cloned().unwrap_or_default();
+                let mut ev = TaskEvent::new(TASK_EVENT_SETUP_FAILURE);
+                ev.setup_error =
+                    format!("failed to setup alloc: pre-run hook \"csi_hook\" failed: {err}");
+                ev.fails_task = true;
+                ev.display_message = ev.default_display_message();
+                s.events.push(ev);
+                s.state = TASK_STATE_DEAD.into();
+                s.failed = true;
+                states.insert(task.name.clone(), s);
+            }
+            let _ = env.updates.send(AllocClientUpdate {
+                id: alloc.id.clone(),
+                client_status: ALLOC_CLIENT_FAILED.into(),
+                client_description: format!("pre-run hook \"csi_hook\" failed: {err}"),
+                task_states: Some(states),
+                modify_time: drover_structs::time::now_nanos(),
+            });
+            let _ = done_tx.send(true);
+            return;
+        }
+    };
+    let mut task_binds: Vec<std::path::PathBuf> = Vec::new();
+    let (task_tx, mut task_rx) = mpsc::unbounded_channel::<TaskStateUpdate>();
     let mut kills: BTreeMap<String, watch::Sender<Option<KillReason>>> = BTreeMap::new();
     let leader = group
         .tasks
@@ -198,7 +246,16 @@ async fn run(
             alloc_path: dir.path().to_path_buf(),
             log_dir: dir.log_dir(),
             db: env.db.clone(),
+            live: live.clone(),
+            csi: env.csi.clone(),
+            binds: volumes::task_binds(task, &mounted),
+            driver_events: env.driver_events.clone(),
         };
+        task_binds.extend(
+            ctx.binds.iter().map(|b| {
+                crate::csi::host_mounts::path_in_task_dir(&ctx.task_dir.dir, &b.destination)
+            }),
+        );
         let (kill_tx, kill_rx) = watch::channel(None);
         kills.insert(task.name.clone(), kill_tx);
         states.insert(
@@ -266,7 +323,31 @@ async fn run(
             }
         }
     }
+    if !mounted.is_empty() {
+        // Tasks' binds first: the published volume must have no other mount on top of it.
+        for target in &task_binds {
+            if let Err(e) = crate::csi::host_mounts::unmount(target) {
+                tracing::warn!(alloc = %alloc.id, error = %e, "unmounting a task's volume");
+            }
+        }
+        for m in mounted.iter().rev() {
+            volumes::unmount_and_release(&env.csi, env.csi_server.as_ref(), m).await;
+        }
+    }
     let _ = done_tx.send(true);
+}
+
+/// Claims, stages and publishes the group's CSI volumes.
+async fn mount_csi_volumes(
+    env: &RunnerEnv,
+    alloc: &Allocation,
+    group: &TaskGroup,
+) -> Result<Vec<MountedVolume>, String> {
+    let wanted = volumes::group_csi_volumes(group, alloc)?;
+    if wanted.is_empty() {
+        return Ok(Vec::new());
+    }
+    volumes::mount_all(&env.csi, env.csi_server.as_ref(), alloc, &wanted).await
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch};
 
 use crate::alloc_runner::{self, AllocRunnerHandle, RunnerEnv};
+use crate::csi::{CsiManager, ServerCsi};
 use crate::state_db::ClientStateDb;
 
 /// How the client reaches the servers. In the dev agent this is the server itself, in-process;
@@ -34,6 +35,26 @@ pub trait ServerConn: Send + Sync + 'static {
         &self,
         updates: Vec<AllocClientUpdate>,
     ) -> impl Future<Output = Result<(), String>> + Send;
+    /// Claims a CSI volume for an allocation of this node (Nomad's `CSIVolume.Claim`).
+    fn claim_csi_volume(
+        &self,
+        request: drover_structs::csi::CsiVolumeClaimRequest,
+    ) -> impl Future<Output = Result<drover_structs::csi::CsiVolumeClaimResponse, String>> + Send
+    {
+        let _ = request;
+        async { Err("this server connection cannot claim CSI volumes".to_string()) }
+    }
+    /// Releases an allocation's claim once this node unmounted the volume (Nomad's
+    /// `CSIVolume.Unpublish`).
+    fn unpublish_csi_volume(
+        &self,
+        namespace: &str,
+        volume_id: &str,
+        claim: drover_structs::csi::CsiVolumeClaim,
+    ) -> impl Future<Output = Result<(), String>> + Send {
+        let _ = (namespace, volume_id, claim);
+        async { Err("this server connection cannot release CSI claims".to_string()) }
+    }
 }
 
 #[derive(Clone)]
@@ -93,7 +114,8 @@ struct AllocRecord {
 
 struct Shared {
     runners: Mutex<HashMap<String, AllocRunnerHandle>>,
-    node: Mutex<Arc<Node>>,
+    /// The node as last fingerprinted; a change is pushed to the servers.
+    node: watch::Sender<Arc<Node>>,
 }
 
 /// A running client. Cheap to clone.
@@ -102,6 +124,7 @@ pub struct Client {
     shared: Arc<Shared>,
     config: Arc<ClientConfig>,
     shutdown: watch::Sender<bool>,
+    csi: CsiManager,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -140,9 +163,10 @@ impl Client {
         let (shutdown, shutdown_rx) = watch::channel(false);
         let shared = Arc::new(Shared {
             runners: Mutex::new(HashMap::new()),
-            node: Mutex::new(node.clone()),
+            node: watch::channel(node.clone()).0,
         });
         let config = Arc::new(config);
+        let csi = CsiManager::new(config.data_dir.join("csi"));
         let env = RunnerEnv {
             node: node.clone(),
             region: config.region.clone(),
@@ -150,11 +174,17 @@ impl Client {
             drivers: Arc::new(config.drivers.clone()),
             db: db.clone(),
             updates: updates_tx,
+            csi: csi.clone(),
+            csi_server: Arc::new(ServerCsi(server.clone())),
+            driver_events: Default::default(),
         };
+        // Pumps end with the client (`shutdown`); the drivers' events reach the runners.
+        crate::driver_events::start_pumps(&config.drivers, &env.driver_events, &shutdown_rx);
         let client = Client {
             shared: shared.clone(),
             config: config.clone(),
             shutdown,
+            csi: csi.clone(),
         };
         let known = client.restore(&env, &db);
         tokio::spawn(sync_updates(
@@ -163,9 +193,14 @@ impl Client {
             updates_rx,
             config.update_interval,
         ));
+        tokio::spawn(follow_csi_plugins(
+            csi.clone(),
+            shared.clone(),
+            shutdown_rx.clone(),
+        ));
         tokio::spawn(register_and_heartbeat(
             server.clone(),
-            node.clone(),
+            shared.clone(),
             shutdown_rx.clone(),
         ));
         tokio::spawn(watch_allocs(
@@ -179,11 +214,12 @@ impl Client {
     }
 
     pub fn node(&self) -> Arc<Node> {
-        self.shared
-            .node
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.shared.node.borrow().clone()
+    }
+
+    /// The node's CSI plugins and mounted volumes.
+    pub fn csi(&self) -> CsiManager {
+        self.csi.clone()
     }
 
     pub fn node_id(&self) -> String {
@@ -202,6 +238,25 @@ impl Client {
         }
         let dir = crate::allocdir::AllocDir::new(&self.config.data_dir, alloc_id).ok()?;
         dir.path().is_dir().then(|| dir.path().to_path_buf())
+    }
+
+    /// Resource usage of the running tasks of an allocation this client runs (of task `task`
+    /// only, if given), sampled from their drivers; `None` for an allocation it does not run.
+    /// Blocks on the drivers: call it from a thread that may block.
+    pub fn alloc_stats(
+        &self,
+        alloc_id: &str,
+        task: Option<&str>,
+    ) -> Option<crate::alloc_stats::AllocResourceUsage> {
+        let live = self
+            .shared
+            .runners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(alloc_id)?
+            .live
+            .clone();
+        Some(live.sample(task, mhz_per_core(&self.node())))
     }
 
     /// Number of allocations this client is running or has run since it started.
@@ -382,15 +437,72 @@ fn build_node(config: &ClientConfig, db: &ClientStateDb) -> Result<Node, ClientE
     Ok(node)
 }
 
-/// Registers the node, then heartbeats at half the TTL; re-registers when the servers forgot it.
-async fn register_and_heartbeat<S: ServerConn>(
-    server: Arc<S>,
-    node: Arc<Node>,
+/// Puts what the node's CSI plugins report into the node, which the heartbeat loop then
+/// pushes to the servers.
+async fn follow_csi_plugins(
+    csi: CsiManager,
+    shared: Arc<Shared>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let mut plugins = csi.subscribe_node_plugins();
+    let mut events = csi.subscribe_node_events();
+    loop {
+        tokio::select! {
+            changed = plugins.changed() => if changed.is_err() { return },
+            changed = events.changed() => if changed.is_err() { return },
+            _ = shutdown.changed() => return,
+        }
+        let reported = plugins.borrow_and_update().clone();
+        events.borrow_and_update();
+        let new_events = csi.take_node_events();
+        shared.node.send_modify(|node| {
+            let mut n = (**node).clone();
+            n.csi_controller_plugins =
+                (!reported.controllers.is_empty()).then(|| reported.controllers.clone());
+            n.csi_node_plugins = (!reported.nodes.is_empty()).then(|| reported.nodes.clone());
+            if !new_events.is_empty() {
+                n.events
+                    .get_or_insert_with(Vec::new)
+                    .extend(new_events.iter().cloned());
+            }
+            *node = Arc::new(n);
+        });
+    }
+}
+
+/// Forgets the node events a registration delivered (the servers keep them now), without
+/// waking the heartbeat loop.
+fn events_delivered(shared: &Shared, sent: &Node) {
+    let Some(sent_events) = sent.events.as_ref().filter(|e| !e.is_empty()) else {
+        return;
+    };
+    shared.node.send_if_modified(|node| {
+        let mut n = (**node).clone();
+        if let Some(events) = n.events.as_mut() {
+            events.retain(|e| !sent_events.contains(e));
+        }
+        n.events = n.events.filter(|e| !e.is_empty());
+        *node = Arc::new(n);
+        false
+    });
+}
+
+/// Registers the node, then heartbeats at half the TTL; re-registers when the servers forgot it
+/// and whenever the node changes (Nomad's node update: registration again).
+async fn register_and_heartbeat<S: ServerConn>(
+    server: Arc<S>,
+    shared: Arc<Shared>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut node = shared.node.subscribe();
+    let current = |node: &mut watch::Receiver<Arc<Node>>| (**node.borrow_and_update()).clone();
     let mut ttl = loop {
-        match server.register_node((*node).clone()).await {
-            Ok(ttl) => break ttl,
+        let sent = current(&mut node);
+        match server.register_node(sent.clone()).await {
+            Ok(ttl) => {
+                events_delivered(&shared, &sent);
+                break ttl;
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "registering node; retrying");
                 tokio::select! {
@@ -400,17 +512,35 @@ async fn register_and_heartbeat<S: ServerConn>(
             }
         }
     };
-    tracing::info!(node = %node.id, "node registered");
+    let node_id = node.borrow().id.clone();
+    tracing::info!(node = %node_id, "node registered");
     loop {
-        tokio::select! {
-            _ = tokio::time::sleep(ttl / 2) => {}
+        let changed = tokio::select! {
+            _ = tokio::time::sleep(ttl / 2) => false,
+            c = node.changed() => c.is_ok(),
             _ = shutdown.changed() => return,
+        };
+        if changed {
+            let sent = current(&mut node);
+            match server.register_node(sent.clone()).await {
+                Ok(t) => {
+                    ttl = t;
+                    events_delivered(&shared, &sent);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "updating the node; will retry");
+                    // Try again at the next turn.
+                    node.mark_changed();
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+            continue;
         }
-        match server.heartbeat(&node.id).await {
+        match server.heartbeat(&node_id).await {
             Ok(t) => ttl = t,
             Err(e) => {
                 tracing::warn!(error = %e, "heartbeat failed; re-registering");
-                if let Ok(t) = server.register_node((*node).clone()).await {
+                if let Ok(t) = server.register_node(current(&mut node)).await {
                     ttl = t;
                 } else {
                     ttl = Duration::from_secs(2);
@@ -418,6 +548,19 @@ async fn register_and_heartbeat<S: ServerConn>(
             }
         }
     }
+}
+
+/// The speed of one core, to turn CPU percent into MHz as Nomad reports it: the node's
+/// compute over its cores, else its fingerprinted frequency.
+fn mhz_per_core(node: &Node) -> f64 {
+    let cpu = &node.node_resources.cpu;
+    if cpu.cpu_shares > 0 && cpu.total_cpu_cores > 0 {
+        return cpu.cpu_shares as f64 / cpu.total_cpu_cores as f64;
+    }
+    node.attributes
+        .get("cpu.frequency")
+        .and_then(|f| f.parse().ok())
+        .unwrap_or(0.0)
 }
 
 /// Watches the node's allocations and starts, stops or forgets runners to match.

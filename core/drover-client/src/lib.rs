@@ -1,13 +1,18 @@
 //! The node agent (Nomad's "client"): fingerprints the host, lays out allocation directories,
 //! collects task logs, interpolates task configuration and keeps its own state on disk so it can
-//! recover its allocations after a restart.
+//! recover its allocations after a restart. It runs CSI plugin tasks and mounts their volumes
+//! (`csi`, through drover-csi's client).
 //!
 //! Must not depend on: drover-server, drover-state, drover-raft, drover-scheduler or drover-http;
 //! the agent talks to servers only over their public API. It talks to drivers through drover-abi.
 
 pub mod alloc_runner;
+pub mod alloc_stats;
 pub mod allocdir;
 pub mod client;
+pub mod csi;
+pub mod dispatch_payload;
+pub mod driver_events;
 pub mod fingerprint;
 pub mod interpolate;
 pub mod logs;

@@ -4,6 +4,7 @@
 //! Driver calls block, so they run on Tokio's blocking pool; the runner itself is a task on the
 //! runtime. No helper process per task: logs are pumped by the agent (see `logs`).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,7 +13,13 @@ use drover_structs::time::{format_rfc3339_nanos, now_nanos};
 use drover_structs::*;
 use tokio::sync::{mpsc, watch};
 
+use crate::alloc_stats::LiveTasks;
 use crate::allocdir::TaskDir;
+use crate::csi::CsiManager;
+use crate::csi::host_mounts::{bind_dir, path_in_task_dir, unmount};
+use crate::csi::supervisor::{PluginTask, Supervisor};
+use crate::csi::volumes::TaskBind;
+use crate::driver_events::{DriverEventRouter, RouteGuard};
 use crate::logs::{LogConfig, LogKind, LogPump, create_fifo, fifo_path};
 use crate::restarts::{Decision, RestartTracker};
 use crate::state_db::ClientStateDb;
@@ -41,6 +48,14 @@ pub struct TaskContext {
     pub alloc_path: std::path::PathBuf,
     pub log_dir: std::path::PathBuf,
     pub db: ClientStateDb,
+    /// Where the runner says which driver task runs now, for resource usage.
+    pub live: LiveTasks,
+    /// The node's CSI plugins (a task with a `csi_plugin` block registers one).
+    pub csi: CsiManager,
+    /// Published CSI volumes the task binds (`volume_mount`).
+    pub binds: Vec<TaskBind>,
+    /// Routes the driver's task events to this runner (see `driver_events`).
+    pub driver_events: DriverEventRouter,
 }
 
 /// Sent to the allocation runner whenever the task's state changes.
@@ -52,6 +67,15 @@ pub struct TaskRunner {
     updates: mpsc::UnboundedSender<TaskStateUpdate>,
     /// A task started before the agent restarted, to take back rather than start again.
     recovered: Option<TaskHandle>,
+    /// The task's `csi_plugin` block, and its supervision once the task runs.
+    plugin: Option<PluginTask>,
+    supervisor: Option<Supervisor>,
+    plugin_events: (
+        mpsc::UnboundedSender<TaskEvent>,
+        mpsc::UnboundedReceiver<TaskEvent>,
+    ),
+    /// The driver's events of the task that runs now arrive on `plugin_events` while this lives.
+    driver_route: Option<RouteGuard>,
 }
 
 impl TaskRunner {
@@ -70,6 +94,10 @@ impl TaskRunner {
             }),
             updates,
             recovered,
+            plugin: None,
+            supervisor: None,
+            plugin_events: mpsc::unbounded_channel(),
+            driver_route: None,
         };
         if fresh {
             r.event(TaskEvent::new(TASK_EVENT_RECEIVED));
@@ -78,6 +106,7 @@ impl TaskRunner {
     }
 
     fn event(&mut self, e: TaskEvent) {
+        self.take_outside_events();
         // Nomad keeps the last 10 events of a task.
         self.state.events.push(e);
         if self.state.events.len() > 10 {
@@ -107,9 +136,18 @@ impl TaskRunner {
     }
 
     fn finish(&mut self, failed: bool) {
+        self.take_outside_events();
         self.state.failed = failed;
         self.set_state(TASK_STATE_DEAD);
         self.publish();
+    }
+
+    /// Records the events from outside the runner (driver, CSI plugin) that came while it
+    /// was not waiting for them, so that none is lost when the task ends first.
+    fn take_outside_events(&mut self) {
+        while let Ok(e) = self.plugin_events.1.try_recv() {
+            self.state.events.push(e);
+        }
     }
 
     /// Runs the task to its end. `kill` turns `Some` when the task must stop.
@@ -174,8 +212,25 @@ impl TaskRunner {
             .unwrap_or_default();
         let mut tracker = RestartTracker::new(policy, batch);
         let mut running: Option<String> = None;
+        match PluginTask::of_task(&self.ctx.task, &self.ctx.alloc.id, &self.ctx.csi) {
+            None => {}
+            Some(Ok(p)) => self.plugin = Some(p),
+            Some(Err(e)) => {
+                let mut ev = TaskEvent::new(TASK_EVENT_SETUP_FAILURE);
+                ev.setup_error = e;
+                ev.fails_task = true;
+                ev.display_message = ev.default_display_message();
+                self.event(ev);
+                self.finish(true);
+                let (out, err) = pumps;
+                out.stop().await;
+                err.stop().await;
+                return;
+            }
+        }
 
         if let Some(handle) = self.recovered.take() {
+            self.route_driver_events(&handle.config.id);
             let driver = self.ctx.driver.clone();
             let h = handle.clone();
             let recovered = tokio::task::spawn_blocking(move || driver.recover_task(&h)).await;
@@ -183,7 +238,19 @@ impl TaskRunner {
                 Ok(Ok(())) => {
                     self.set_state(TASK_STATE_RUNNING);
                     self.publish();
+                    self.ctx
+                        .live
+                        .running(&name, self.ctx.driver.clone(), &handle.config.id);
                     running = Some(handle.config.id.clone());
+                    if let Some(p) = self.plugin.as_mut() {
+                        // The plugin's directories and binds are still in place: this only
+                        // learns the paths the plugin was given.
+                        let isolation = self.ctx.driver.capabilities().fs_isolation;
+                        if let Err(e) = p.prepare(&self.ctx.task_dir.dir, isolation) {
+                            tracing::warn!(task = %name, error = %e, "CSI plugin directories");
+                        }
+                    }
+                    self.start_supervisor();
                 }
                 Ok(Err(e)) => {
                     tracing::warn!(task = %name, error = %e, "could not recover task; restarting it")
@@ -235,6 +302,10 @@ impl TaskRunner {
 
             let exit = tokio::select! {
                 exit = wait_exit(self.ctx.driver.clone(), task_id.clone()) => exit,
+                Some(ev) = self.plugin_events.1.recv() => {
+                    self.event(ev);
+                    continue;
+                }
                 changed = kill.changed() => {
                     if changed.is_err() {
                         // The allocation runner is gone: nobody can ask for a kill any more, so
@@ -266,9 +337,58 @@ impl TaskRunner {
                 break;
             }
         }
+        if let Some(sup) = self.supervisor.take() {
+            sup.stop().await;
+        }
+        if let Some(p) = &self.plugin {
+            p.release_mounts();
+        }
+        self.release_binds();
         let (out, err) = pumps;
         out.stop().await;
         err.stop().await;
+    }
+
+    /// Starts probing the plugin the task serves, once.
+    fn start_supervisor(&mut self) {
+        if self.supervisor.is_some() {
+            return;
+        }
+        if let Some(p) = &self.plugin {
+            self.supervisor = Some(p.supervise(self.ctx.csi.clone(), self.plugin_events.0.clone()));
+        }
+    }
+
+    /// The plugin's directories and the task's volume binds, before each start; answers the
+    /// environment they add.
+    fn prepare_mounts(&mut self) -> Result<BTreeMap<String, String>, DriverError> {
+        let setup_failed = |message: String| DriverError::StartFailed {
+            message,
+            recoverable: false,
+        };
+        let task_dir = self.ctx.task_dir.dir.clone();
+        for b in &self.ctx.binds {
+            let target = path_in_task_dir(&task_dir, &b.destination);
+            bind_dir(&b.host_path, &target, b.read_only)
+                .map_err(|e| setup_failed(format!("failed to mount volume: {e}")))?;
+        }
+        let isolation = self.ctx.driver.capabilities().fs_isolation;
+        match self.plugin.as_mut() {
+            Some(p) => p
+                .prepare(&task_dir, isolation)
+                .map_err(|e| setup_failed(format!("csi_plugin_supervisor: {e}"))),
+            None => Ok(BTreeMap::new()),
+        }
+    }
+
+    /// Undoes the task's volume binds.
+    fn release_binds(&self) {
+        for b in &self.ctx.binds {
+            let target = path_in_task_dir(&self.ctx.task_dir.dir, &b.destination);
+            if let Err(e) = unmount(&target) {
+                tracing::warn!(task = %self.ctx.task.name, error = %e, "unmounting a volume");
+            }
+        }
     }
 
     /// Acts on a restart decision. Returns whether the task should be started again.
@@ -321,14 +441,21 @@ impl TaskRunner {
         stdout: &std::path::Path,
         stderr: &std::path::Path,
     ) -> Result<String, DriverError> {
+        let extra_env = self.prepare_mounts()?;
         let c = &self.ctx;
+        crate::dispatch_payload::write(&c.task, c.alloc.job.as_deref(), &c.task_dir.local_dir)
+            .map_err(|e| DriverError::StartFailed {
+                message: format!("failed to write the dispatch payload: {e}"),
+                recoverable: false,
+            })?;
         let paths = TaskPaths {
             alloc_dir: &c.alloc_path,
             task_local_dir: &c.task_dir.local_dir,
             task_secrets_dir: &c.task_dir.secrets_dir,
             task_tmp_dir: &c.task_dir.tmp_dir,
         };
-        let env = build_env(&c.alloc, &c.group, &c.task, &c.node, &c.region, &paths);
+        let mut env = build_env(&c.alloc, &c.group, &c.task, &c.node, &c.region, &paths);
+        env.extend(extra_env);
         let lookup = |name: &str| lookup_in(name, &env, &c.node, &c.region);
         let raw_config = serde_json::Value::Object(c.task.config.clone().unwrap_or_default());
         let driver_config = crate::interpolate::interpolate_json(&raw_config, &lookup);
@@ -362,6 +489,8 @@ impl TaskRunner {
         let db = c.db.clone();
         let alloc_id = c.alloc.id.clone();
         let task_name = c.task.name.clone();
+        // Before the start: a driver reports events while it starts the task.
+        self.route_driver_events(&cfg.id);
         let handle = tokio::task::spawn_blocking(move || {
             let handle = driver.start_task(&cfg)?;
             // The handle lets a restarted agent find the task again.
@@ -375,6 +504,12 @@ impl TaskRunner {
         .map_err(|e| DriverError::Other(format!("driver panicked starting the task: {e}")))??;
         self.set_state(TASK_STATE_RUNNING);
         self.event(TaskEvent::new(TASK_EVENT_STARTED));
+        self.start_supervisor();
+        self.ctx.live.running(
+            &self.ctx.task.name,
+            self.ctx.driver.clone(),
+            &handle.config.id,
+        );
         Ok(handle.config.id)
     }
 
@@ -413,8 +548,19 @@ impl TaskRunner {
         self.finish(false);
     }
 
+    /// Sends the driver's events of task `task_id` to this runner (Nomad's "Driver" events),
+    /// instead of those of the task it ran before.
+    fn route_driver_events(&mut self, task_id: &str) {
+        self.driver_route = Some(
+            self.ctx
+                .driver_events
+                .route(task_id, self.plugin_events.0.clone()),
+        );
+    }
+
     /// Lets the driver free the task and forgets its handle.
     async fn release(&self, task_id: &str) {
+        self.ctx.live.ended(&self.ctx.task.name);
         let driver = self.ctx.driver.clone();
         let db = self.ctx.db.clone();
         let id = task_id.to_string();

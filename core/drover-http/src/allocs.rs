@@ -1,4 +1,7 @@
-//! `/v1/allocations` and `/v1/allocation/:id[/stop]`.
+//! `/v1/allocations`, `/v1/allocation/:id[/stop]` and, served by the node that runs it,
+//! `/v1/client/allocation/:id/stats`.
+
+use std::sync::Arc;
 
 use axum::extract::{Path, Query, State};
 use axum::response::Response;
@@ -6,6 +9,7 @@ use drover_state::Table;
 use serde_json::json;
 
 use crate::AppState;
+use crate::client_fs::{local_client, not_on_this_node};
 use crate::error::ApiError;
 use crate::query::{Params, QueryOptions, blocking, flag};
 use crate::response::{QueryMeta, respond_json};
@@ -71,6 +75,28 @@ pub(crate) async fn stop(
         Some(meta),
         pretty,
     )
+}
+
+/// `GET /v1/client/allocation/:id/stats[?task=]`: the resource usage of an allocation this
+/// node runs (Nomad's `AllocResourceUsage`), sampled from its drivers now.
+pub(crate) async fn client_stats(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    Query(params): Query<Params>,
+) -> Result<Response, ApiError> {
+    let pretty = flag(&params, "pretty")?;
+    let client = Arc::clone(local_client(&s)?);
+    let task = params.get("task").filter(|t| !t.is_empty()).cloned();
+    let sampler = Arc::clone(&client);
+    let alloc_id = id.clone();
+    let usage =
+        tokio::task::spawn_blocking(move || sampler.alloc_stats(&alloc_id, task.as_deref()))
+            .await
+            .map_err(|e| ApiError::internal(format!("collecting allocation stats failed: {e}")))?;
+    match usage {
+        Some(usage) => respond_json(&usage, None, pretty),
+        None => Err(not_on_this_node(&s, &client, &id)),
+    }
 }
 
 #[cfg(test)]
@@ -179,5 +205,62 @@ mod tests {
         assert!(r.index() > 0);
         let r = api.get("/v1/allocation/nope/stop").await;
         assert_eq!(r.status, StatusCode::METHOD_NOT_ALLOWED);
+    }
+
+    /// A client that runs allocation "a1" with one task, "web".
+    struct StatsClient;
+
+    impl crate::NodeClient for StatsClient {
+        fn node_id(&self) -> String {
+            "node-1".into()
+        }
+        fn alloc_dir(&self, _: &str) -> Option<std::path::PathBuf> {
+            None
+        }
+        fn stats(&self) -> Value {
+            Value::Null
+        }
+        fn alloc_stats(&self, alloc_id: &str, task: Option<&str>) -> Option<Value> {
+            (alloc_id == "a1").then(|| {
+                serde_json::json!({
+                    "ResourceUsage": {"MemoryStats": {"RSS": 4096, "Measured": ["RSS"]}},
+                    "Tasks": {task.unwrap_or("web"): {"Timestamp": 1}},
+                    "Timestamp": 1,
+                })
+            })
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn client_allocation_stats_come_from_the_local_client() {
+        let api = TestApi::start_with(|_| {
+            Some(std::sync::Arc::new(StatsClient) as std::sync::Arc<dyn crate::NodeClient>)
+        })
+        .await;
+        let r = api.get("/v1/client/allocation/a1/stats").await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+        let usage = r.json();
+        assert_eq!(usage["ResourceUsage"]["MemoryStats"]["RSS"], 4096);
+        assert!(usage["Tasks"]["web"].is_object());
+        let r = api.get("/v1/client/allocation/a1/stats?task=db").await;
+        assert!(
+            r.json()["Tasks"]["db"].is_object(),
+            "the task filter is passed on"
+        );
+        let r = api.get("/v1/client/allocation/nope/stats").await;
+        assert_eq!(
+            (r.status, r.text().as_str()),
+            (StatusCode::NOT_FOUND, "Unknown allocation \"nope\"")
+        );
+
+        let without_client = TestApi::start().await;
+        let r = without_client.get("/v1/client/allocation/a1/stats").await;
+        assert_eq!(
+            (r.status, r.text().as_str()),
+            (
+                StatusCode::BAD_REQUEST,
+                "node is not running a Nomad Client"
+            )
+        );
     }
 }

@@ -35,24 +35,32 @@ pub(crate) fn local_alloc_dir(s: &AppState, alloc_id: &str) -> Result<AllocDir, 
         return Err(ApiError::bad_request("must provide a valid alloc id"));
     }
     let Some(root) = client.alloc_dir(alloc_id) else {
-        let own_node = client.node_id();
-        if let Some(alloc) = s.server.snapshot().alloc(alloc_id)
-            && !alloc.node_id.is_empty()
-            && alloc.node_id != own_node
-        {
-            return Err(ApiError::new(
-                StatusCode::NOT_IMPLEMENTED,
-                format!(
-                    "allocation {alloc_id} runs on node {}; forwarding client requests to another node is not implemented by Drover yet",
-                    alloc.node_id
-                ),
-            ));
-        }
-        return Err(ApiError::not_found(format!(
-            "Unknown allocation \"{alloc_id}\""
-        )));
+        return Err(not_on_this_node(s, client, alloc_id));
     };
     alloc_dir_at(&root, alloc_id)
+}
+
+/// The answer about an allocation the local client does not have: 501 when it runs on another
+/// node (forwarding is not done yet), else Nomad's unknown allocation.
+pub(crate) fn not_on_this_node(
+    s: &AppState,
+    client: &Arc<dyn NodeClient>,
+    alloc_id: &str,
+) -> ApiError {
+    let own_node = client.node_id();
+    if let Some(alloc) = s.server.snapshot().alloc(alloc_id)
+        && !alloc.node_id.is_empty()
+        && alloc.node_id != own_node
+    {
+        return ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            format!(
+                "allocation {alloc_id} runs on node {}; forwarding client requests to another node is not implemented by Drover yet",
+                alloc.node_id
+            ),
+        );
+    }
+    ApiError::not_found(format!("Unknown allocation \"{alloc_id}\""))
 }
 
 /// Rebuilds the [`AllocDir`] whose root the client reported, which by the client's layout is

@@ -26,6 +26,10 @@ enum JobPath<'a> {
     /// `nomad job status` working.
     Deployments(&'a str),
     LatestDeployment(&'a str),
+    /// `POST /v1/job/:id/periodic/force`.
+    PeriodicForce(&'a str),
+    /// `POST /v1/job/:id/dispatch`.
+    Dispatch(&'a str),
     /// A sub-resource Nomad has and Drover does not serve yet.
     Unsupported(&'a str),
 }
@@ -33,13 +37,11 @@ enum JobPath<'a> {
 const UNSUPPORTED_SUFFIXES: &[&str] = &[
     "/evaluate",
     "/plan",
-    "/dispatch",
     "/revert",
     "/stable",
     "/scale",
     "/services",
     "/submission",
-    "/periodic/force",
 ];
 
 fn split_job_path(rest: &str) -> JobPath<'_> {
@@ -60,6 +62,12 @@ fn split_job_path(rest: &str) -> JobPath<'_> {
     }
     if let Some(id) = rest.strip_suffix("/deployment") {
         return JobPath::LatestDeployment(id);
+    }
+    if let Some(id) = rest.strip_suffix("/periodic/force") {
+        return JobPath::PeriodicForce(id);
+    }
+    if let Some(id) = rest.strip_suffix("/dispatch") {
+        return JobPath::Dispatch(id);
     }
     for suffix in UNSUPPORTED_SUFFIXES {
         if rest.ends_with(suffix) {
@@ -195,6 +203,7 @@ pub(crate) async fn job_get(
         JobPath::Unsupported(what) => {
             Err(ApiError::not_implemented(&format!("/v1/job/:id/{what}")))
         }
+        JobPath::PeriodicForce(_) | JobPath::Dispatch(_) => Err(invalid_method()),
     }
 }
 
@@ -207,6 +216,8 @@ pub(crate) async fn job_write(
 ) -> Result<Response, ApiError> {
     match split_job_path(&rest) {
         JobPath::Job(id) => register_job(&s, &params, &body, Some(id)).await,
+        JobPath::PeriodicForce(id) => periodic_force(&s, &params, id).await,
+        JobPath::Dispatch(id) => dispatch(&s, &params, &body, id).await,
         JobPath::Unsupported(what) => {
             Err(ApiError::not_implemented(&format!("/v1/job/:id/{what}")))
         }
@@ -240,6 +251,55 @@ pub(crate) async fn job_delete(
         "Index": meta.index,
         "LastContact": 0,
         "KnownLeader": meta.known_leader,
+    });
+    respond_json(&body, Some(meta), opts.pretty)
+}
+
+/// `PUT|POST /v1/job/:id/periodic/force`: launches the periodic job now. Answers Nomad's
+/// `PeriodicForceResponse`.
+async fn periodic_force(s: &AppState, params: &Params, id: &str) -> Result<Response, ApiError> {
+    let opts = QueryOptions::parse(params)?;
+    let (eval_id, index) = s.server.force_periodic(opts.write_namespace(), id).await?;
+    let meta = QueryMeta::new(s, index);
+    let body = json!({
+        "EvalID": eval_id,
+        "EvalCreateIndex": index,
+        "Index": meta.index,
+    });
+    respond_json(&body, Some(meta), opts.pretty)
+}
+
+/// `PUT|POST /v1/job/:id/dispatch`: dispatches the parameterized job with the body's payload
+/// (base64) and meta (Nomad's `JobDispatchRequest`). Answers Nomad's `JobDispatchResponse`.
+async fn dispatch(
+    s: &AppState,
+    params: &Params,
+    body: &Bytes,
+    id: &str,
+) -> Result<Response, ApiError> {
+    let opts = QueryOptions::parse(params)?;
+    let request: drover_structs::JobDispatchRequest = decode_body(body, "request")?;
+    if !request.job_id.is_empty() && request.job_id != id {
+        return Err(ApiError::bad_request("Job ID does not match"));
+    }
+    let payload = request.payload_bytes().map_err(ApiError::bad_request)?;
+    let result = s
+        .server
+        .dispatch_job(drover_server::DispatchRequest {
+            namespace: opts.write_namespace().to_string(),
+            job_id: id.to_string(),
+            payload,
+            meta: request.meta.unwrap_or_default(),
+            id_prefix_template: request.id_prefix_template,
+        })
+        .await?;
+    let meta = QueryMeta::new(s, result.index);
+    let body = json!({
+        "DispatchedJobID": result.dispatched_job_id,
+        "EvalID": result.eval_id,
+        "EvalCreateIndex": result.eval_create_index,
+        "JobCreateIndex": result.job_create_index,
+        "Index": meta.index,
     });
     respond_json(&body, Some(meta), opts.pretty)
 }
@@ -301,6 +361,14 @@ mod tests {
             JobPath::Job("batch/periodic-99")
         );
         assert_eq!(split_job_path("web/plan"), JobPath::Unsupported("plan"));
+        assert_eq!(
+            split_job_path("cron/x/periodic/force"),
+            JobPath::PeriodicForce("cron/x")
+        );
+        assert_eq!(
+            split_job_path("render/dispatch"),
+            JobPath::Dispatch("render")
+        );
         assert_eq!(
             split_job_path("web/deployment"),
             JobPath::LatestDeployment("web")
@@ -539,6 +607,201 @@ mod tests {
         assert_eq!(
             api.get("/v1/job/web/plan").await.status,
             StatusCode::NOT_IMPLEMENTED
+        );
+    }
+
+    fn periodic_job(id: &str, spec: &str) -> Value {
+        let mut job = web_job(id);
+        job["Type"] = json!("batch");
+        job["Periodic"] = json!({"Spec": spec, "ProhibitOverlap": true});
+        job
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn forcing_a_periodic_job_launches_a_child_and_the_parent_gets_nothing() {
+        let api = TestApi::start().await;
+        let reg = api.register(periodic_job("cron", "0 0 1 1 * 2099")).await;
+        assert_eq!(reg["EvalID"], "", "the parent gets no evaluation");
+        let parent = api.get("/v1/job/cron").await.json();
+        assert_eq!(parent["Status"], "running");
+        assert_eq!(parent["Periodic"]["TimeZone"], "UTC");
+
+        let r = api
+            .call(Method::POST, "/v1/job/cron/periodic/force", None)
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+        let forced = r.json();
+        let eval_id = forced["EvalID"].as_str().unwrap().to_string();
+        assert_eq!(forced["EvalCreateIndex"], forced["Index"]);
+        assert_eq!(r.index(), forced["Index"].as_u64().unwrap());
+
+        let eval = api.get(&format!("/v1/evaluation/{eval_id}")).await.json();
+        assert_eq!(eval["TriggeredBy"], "periodic-job");
+        let child_id = eval["JobID"].as_str().unwrap().to_string();
+        assert!(child_id.starts_with("cron/periodic-"), "{child_id}");
+        let child = api.get(&format!("/v1/job/{child_id}")).await.json();
+        assert_eq!(child["ParentID"], "cron");
+        assert_eq!(child["Periodic"], Value::Null);
+        assert!(
+            api.get("/v1/job/cron/allocations")
+                .await
+                .json()
+                .as_array()
+                .unwrap()
+                .is_empty()
+        );
+        let stubs = api.get("/v1/jobs?prefix=cron").await.json();
+        assert_eq!(stubs.as_array().unwrap().len(), 2);
+
+        let r = api
+            .call(Method::POST, "/v1/job/nope/periodic/force", None)
+            .await;
+        assert_eq!(r.status, StatusCode::NOT_FOUND);
+        api.register(web_job("web")).await;
+        let r = api
+            .call(Method::PUT, "/v1/job/web/periodic/force", None)
+            .await;
+        assert_eq!(
+            (r.status, r.text().as_str()),
+            (
+                StatusCode::BAD_REQUEST,
+                "can't force launch non-periodic job"
+            )
+        );
+        let r = api.get("/v1/job/cron/periodic/force").await;
+        assert_eq!(r.status, StatusCode::METHOD_NOT_ALLOWED);
+
+        // Stopping the parent makes no evaluation and stops its launches.
+        let r = api.call(Method::DELETE, "/v1/job/cron", None).await;
+        assert_eq!(r.json()["EvalID"], "", "{}", r.text());
+        let r = api
+            .call(Method::POST, "/v1/job/cron/periodic/force", None)
+            .await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST);
+        assert!(
+            r.text().contains("can't force run non-tracked job"),
+            "{}",
+            r.text()
+        );
+    }
+
+    fn parameterized_job(id: &str) -> Value {
+        let mut job = web_job(id);
+        job["Type"] = json!("batch");
+        job["ParameterizedJob"] =
+            json!({"Payload": "required", "MetaRequired": ["frame"], "MetaOptional": ["note"]});
+        job["TaskGroups"][0]["Tasks"][0]["DispatchPayload"] = json!({"File": "input.txt"});
+        job
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn dispatching_registers_a_child_with_payload_and_meta_and_checks_the_rules() {
+        let api = TestApi::start().await;
+        let reg = api.register(parameterized_job("render")).await;
+        assert_eq!(reg["EvalID"], "", "the parent gets no evaluation");
+        assert_eq!(api.get("/v1/job/render").await.json()["Status"], "running");
+        let stub = &api.get("/v1/jobs?prefix=render").await.json()[0];
+        assert_eq!(stub["ParameterizedJob"], true);
+
+        let body = json!({"Payload": "ZnJhbWUtNDI=", "Meta": {"frame": "42"}});
+        let r = api.put("/v1/job/render/dispatch", &body).await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+        let out = r.json();
+        let child_id = out["DispatchedJobID"].as_str().unwrap().to_string();
+        assert!(child_id.starts_with("render/dispatch-"), "{child_id}");
+        assert!(!out["EvalID"].as_str().unwrap().is_empty());
+        assert_eq!(out["Index"], out["EvalCreateIndex"]);
+        assert_eq!(r.index(), out["Index"].as_u64().unwrap());
+
+        let child = api.get(&format!("/v1/job/{child_id}")).await.json();
+        assert_eq!(child["ParentID"], "render");
+        assert_eq!(child["Dispatched"], true);
+        assert_eq!(child["Meta"]["frame"], "42");
+        let payload = drover_structs::decode_job_payload(&child["Payload"]).unwrap();
+        assert_eq!(payload, b"frame-42");
+        let stubs = api.get("/v1/jobs?prefix=render/").await.json();
+        assert_eq!(stubs[0]["ParameterizedJob"], false);
+
+        let cases = [
+            (
+                json!({"Meta": {"frame": "1"}}),
+                StatusCode::BAD_REQUEST,
+                "Payload is not provided but required by parameterized job",
+            ),
+            (
+                json!({"Payload": "eA==", "Meta": {}}),
+                StatusCode::BAD_REQUEST,
+                "Dispatch did not provide required meta keys: [frame]",
+            ),
+            (
+                json!({"Payload": "eA==", "Meta": {"frame": "1", "color": "red"}}),
+                StatusCode::BAD_REQUEST,
+                "Dispatch request included unpermitted metadata keys: [color]",
+            ),
+            (
+                json!({"JobID": "other", "Payload": "eA=="}),
+                StatusCode::BAD_REQUEST,
+                "Job ID does not match",
+            ),
+        ];
+        for (body, status, text) in cases {
+            let r = api.put("/v1/job/render/dispatch", &body).await;
+            assert_eq!((r.status, r.text().as_str()), (status, text), "{body}");
+        }
+        // 16385 bytes of "x": "xxx" is "eHh4" in base64, "xx" is "eHg=".
+        let payload = format!("{}eHg=", "eHh4".repeat(5461));
+        let r = api
+            .put(
+                "/v1/job/render/dispatch",
+                &json!({"Payload": payload, "Meta": {"frame": "1"}}),
+            )
+            .await;
+        assert_eq!(
+            (r.status, r.text().as_str()),
+            (
+                StatusCode::BAD_REQUEST,
+                "Payload exceeds maximum size; 16385 > 16384"
+            )
+        );
+        let r = api.put("/v1/job/nope/dispatch", &json!({})).await;
+        assert_eq!(
+            (r.status, r.text().as_str()),
+            (StatusCode::NOT_FOUND, "parameterized job not found")
+        );
+        api.register(web_job("web")).await;
+        let r = api.put("/v1/job/web/dispatch", &json!({})).await;
+        assert_eq!(
+            (r.status, r.text().as_str()),
+            (
+                StatusCode::BAD_REQUEST,
+                "Specified job \"web\" is not a parameterized job"
+            )
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn periodic_jobs_with_unknown_zones_or_changing_kind_are_refused() {
+        let api = TestApi::start().await;
+        let mut job = periodic_job("tz", "0 0 * * *");
+        job["Periodic"]["TimeZone"] = json!("Nowhere/City");
+        let r = api.put("/v1/jobs", &json!({ "Job": job })).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST);
+        assert!(
+            r.text().contains("Invalid time zone \"Nowhere/City\""),
+            "{}",
+            r.text()
+        );
+
+        api.register(periodic_job("kind", "0 0 * * *")).await;
+        let mut plain = web_job("kind");
+        plain["Type"] = json!("batch");
+        let r = api.put("/v1/jobs", &json!({ "Job": plain })).await;
+        assert_eq!(
+            (r.status, r.text().as_str()),
+            (
+                StatusCode::BAD_REQUEST,
+                "cannot update periodic job to being non-periodic"
+            )
         );
     }
 

@@ -11,6 +11,7 @@ mod allocs;
 mod body;
 mod client_fs;
 mod consistency;
+mod csi;
 mod error;
 mod evals;
 mod jobs;
@@ -61,6 +62,13 @@ pub trait NodeClient: Send + Sync + 'static {
     fn alloc_dir(&self, alloc_id: &str) -> Option<PathBuf>;
     /// Host statistics in Nomad's `HostStats` shape, for `/v1/client/stats`.
     fn stats(&self) -> serde_json::Value;
+    /// Resource usage of an allocation this client runs (of one task, if given) in Nomad's
+    /// `AllocResourceUsage` shape, for `/v1/client/allocation/:id/stats`; `None` when the
+    /// client does not run it. Blocks on the drivers; the API calls it on a blocking thread.
+    fn alloc_stats(&self, alloc_id: &str, task: Option<&str>) -> Option<serde_json::Value> {
+        let _ = (alloc_id, task);
+        None
+    }
 }
 
 /// What every handler shares.
@@ -127,6 +135,10 @@ pub fn router(
         .route("/v1/client/fs/cat/{alloc}", get(client_fs::cat))
         .route("/v1/client/stats", get(client_fs::stats))
         .route(
+            "/v1/client/allocation/{id}/stats",
+            get(allocs::client_stats),
+        )
+        .route(
             "/v1/operator/raft/configuration",
             get(operator::raft_configuration),
         )
@@ -136,11 +148,18 @@ pub fn router(
             get(operator::state_digest),
         )
         .route(
+            "/v1/operator/scheduler/configuration",
+            get(operator::scheduler_configuration)
+                .put(operator::scheduler_set_configuration)
+                .post(operator::scheduler_set_configuration),
+        )
+        .route(
             "/v1/operator/snapshot",
             get(operator::snapshot_save)
                 .put(operator::snapshot_restore)
                 .layer(DefaultBodyLimit::max(operator::MAX_SNAPSHOT_BYTES)),
         )
+        .merge(csi::routes())
         .fallback(error::not_found_fallback)
         .method_not_allowed_fallback(error::method_not_allowed_fallback)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))

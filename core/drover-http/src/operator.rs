@@ -1,10 +1,11 @@
-//! `/v1/operator/...`: the Raft configuration and removing peers, whole-state snapshots, and
-//! (Drover's own) a digest of the state to compare servers.
+//! `/v1/operator/...`: the Raft configuration and removing peers, whole-state snapshots, the
+//! scheduler configuration, and (Drover's own) a digest of the state to compare servers.
 
 use axum::body::Bytes;
 use axum::extract::{Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use drover_structs::SchedulerConfiguration;
 use serde_json::json;
 
 use crate::AppState;
@@ -98,6 +99,63 @@ pub(crate) async fn snapshot_restore(
     Ok(response)
 }
 
+/// `GET /v1/operator/scheduler/configuration`: Nomad's `SchedulerConfigurationResponse`.
+pub(crate) async fn scheduler_configuration(
+    State(s): State<AppState>,
+    Query(params): Query<Params>,
+) -> Result<Response, ApiError> {
+    let pretty = flag(&params, "pretty")?;
+    let (config, index) = s
+        .server
+        .scheduler_config(params.contains_key("stale"))
+        .await?;
+    let meta = QueryMeta::new(&s, index);
+    let body = json!({
+        "SchedulerConfig": config,
+        "Index": meta.index,
+        "LastContact": 0,
+        "KnownLeader": meta.known_leader,
+        "NextToken": "",
+    });
+    respond_json(&body, Some(meta), pretty)
+}
+
+/// `PUT|POST /v1/operator/scheduler/configuration[?cas=<ModifyIndex>]`: replaces the
+/// configuration with the body (Nomad's `SchedulerConfiguration`; its indexes are ignored).
+/// Answers Nomad's `SchedulerSetConfigurationResponse`; a lost check-and-set is
+/// `"Updated": false`, not an error.
+pub(crate) async fn scheduler_set_configuration(
+    State(s): State<AppState>,
+    Query(params): Query<Params>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let pretty = flag(&params, "pretty")?;
+    let parsed = crate::body::parse_json(&body).map_err(|e| {
+        ApiError::bad_request(format!("Error parsing scheduler config: {}", e.message))
+    })?;
+    let mut config: SchedulerConfiguration = if parsed.is_null() {
+        SchedulerConfiguration::default()
+    } else {
+        drover_structs::decode::decode(parsed, "SchedulerConfiguration")
+            .map_err(|e| ApiError::bad_request(format!("Error parsing scheduler config: {e}")))?
+    };
+    config.create_index = 0;
+    config.modify_index = 0;
+    config.validate().map_err(ApiError::bad_request)?;
+    let cas = match params.get("cas") {
+        None => None,
+        Some(v) => Some(
+            v.trim()
+                .parse::<u64>()
+                .map_err(|e| ApiError::bad_request(format!("Error parsing cas value: {e}")))?,
+        ),
+    };
+    let (updated, index) = s.server.set_scheduler_config(config, cas).await?;
+    let meta = QueryMeta::new(&s, index);
+    let body = json!({"Updated": updated, "Index": meta.index});
+    respond_json(&body, Some(meta), pretty)
+}
+
 /// `GET /v1/operator/raft/state-digest`: a digest of every state table on the server that
 /// answers (Drover's own; `?stale` to ask each server about itself without a read barrier).
 pub(crate) async fn state_digest(
@@ -119,6 +177,8 @@ pub(crate) async fn state_digest(
 #[cfg(test)]
 mod tests {
     use axum::http::{Method, StatusCode};
+
+    use serde_json::Value;
 
     use crate::test_support::{TestApi, web_job};
 
@@ -193,6 +253,171 @@ mod tests {
             api.get("/v1/job/dropped").await.status,
             StatusCode::NOT_FOUND
         );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn scheduler_configuration_reads_sets_with_check_and_set_and_refuses_bad_algorithms() {
+        let api = TestApi::start().await;
+        let r = api.get("/v1/operator/scheduler/configuration").await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+        let body = r.json();
+        assert_eq!(body["SchedulerConfig"]["SchedulerAlgorithm"], "binpack");
+        assert_eq!(
+            body["SchedulerConfig"]["PreemptionConfig"],
+            serde_json::json!({
+                "SystemSchedulerEnabled": true,
+                "SysBatchSchedulerEnabled": false,
+                "BatchSchedulerEnabled": false,
+                "ServiceSchedulerEnabled": false
+            })
+        );
+        assert_eq!(body["KnownLeader"], true);
+        assert!(body["Index"].as_u64().unwrap() > 0);
+
+        let spread = serde_json::json!({
+            "SchedulerAlgorithm": "spread",
+            "PreemptionConfig": {"ServiceSchedulerEnabled": true}
+        });
+        let r = api
+            .put("/v1/operator/scheduler/configuration?cas=0", &spread)
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+        let set = r.json();
+        assert_eq!(set["Updated"], true);
+        let index = set["Index"].as_u64().unwrap();
+        assert_eq!(r.index(), index);
+
+        let body = api.get("/v1/operator/scheduler/configuration").await.json();
+        let config = &body["SchedulerConfig"];
+        assert_eq!(config["SchedulerAlgorithm"], "spread");
+        assert_eq!(config["PreemptionConfig"]["ServiceSchedulerEnabled"], true);
+        assert_eq!(config["PreemptionConfig"]["SystemSchedulerEnabled"], false);
+        assert_eq!(config["ModifyIndex"].as_u64(), Some(index));
+        assert_eq!(body["Index"].as_u64(), Some(index));
+
+        // A stale check-and-set changes nothing and says so.
+        let r = api
+            .put(
+                "/v1/operator/scheduler/configuration?cas=1",
+                &serde_json::json!({"SchedulerAlgorithm": "binpack"}),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+        assert_eq!(r.json()["Updated"], false);
+
+        // Without cas an empty algorithm is stored and reported as binpack.
+        let r = api
+            .call(
+                Method::POST,
+                "/v1/operator/scheduler/configuration",
+                Some(r#"{"SchedulerAlgorithm": ""}"#),
+            )
+            .await;
+        assert_eq!(r.json()["Updated"], true, "{}", r.text());
+        let body = api.get("/v1/operator/scheduler/configuration").await.json();
+        assert_eq!(body["SchedulerConfig"]["SchedulerAlgorithm"], "binpack");
+
+        let r = api
+            .put(
+                "/v1/operator/scheduler/configuration",
+                &serde_json::json!({"SchedulerAlgorithm": "roundrobin"}),
+            )
+            .await;
+        assert_eq!(
+            (r.status, r.text().as_str()),
+            (
+                StatusCode::BAD_REQUEST,
+                "invalid scheduler algorithm: roundrobin"
+            )
+        );
+        let r = api
+            .put(
+                "/v1/operator/scheduler/configuration?cas=x",
+                &serde_json::json!({}),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST);
+        assert!(
+            r.text().starts_with("Error parsing cas value"),
+            "{}",
+            r.text()
+        );
+        let r = api
+            .put(
+                "/v1/operator/scheduler/configuration",
+                &serde_json::json!({"PauseEvalBroker": "yes"}),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST);
+        assert!(
+            r.text().starts_with(
+                "Error parsing scheduler config: SchedulerConfiguration: PauseEvalBroker"
+            ),
+            "{}",
+            r.text()
+        );
+    }
+
+    /// The node the single allocation of `job` was placed on.
+    async fn placed_node(api: &TestApi, job: &str) -> String {
+        for _ in 0..200 {
+            let allocs = api.get(&format!("/v1/job/{job}/allocations")).await.json();
+            if let Some(node) = allocs[0]["NodeID"].as_str() {
+                return node.to_string();
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        panic!("{job} was not placed");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_stored_algorithm_decides_where_the_scheduler_places() {
+        let api = TestApi::start().await;
+        api.register_node("n1").await;
+        api.register_node("n2").await;
+        api.register(web_job("first")).await;
+        let first = placed_node(&api, "first").await;
+        // Binpack (the default) puts the next job beside the first.
+        api.register(web_job("binpacked")).await;
+        assert_eq!(placed_node(&api, "binpacked").await, first);
+
+        let r = api
+            .put(
+                "/v1/operator/scheduler/configuration",
+                &serde_json::json!({"SchedulerAlgorithm": "spread"}),
+            )
+            .await;
+        assert_eq!(r.json()["Updated"], true, "{}", r.text());
+        api.register(web_job("spread")).await;
+        assert_ne!(placed_node(&api, "spread").await, first);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn pausing_the_eval_broker_holds_evaluations_until_resumed() {
+        let api = TestApi::start().await;
+        api.register_node("n1").await;
+        let pause = |paused: bool| serde_json::json!({"PauseEvalBroker": paused});
+        let r = api
+            .put("/v1/operator/scheduler/configuration", &pause(true))
+            .await;
+        assert_eq!(r.json()["Updated"], true, "{}", r.text());
+        let reg = api.register(web_job("held")).await;
+        let eval_uri = format!("/v1/evaluation/{}", reg["EvalID"].as_str().unwrap());
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        assert_eq!(api.get(&eval_uri).await.json()["Status"], "pending");
+
+        api.put("/v1/operator/scheduler/configuration", &pause(false))
+            .await;
+        placed_node(&api, "held").await;
+        let mut status = Value::Null;
+        for _ in 0..100 {
+            status = api.get(&eval_uri).await.json()["Status"].clone();
+            if status == "complete" {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        assert_eq!(status, "complete");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -35,7 +35,13 @@ pub struct RaftConfig {
     pub max_batch: usize,
     /// Proposals larger than this are refused with `RaftError::EntryTooLarge`.
     pub max_entry_bytes: usize,
+    /// Payload bytes of applied log entries kept in memory, newest first, for followers that
+    /// are a little behind; older applied payloads are read back from redb when needed.
+    pub log_memory_bytes: u64,
 }
+
+/// Default `log_memory_bytes`: a few plan entries of a thousand allocations.
+pub const DEFAULT_LOG_MEMORY_BYTES: u64 = 16 * 1024 * 1024;
 
 impl RaftConfig {
     /// A config with defaults close to Nomad's: 100 ms ticks, election after 10 ticks
@@ -52,6 +58,7 @@ impl RaftConfig {
             snapshot_threshold: 8192,
             max_batch: 4096,
             max_entry_bytes: DEFAULT_MAX_ENTRY_BYTES,
+            log_memory_bytes: DEFAULT_LOG_MEMORY_BYTES,
         }
     }
 

@@ -61,6 +61,8 @@ pub(crate) struct Driver<S: StateMachine> {
     tick_interval: Duration,
     max_batch: usize,
     snapshot_threshold: u64,
+    /// Applied log payload bytes kept in memory (`RaftConfig::log_memory_bytes`).
+    log_memory_bytes: u64,
     /// In index order: the driver appends them in order and answers them in order.
     pending: VecDeque<Pending>,
     applied: u64,
@@ -153,6 +155,7 @@ impl<S: StateMachine> Driver<S> {
             tick_interval: cfg.tick_interval,
             max_batch: cfg.max_batch,
             snapshot_threshold: cfg.snapshot_threshold,
+            log_memory_bytes: cfg.log_memory_bytes,
             pending: VecDeque::new(),
             applied: snapshot_index,
             leading: None,
@@ -373,6 +376,10 @@ impl<S: StateMachine> Driver<S> {
             self.apply(light.take_committed_entries())?;
             self.raw.advance_apply_to(self.applied);
             self.maybe_snapshot()?;
+            let applied = self.applied;
+            self.raw
+                .mut_store()
+                .release_applied(applied, self.log_memory_bytes);
         }
         self.fail_pending_if_deposed();
         self.settle_reads();
@@ -743,7 +750,7 @@ fn recover<S: StateMachine>(
     }
     let from = store.first_index();
     let to = store.last_index();
-    for entry in store.entries_between(from, to + 1) {
+    for entry in store.entries_between(from, to + 1, None)? {
         if entry.get_entry_type() == EntryType::EntryNormal && !entry.data.is_empty() {
             sm.apply(entry.index, &entry.data);
         }

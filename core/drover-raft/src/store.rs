@@ -1,9 +1,12 @@
 //! The Raft log, hard state, conf state and newest snapshot, kept in one redb file.
 //!
 //! Every entry after the newest snapshot is also kept in memory, so the `raft::Storage` reads
-//! that raft does on its hot path never touch the disk. The log tail is bounded by the snapshot
-//! threshold, and entries are small. Only the snapshot payload stays on disk: it is read when a
-//! follower needs it.
+//! that raft does on its hot path never touch the disk, but only its index and term once it is
+//! applied and older than the newest `tail_budget` bytes of payload (`release_applied`): a plan
+//! entry carries a thousand allocations, and thousands of them between two snapshots would
+//! otherwise hold gigabytes. A released payload is read back from redb when raft asks for it
+//! (a follower far behind). The snapshot payload stays on disk: it is read when a follower
+//! needs it.
 //!
 //! Writes happen in `write`: one redb transaction per call, so the driver's one call per Ready is
 //! one fsync for every entry in that Ready (group commit).
@@ -48,7 +51,13 @@ pub struct StorageStats {
     pub commits: u64,
     /// Of those, the ones committed with `Durability::Immediate` (an fsync each).
     pub durable_commits: u64,
+    /// Payload bytes of the log entries held in memory (the rest is read from redb).
+    pub log_bytes_in_memory: u64,
 }
+
+/// redb's page cache. Its default (1 GiB) is mostly written log pages the store never reads
+/// again: entries are served from memory, released ones rarely.
+const REDB_CACHE_BYTES: usize = 32 * 1024 * 1024;
 
 pub(crate) struct RedbStore {
     db: Database,
@@ -64,8 +73,11 @@ pub(crate) struct RedbStore {
     unsynced: bool,
     /// Metadata of the newest snapshot; index 0 means there is none.
     snapshot_meta: SnapshotMetadata,
-    /// Every entry after `snapshot_meta.index`, contiguous.
+    /// Every entry after `snapshot_meta.index`, contiguous. Entries up to `released_upto`
+    /// hold no payload here (only index, term and type): it is read from redb when asked for.
     entries: VecDeque<Entry>,
+    /// Highest index whose payload was released from memory (0: none).
+    released_upto: u64,
     stats: StorageStats,
 }
 
@@ -79,7 +91,10 @@ impl RedbStore {
                 source,
             })?;
         }
-        let db = Database::create(path).map_err(|e| RaftError::storage("open database", e))?;
+        let db = Database::builder()
+            .set_cache_size(REDB_CACHE_BYTES)
+            .create(path)
+            .map_err(|e| RaftError::storage("open database", e))?;
         let mut store = RedbStore {
             db,
             hard_state: HardState::default(),
@@ -91,6 +106,7 @@ impl RedbStore {
             unsynced: false,
             snapshot_meta: SnapshotMetadata::default(),
             entries: VecDeque::new(),
+            released_upto: 0,
             stats: StorageStats::default(),
         };
         store.load()?;
@@ -161,6 +177,7 @@ impl RedbStore {
                         entry.index
                     )));
                 }
+                self.stats.log_bytes_in_memory += entry.data.len() as u64;
                 self.entries.push_back(entry);
             }
         }
@@ -282,11 +299,106 @@ impl RedbStore {
         self.entries.get(usize::try_from(offset).ok()?)
     }
 
-    /// Entries `[low, high)`, clamped to what the log holds.
-    pub fn entries_between(&self, low: u64, high: u64) -> Vec<Entry> {
+    /// Entries `[low, high)`, clamped to what the log holds; released payloads are read back
+    /// from redb, but only about `max_bytes` of them (raft cuts the answer to that size).
+    pub fn entries_between(
+        &self,
+        low: u64,
+        high: u64,
+        max_bytes: Option<u64>,
+    ) -> Result<Vec<Entry>, RaftError> {
         let low = low.max(self.first_index());
         let high = high.min(self.last_index() + 1);
-        (low..high).filter_map(|i| self.entry(i).cloned()).collect()
+        let on_disk_end = high.min(self.released_upto + 1);
+        if low < on_disk_end {
+            let mut out = self.read_entries(low, on_disk_end, max_bytes)?;
+            if out.len() as u64 == on_disk_end - low {
+                out.extend((on_disk_end..high).filter_map(|i| self.entry(i).cloned()));
+            }
+            return Ok(out);
+        }
+        Ok((low..high).filter_map(|i| self.entry(i).cloned()).collect())
+    }
+
+    /// Entries `[low, high)` as stored in redb, stopping after the first one that passes
+    /// `max_bytes` of payload in total.
+    fn read_entries(
+        &self,
+        low: u64,
+        high: u64,
+        max_bytes: Option<u64>,
+    ) -> Result<Vec<Entry>, RaftError> {
+        let txn = self
+            .db
+            .begin_read()
+            .map_err(|e| RaftError::storage("begin log read", e))?;
+        let log = txn
+            .open_table(LOG)
+            .map_err(|e| RaftError::storage("open log table", e))?;
+        let rows = log
+            .range(low..high)
+            .map_err(|e| RaftError::storage("read log", e))?;
+        let mut out = Vec::new();
+        let mut bytes = 0u64;
+        for (expected, row) in (low..).zip(rows) {
+            let (key, value) = row.map_err(|e| RaftError::storage("read log", e))?;
+            let entry = Entry::parse_from_bytes(value.value()).map_err(|e| {
+                RaftError::CorruptStorage(format!("log entry {} does not decode: {e}", key.value()))
+            })?;
+            if entry.index != expected {
+                return Err(RaftError::CorruptStorage(format!(
+                    "log is not contiguous: expected entry {expected}, found {}",
+                    entry.index
+                )));
+            }
+            bytes += entry.data.len() as u64;
+            out.push(entry);
+            if max_bytes.is_some_and(|max| bytes > max) {
+                return Ok(out);
+            }
+        }
+        if out.len() as u64 != high - low {
+            return Err(RaftError::CorruptStorage(format!(
+                "log entries [{low}, {high}) are missing from the file"
+            )));
+        }
+        Ok(out)
+    }
+
+    /// Drops from memory the payloads of applied entries (every entry held here is already in
+    /// redb), oldest first, until at most `tail_budget` payload bytes remain or the next entry
+    /// is not applied yet. Raft reads unapplied entries to apply them, so those stay.
+    pub fn release_applied(&mut self, applied: u64, tail_budget: u64) {
+        while self.stats.log_bytes_in_memory > tail_budget {
+            let next = self.released_upto.max(self.snapshot_meta.index) + 1;
+            if next > applied {
+                break;
+            }
+            let Some(offset) = next
+                .checked_sub(self.first_index())
+                .and_then(|o| usize::try_from(o).ok())
+            else {
+                break;
+            };
+            let Some(entry) = self.entries.get_mut(offset) else {
+                break;
+            };
+            self.stats.log_bytes_in_memory -= entry.data.len() as u64;
+            entry.data = Default::default();
+            entry.context = Default::default();
+            self.released_upto = next;
+        }
+    }
+
+    fn forget_entries_bytes(&mut self, range: std::ops::Range<usize>) {
+        let released = self.released_upto;
+        let freed: u64 = self
+            .entries
+            .range(range)
+            .filter(|e| e.index > released)
+            .map(|e| e.data.len() as u64)
+            .sum();
+        self.stats.log_bytes_in_memory -= freed;
     }
 
     /// Replaces the hard state in memory; it is written by the next `write`.
@@ -444,10 +556,13 @@ impl RedbStore {
         // The transaction is in; mirror it in memory.
         if let Some(snap) = snapshot {
             if keep_tail {
-                let covered = snap.meta.index - self.snapshot_meta.index;
-                self.entries.drain(..covered as usize);
+                let covered = (snap.meta.index - self.snapshot_meta.index) as usize;
+                self.forget_entries_bytes(0..covered);
+                self.entries.drain(..covered);
             } else {
+                self.forget_entries_bytes(0..self.entries.len());
                 self.entries.clear();
+                self.released_upto = 0;
             }
             self.hard_state.commit = self.hard_state.commit.max(snap.meta.index);
             self.conf_state = snap.meta.get_conf_state().clone();
@@ -455,7 +570,11 @@ impl RedbStore {
         }
         if let Some(first) = entries.first() {
             let keep = (first.index - self.first_index()) as usize;
+            self.forget_entries_bytes(keep..self.entries.len());
             self.entries.truncate(keep);
+            self.released_upto = self.released_upto.min(first.index - 1);
+            self.stats.log_bytes_in_memory +=
+                entries.iter().map(|e| e.data.len() as u64).sum::<u64>();
             self.entries.extend(entries.iter().cloned());
         }
         self.persisted_hard_state = self.hard_state.clone();
@@ -505,8 +624,12 @@ impl Storage for RedbStore {
         if high > self.last_index() + 1 || low > high {
             return Err(raft::Error::Store(StorageError::Unavailable));
         }
-        let mut entries = self.entries_between(low, high);
-        raft::util::limit_size(&mut entries, max_size.into());
+        let max_size = max_size.into();
+        let mut entries = self.entries_between(low, high, max_size).map_err(|e| {
+            tracing::error!(low, high, error = %e, "cannot read log entries");
+            raft::Error::Store(StorageError::Unavailable)
+        })?;
+        raft::util::limit_size(&mut entries, max_size);
         Ok(entries)
     }
 
@@ -628,11 +751,49 @@ mod tests {
         assert_eq!(store.term_of(1), Some(1));
         assert_eq!(store.snapshot_data().unwrap(), b"fresh".to_vec());
         let datas: Vec<_> = store
-            .entries_between(2, 5)
+            .entries_between(2, 5, None)
+            .unwrap()
             .iter()
             .map(|e| e.data.to_vec())
             .collect();
         assert_eq!(datas, vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]);
+    }
+
+    #[test]
+    fn released_payloads_leave_memory_and_are_read_back_from_redb() {
+        let dir = TempDir::new("store-release");
+        let mut store = RedbStore::open(&dir.path().join("raft.redb")).unwrap();
+        store.bootstrap(&[1], PeerBook::new(), b"fresh").unwrap();
+        let batch: Vec<Entry> = (2..=9).map(|i| entry(i, 1, &[i as u8; 10])).collect();
+        store.write(None, &batch, true).unwrap();
+        assert_eq!(store.stats().log_bytes_in_memory, 80);
+
+        // Applied up to 5, budget 15 bytes: 2..=5 go (40 bytes), 6..=9 stay though over
+        // budget because they are not applied yet.
+        store.release_applied(5, 15);
+        assert_eq!(store.stats().log_bytes_in_memory, 40);
+        assert!(store.entry(5).unwrap().data.is_empty());
+        assert_eq!(store.entry(6).unwrap().data.len(), 10);
+        assert_eq!(store.term_of(3), Some(1));
+
+        let all = store.entries_between(2, 10, None).unwrap();
+        let datas: Vec<Vec<u8>> = all.iter().map(|e| e.data.to_vec()).collect();
+        let want: Vec<Vec<u8>> = (2..=9).map(|i| vec![i as u8; 10]).collect();
+        assert_eq!(datas, want);
+        // A size cap stops the read from disk after the entry that passes it.
+        assert_eq!(store.entries_between(2, 10, Some(15)).unwrap().len(), 2);
+
+        // A conflicting append over released entries replaces them and counts the new ones.
+        store.write(None, &[entry(4, 2, b"new")], true).unwrap();
+        assert_eq!(store.last_index(), 4);
+        assert_eq!(store.stats().log_bytes_in_memory, 3);
+        let datas: Vec<Vec<u8>> = store
+            .entries_between(2, 5, None)
+            .unwrap()
+            .iter()
+            .map(|e| e.data.to_vec())
+            .collect();
+        assert_eq!(datas, vec![vec![2u8; 10], vec![3u8; 10], b"new".to_vec()]);
     }
 
     #[test]
@@ -690,7 +851,7 @@ mod tests {
         let store = RedbStore::open(&path).unwrap();
         assert_eq!(store.last_index(), 2);
         assert_eq!(store.term_of(2), Some(2));
-        assert_eq!(store.entries_between(2, 3)[0].data.to_vec(), b"B".to_vec());
+        assert_eq!(store.entries_between(2, 3, None).unwrap()[0].data.to_vec(), b"B".to_vec());
     }
 
     #[test]

@@ -285,6 +285,7 @@ impl GenericScheduler<'_> {
                 penalty_nodes: penalty_nodes(prev),
                 preferred,
                 preempt: false,
+                alloc_name: p.name.clone(),
             };
             let (mut selected, mut metric) = stack.select(ctx, job, tg, &options, self.config);
             // Nomad's selectNextOption: with preemption enabled, a placement that fits nowhere
@@ -552,7 +553,11 @@ pub(crate) fn in_place_decision<'j>(
     };
     // Discount the allocation itself while checking that its new version fits.
     ctx.append_stop(existing, ALLOC_IN_PLACE, None, None);
-    let (selected, _) = stack.select_on(ctx, job, tg, &node, &SelectOptions::default(), config);
+    let options = SelectOptions {
+        alloc_name: existing.name.clone(),
+        ..Default::default()
+    };
+    let (selected, _) = stack.select_on(ctx, job, tg, &node, &options, config);
     ctx.pop_update(existing);
     let Some(sel) = selected else {
         return UpdateDecision::Destructive;

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use drover_structs::{
     ALLOC_CLIENT_RUNNING, ALLOC_DESIRED_RUN, AllocatedResources, AllocatedSharedResources,
-    AllocatedTaskResources, Allocation, DEFAULT_NAMESPACE, DEFAULT_REGION, DriverInfo,
+    AllocatedTaskResources, Allocation, CsiVolume, DEFAULT_NAMESPACE, DEFAULT_REGION, DriverInfo,
     EphemeralDisk, Evaluation, JOB_TYPE_BATCH, JOB_TYPE_SERVICE, JOB_TYPE_SYSBATCH,
     JOB_TYPE_SYSTEM, Job, NODE_ELIGIBLE, NODE_STATUS_READY, NetworkResource, Node, Plan,
     PlanResult, ReschedulePolicy, Resources, Task, TaskGroup, generate_id, time::now_nanos,
@@ -35,6 +35,9 @@ pub struct MemState {
     usage: HashMap<String, Arc<NodeAllocUsage>>,
     /// Answer `node_usage` (true by default); off, the scheduler sums each node's allocations.
     keep_usage: bool,
+    /// CSI volumes by (namespace, id), stored as the scheduler reads them (plugin health
+    /// already on them).
+    csi_volumes: BTreeMap<(String, String), Arc<CsiVolume>>,
 }
 
 impl Default for MemState {
@@ -48,6 +51,7 @@ impl Default for MemState {
             by_job: BTreeMap::new(),
             usage: HashMap::new(),
             keep_usage: true,
+            csi_volumes: BTreeMap::new(),
         }
     }
 }
@@ -66,6 +70,14 @@ impl MemState {
 
     pub fn alloc(&self, id: &str) -> Option<Arc<Allocation>> {
         self.allocs.get(id).cloned()
+    }
+
+    /// Writes a CSI volume as the scheduler will read it (set `schedulable` and the claims
+    /// as the test needs them).
+    pub fn put_csi_volume(&mut self, vol: CsiVolume) {
+        self.index += 1;
+        self.csi_volumes
+            .insert((vol.namespace.clone(), vol.id.clone()), Arc::new(vol));
     }
 
     /// Every allocation, in id order.
@@ -155,6 +167,43 @@ impl State for MemState {
             return None;
         }
         Some(self.usage.get(node_id).cloned().unwrap_or_default())
+    }
+
+    fn alloc(&self, id: &str) -> Option<Arc<Allocation>> {
+        self.allocs.get(id).cloned()
+    }
+
+    fn csi_volume(&self, namespace: &str, id: &str) -> Option<Arc<CsiVolume>> {
+        self.csi_volumes
+            .get(&(namespace.to_string(), id.to_string()))
+            .cloned()
+    }
+
+    /// Volumes the node's running (or to be run) allocations ask for, each counted once.
+    fn csi_volumes_per_plugin_on_node(&self, node_id: &str) -> BTreeMap<String, u64> {
+        let mut used: BTreeSet<(String, String)> = BTreeSet::new();
+        for a in self.allocs_by_node(node_id) {
+            if a.desired_status != ALLOC_DESIRED_RUN && a.client_status != ALLOC_CLIENT_RUNNING {
+                continue;
+            }
+            let Some(tg) = a
+                .job
+                .as_ref()
+                .and_then(|j| j.lookup_task_group(&a.task_group))
+            else {
+                continue;
+            };
+            for ask in crate::csi::csi_asks(tg) {
+                used.insert((a.namespace.clone(), ask.volume_id(&a.name)));
+            }
+        }
+        let mut out = BTreeMap::new();
+        for key in used {
+            if let Some(v) = self.csi_volumes.get(&key) {
+                *out.entry(v.plugin_id.clone()).or_insert(0) += 1;
+            }
+        }
+        out
     }
 }
 

@@ -8,10 +8,11 @@
 //! state only through the [`State`] trait, so tests drive it with an in-memory harness and servers
 //! with snapshots of their store.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use drover_structs::{
-    Allocation, EVAL_STATUS_FAILED, Evaluation, JOB_TYPE_BATCH, JOB_TYPE_SERVICE,
+    Allocation, CsiVolume, EVAL_STATUS_FAILED, Evaluation, JOB_TYPE_BATCH, JOB_TYPE_SERVICE,
     JOB_TYPE_SYSBATCH, JOB_TYPE_SYSTEM, Job, Node, Plan, PlanResult,
 };
 
@@ -20,6 +21,7 @@ pub mod harness;
 
 mod constraints;
 mod context;
+mod csi;
 mod feasible;
 mod generic;
 mod network;
@@ -77,6 +79,25 @@ impl Default for SchedulerConfig {
 }
 
 impl SchedulerConfig {
+    /// This configuration with the operator's settings applied (Nomad's stored
+    /// `SchedulerConfiguration`: the algorithm and the preemption switches); the dynamic port
+    /// range stays.
+    pub fn with_operator_config(self, op: &drover_structs::SchedulerConfiguration) -> Self {
+        let p = &op.preemption_config;
+        SchedulerConfig {
+            algorithm: if op.effective_algorithm() == drover_structs::SCHEDULER_ALGORITHM_SPREAD {
+                Algorithm::Spread
+            } else {
+                Algorithm::Binpack
+            },
+            preemption_system: p.system_scheduler_enabled,
+            preemption_sysbatch: p.sysbatch_scheduler_enabled,
+            preemption_batch: p.batch_scheduler_enabled,
+            preemption_service: p.service_scheduler_enabled,
+            ..self
+        }
+    }
+
     /// Whether placements of jobs of this type may preempt lower-priority allocations.
     pub fn preemption_enabled(&self, job_type: &str) -> bool {
         match job_type {
@@ -139,6 +160,22 @@ pub trait State: Send + Sync {
         let _ = node_id;
         None
     }
+    /// One allocation by id (terminal ones included); the CSI check looks up the holders of
+    /// a volume's write claims.
+    fn alloc(&self, id: &str) -> Option<Arc<Allocation>>;
+    /// A CSI volume with its plugin's health copied onto it (`Schedulable` and the plugin
+    /// counts, as Nomad's `CSIVolumeByID` answers). A state without CSI knows no volumes.
+    fn csi_volume(&self, namespace: &str, id: &str) -> Option<Arc<CsiVolume>> {
+        let _ = (namespace, id);
+        None
+    }
+    /// How many CSI volumes of each plugin the node's allocations use (Nomad's
+    /// `CSIVolumesByNodeID`, counted by plugin id), checked against the node plugin's
+    /// `MaxVolumes`.
+    fn csi_volumes_per_plugin_on_node(&self, node_id: &str) -> BTreeMap<String, u64> {
+        let _ = node_id;
+        BTreeMap::new()
+    }
 }
 
 pub use drover_structs::usage::NodeAllocUsage;
@@ -166,4 +203,34 @@ pub enum SchedulerError {
     Planner(String),
     #[error("plan for evaluation {0} was refused {1} times in a row")]
     MaxPlanAttempts(String, usize),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operator_config_sets_algorithm_and_preemption_and_keeps_ports() {
+        let base = SchedulerConfig {
+            min_dynamic_port: 30000,
+            ..Default::default()
+        };
+        assert_eq!(
+            base.with_operator_config(&drover_structs::SchedulerConfiguration::nomad_default()),
+            base
+        );
+        let mut op = drover_structs::SchedulerConfiguration {
+            scheduler_algorithm: "spread".into(),
+            ..Default::default()
+        };
+        op.preemption_config.service_scheduler_enabled = true;
+        let c = base.with_operator_config(&op);
+        assert_eq!(c.algorithm, Algorithm::Spread);
+        assert!(c.preemption_enabled(JOB_TYPE_SERVICE));
+        assert!(!c.preemption_enabled(JOB_TYPE_SYSTEM));
+        assert_eq!(c.min_dynamic_port, 30000);
+        // An empty algorithm is binpack.
+        op.scheduler_algorithm.clear();
+        assert_eq!(base.with_operator_config(&op).algorithm, Algorithm::Binpack);
+    }
 }

@@ -21,6 +21,7 @@ use drover_structs::{
 use crate::SchedulerConfig;
 use crate::constraints::{resolve_target, target_escapes};
 use crate::context::{EvalContext, GroupId, NodeUsage};
+use crate::csi::GroupCsi;
 use crate::feasible::{
     ClassId, ClassVerdict, FILTER_CLASS_INELIGIBLE, FILTER_MISSING_DRIVERS, FILTER_MISSING_NETWORK,
     GroupRequirements, has_drivers, has_network_mode,
@@ -69,6 +70,9 @@ pub(crate) struct SelectOptions {
     pub preferred: Option<Arc<Node>>,
     /// Evict lower-priority allocations when a node cannot take the placement otherwise.
     pub preempt: bool,
+    /// The name of the allocation being placed (`job.group[N]`): picks the volume of a
+    /// `per_alloc` CSI volume block.
+    pub alloc_name: String,
 }
 
 /// The chosen node and the resources the placement gets there.
@@ -107,6 +111,7 @@ struct GroupState<'j> {
     affinity_by_class: Option<Vec<Option<f64>>>,
     spread: Option<SpreadScorer>,
     distinct: Vec<DistinctProperty>,
+    csi: GroupCsi,
 }
 
 /// A `distinct_property` constraint: at most `allowed` allocations per property value.
@@ -167,6 +172,7 @@ impl<'j> GroupState<'j> {
             distinct,
             eligibility,
             group_id,
+            csi: GroupCsi::new(tg),
             req,
         }
     }
@@ -232,6 +238,12 @@ impl<'j> Stack<'j> {
             }
         }
         let g = self.group(ctx, job, tg);
+        self.groups[g].csi.begin(
+            ctx.state,
+            &job.namespace,
+            &job.id,
+            Some(&options.alloc_name),
+        );
         let Stack {
             kind,
             nodes,
@@ -268,6 +280,12 @@ impl<'j> Stack<'j> {
         config: &SchedulerConfig,
     ) -> (Option<Selected>, AllocMetric) {
         let g = self.group(ctx, job, tg);
+        self.groups[g].csi.begin(
+            ctx.state,
+            &job.namespace,
+            &job.id,
+            Some(&options.alloc_name),
+        );
         let nodes = [node.clone()];
         let mut facts = [NodeFacts::of(ctx, node)];
         let mut offset = 0;
@@ -300,6 +318,10 @@ impl<'j> Stack<'j> {
         node: &Arc<Node>,
     ) -> bool {
         let g = self.group(ctx, job, tg);
+        // An allocation that runs holds its volumes already: only constraints are checked.
+        self.groups[g]
+            .csi
+            .begin(ctx.state, &job.namespace, &job.id, None);
         let nodes = [node.clone()];
         let mut facts = [NodeFacts::of(ctx, node)];
         let mut offset = 0;
@@ -557,7 +579,7 @@ impl Pass<'_, '_, '_, '_> {
             }
         }
         let group_verdict = self.ctx.eligibility.group_status(self.g.eligibility, class);
-        match group_verdict {
+        let eligible = match group_verdict {
             ClassVerdict::Ineligible => {
                 filter_node(&mut self.metric, node, FILTER_CLASS_INELIGIBLE);
                 false
@@ -582,7 +604,13 @@ impl Pass<'_, '_, '_, '_> {
                     None => true,
                 }
             }
+        };
+        // Nomad's "available" checks: transient, so never memoised for the class.
+        if eligible && let Err(reason) = self.g.csi.check(self.ctx.state, node) {
+            filter_node(&mut self.metric, node, &reason);
+            return false;
         }
+        eligible
     }
 
     /// `distinct_hosts` and `distinct_property`, which depend on what is placed where.

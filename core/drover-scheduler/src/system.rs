@@ -391,7 +391,7 @@ impl SystemScheduler<'_> {
         out: &mut Outcome,
     ) {
         let now = now_nanos();
-        let options = SelectOptions {
+        let mut options = SelectOptions {
             preempt: self.config.preemption_enabled(&job.job_type),
             ..Default::default()
         };
@@ -405,6 +405,7 @@ impl SystemScheduler<'_> {
         }
         for (p, node) in place {
             let tg_name = p.tg.name.as_str();
+            options.alloc_name.clone_from(&p.name);
             let (selected, mut metric) =
                 stack.select_on(ctx, job, p.tg, node, &options, self.config);
             let Some(mut sel) = selected else {

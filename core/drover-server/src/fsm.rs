@@ -48,6 +48,11 @@ pub enum LogEntry {
         placed: Vec<Allocation>,
         evals: Vec<Evaluation>,
     },
+    /// Several plans' committed parts in one entry (the plan applier batches what queued up
+    /// while the previous entry committed); applied in order, as separate `PlanResults` would be.
+    PlanResultsBatch {
+        plans: Vec<PlanResultsPart>,
+    },
     AllocClientUpdate {
         updates: Vec<AllocClientUpdate>,
         evals: Vec<Evaluation>,
@@ -71,6 +76,15 @@ pub enum LogEntry {
         node_id: String,
         eligibility: String,
     },
+    /// The operator's scheduler configuration; with `cas`, only if the stored `ModifyIndex`
+    /// is still that value (0: none stored).
+    SchedulerConfigUpdate {
+        config: drover_structs::SchedulerConfiguration,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cas: Option<u64>,
+    },
+    /// CSI volumes and plugins (see `crate::csi`).
+    Csi(crate::csi::CsiEntry),
 }
 
 /// On the wire: `{"V":1,"E":{"JobRegister":{...}}}`. The entry is externally tagged so that
@@ -136,6 +150,16 @@ pub fn enforce_index_error(want: u64, have: u64) -> String {
             "Enforcing job modify index {want}: job exists with conflicting job modify index: {have}"
         )
     }
+}
+
+/// One plan's committed part inside a [`LogEntry::PlanResultsBatch`]; the fields mean what
+/// they mean in [`LogEntry::PlanResults`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PlanResultsPart {
+    pub job: Option<(String, String, u64)>,
+    pub stopped: Vec<Allocation>,
+    pub placed: Vec<Allocation>,
+    pub evals: Vec<Evaluation>,
 }
 
 impl LogEntry {
@@ -207,6 +231,14 @@ pub fn apply_entry(state: &StateStore, index: u64, entry: LogEntry) -> Result<()
                 job.and_then(|(ns, id, version)| state.snapshot().job_version(&ns, &id, version));
             state.upsert_plan_results(index, job, stopped, placed, evals);
         }
+        LogEntry::PlanResultsBatch { plans } => {
+            for p in plans {
+                let job: Option<Arc<Job>> = p
+                    .job
+                    .and_then(|(ns, id, version)| state.snapshot().job_version(&ns, &id, version));
+                state.upsert_plan_results(index, job, p.stopped, p.placed, p.evals);
+            }
+        }
         LogEntry::AllocClientUpdate { updates, evals } => {
             state.update_allocs_from_client(index, updates);
             if !evals.is_empty() {
@@ -250,6 +282,12 @@ pub fn apply_entry(state: &StateStore, index: u64, entry: LogEntry) -> Result<()
                 index,
                 message: e.to_string(),
             })?,
+        LogEntry::SchedulerConfigUpdate { config, cas } => {
+            if !state.set_scheduler_config(index, config, cas) {
+                return Err(FsmError::Rejected(crate::sched_config::CAS_REJECTED.into()));
+            }
+        }
+        LogEntry::Csi(entry) => crate::csi::apply_entry(state, index, entry)?,
     }
     Ok(())
 }
@@ -313,6 +351,55 @@ mod tests {
         assert!(e.to_string().contains("Bogus"), "{e}");
         let e = LogEntry::decode(br#"{"V":7,"E":{"EvalDelete":{"ids":[]}}}"#).unwrap_err();
         assert!(matches!(e, FsmError::UnknownVersion(7)));
+    }
+
+    #[test]
+    fn scheduler_config_entry_applies_and_a_stale_check_and_set_is_refused() {
+        let state = StateStore::new();
+        let spread = drover_structs::SchedulerConfiguration {
+            scheduler_algorithm: "spread".into(),
+            ..Default::default()
+        };
+        let entry = LogEntry::SchedulerConfigUpdate {
+            config: spread.clone(),
+            cas: Some(0),
+        };
+        let decoded = LogEntry::decode(&entry.encode()).unwrap();
+        apply_entry(&state, 7, decoded).unwrap();
+        let stored = state.snapshot().scheduler_config().unwrap();
+        assert_eq!(
+            (stored.scheduler_algorithm.as_str(), stored.modify_index),
+            ("spread", 7)
+        );
+
+        let stale = LogEntry::SchedulerConfigUpdate {
+            config: drover_structs::SchedulerConfiguration::default(),
+            cas: Some(3),
+        };
+        let err = apply_entry(&state, 8, stale).unwrap_err();
+        assert!(matches!(err, FsmError::Rejected(ref m) if m == crate::sched_config::CAS_REJECTED));
+        assert_eq!(
+            state
+                .snapshot()
+                .scheduler_config()
+                .unwrap()
+                .scheduler_algorithm,
+            "spread"
+        );
+        // Without check-and-set an empty algorithm is stored as binpack.
+        let plain = LogEntry::SchedulerConfigUpdate {
+            config: drover_structs::SchedulerConfiguration::default(),
+            cas: None,
+        };
+        apply_entry(&state, 9, plain).unwrap();
+        assert_eq!(
+            state
+                .snapshot()
+                .scheduler_config()
+                .unwrap()
+                .scheduler_algorithm,
+            "binpack"
+        );
     }
 
     #[test]

@@ -13,19 +13,25 @@ mod broker;
 mod cluster;
 #[cfg(test)]
 mod cluster_tests;
+pub mod csi;
+mod dispatch;
 pub mod fsm;
 mod heartbeat;
 mod identity;
 mod operator;
+mod periodic;
 pub mod plan_apply;
 mod routing;
 pub mod rpc;
+mod sched_config;
 mod sched_state;
 mod server;
 pub mod snapshot_archive;
+mod volume_watcher;
 mod worker;
 
 pub use broker::{BrokerError, BrokerStats, EvalBroker};
+pub use dispatch::{DispatchRequest, DispatchResult};
 pub use operator::{RaftMember, StateDigest};
 pub use routing::RPC_HOLD_TIMEOUT;
 pub use server::{RegisterResult, Server, ServerConfig};

@@ -41,18 +41,7 @@ impl Server {
         enforce_index: Option<u64>,
     ) -> Result<RegisterResult, ServerError> {
         validate::validate_job(&job).map_err(ServerError::Validation)?;
-        // Periodic launches and dispatch are not built yet: refuse rather than store a job
-        // that would never run.
-        if job.is_periodic() {
-            return Err(ServerError::BadRequest(
-                "periodic jobs are not supported yet".into(),
-            ));
-        }
-        if job.is_parameterized() {
-            return Err(ServerError::BadRequest(
-                "parameterized jobs (dispatch) are not supported yet".into(),
-            ));
-        }
+        crate::periodic::validate_time_zone(&job)?;
         match self
             .route(Request::RegisterJob { job, enforce_index })
             .await?
@@ -353,6 +342,7 @@ impl Server {
                     .await;
                 Ok(Reply::NodeAllocs { allocs, index })
             }
+            Request::Csi(request) => self.execute_csi(request).await,
             Request::AddPeer { id, address, name } => self
                 .add_peer_here(id, drover_raft::PeerInfo::new(address, name))
                 .await
@@ -361,6 +351,13 @@ impl Server {
                 .remove_peer_here(id, address.as_deref())
                 .await
                 .map(Reply::Index),
+            Request::SetSchedulerConfig { config, cas } => {
+                self.set_scheduler_config_here(config, cas).await
+            }
+            Request::PeriodicForce { namespace, job_id } => {
+                self.force_periodic_here(&namespace, &job_id).await
+            }
+            Request::DispatchJob(request) => self.dispatch_job_here(request).await,
         }
     }
 

@@ -71,6 +71,17 @@ pub enum Request {
         id: Option<u64>,
         address: Option<String>,
     },
+    SetSchedulerConfig {
+        config: drover_structs::SchedulerConfiguration,
+        cas: Option<u64>,
+    },
+    PeriodicForce {
+        namespace: String,
+        job_id: String,
+    },
+    DispatchJob(crate::dispatch::DispatchRequest),
+    /// CSI volume and plugin endpoints (see `crate::csi`).
+    Csi(crate::csi::CsiRequest),
 }
 
 impl Request {
@@ -99,6 +110,13 @@ pub enum Reply {
         allocs: Vec<Arc<Allocation>>,
         index: u64,
     },
+    /// A check-and-set write: whether it applied, and the index.
+    Updated {
+        updated: bool,
+        index: u64,
+    },
+    Dispatched(crate::dispatch::DispatchResult),
+    Csi(crate::csi::CsiReply),
 }
 
 /// Kinds of endpoint errors, so the caller rebuilds the same `ServerError` (and HTTP status).

@@ -100,10 +100,15 @@ pub(crate) struct Inner {
     pub plan_tx: mpsc::Sender<PlanRequest>,
     pub sched_config: SchedulerConfig,
     pub heartbeats: HeartbeatTimers,
+    pub periodic: crate::periodic::PeriodicDispatcher,
     /// Blocked evaluations by job: at most one per job.
     pub blocked: Mutex<HashMap<(String, String), Evaluation>>,
     pub shutdown_tx: watch::Sender<bool>,
     pub shutdown_rx: watch::Receiver<bool>,
+    /// CSI's calls to client agents, once the agent provides them.
+    pub csi: crate::csi::CsiServerState,
+    /// Frees the CSI volume claims of ended allocations; runs while leading.
+    pub volume_watcher: crate::volume_watcher::VolumeWatcher,
 }
 
 impl Inner {
@@ -160,6 +165,31 @@ impl Inner {
             if let Err(e) = self.apply(LogEntry::EvalUpdate { evals: vec![old] }).await {
                 tracing::warn!(error = %e, "cancelling duplicate blocked eval");
             }
+        }
+    }
+
+    /// A CSI volume appeared or had a claim freed: the blocked evaluations of the jobs that
+    /// ask for it get another try (claims change no node, so capacity changes do not cover
+    /// them).
+    pub fn unblock_evals_for_csi_volume(&self, namespace: &str, volume_id: &str) {
+        let snap = self.state.snapshot();
+        let evals: Vec<Evaluation> = {
+            let mut b = self.blocked.lock().unwrap_or_else(|e| e.into_inner());
+            let waiting: Vec<(String, String)> = b
+                .keys()
+                .filter(|(ns, job_id)| {
+                    ns == namespace
+                        && snap.job(ns, job_id).is_some_and(|job| {
+                            crate::volume_watcher::job_uses_csi_volume(&job, volume_id)
+                        })
+                })
+                .cloned()
+                .collect();
+            waiting.iter().filter_map(|k| b.remove(k)).collect()
+        };
+        if !evals.is_empty() {
+            tracing::debug!(count = evals.len(), volume = %volume_id, "unblocking evaluations waiting for a CSI volume");
+            self.broker.enqueue_all(evals);
         }
     }
 
@@ -272,15 +302,19 @@ impl Server {
             plan_tx,
             sched_config: SchedulerConfig::default(),
             heartbeats: HeartbeatTimers::default(),
+            periodic: Default::default(),
             blocked: Mutex::new(HashMap::new()),
             shutdown_tx,
             shutdown_rx,
+            csi: Default::default(),
+            volume_watcher: Default::default(),
         });
         tokio::spawn(run_plan_applier(inner.clone(), plan_rx));
         for id in 0..inner.config.num_schedulers.max(1) {
             tokio::spawn(crate::worker::run_worker(inner.clone(), id));
         }
         tokio::spawn(leader_loop(inner.clone()));
+        tokio::spawn(crate::csi::run_plugin_gc(inner.clone()));
         let server = Server { inner };
         endpoint.attach(server.clone());
         // A joining server asks to be added; a restarted one whose address changed (or whose
@@ -333,6 +367,8 @@ impl Server {
 
     pub fn shutdown(&self) {
         let _ = self.inner.shutdown_tx.send(true);
+        self.inner.periodic.stop();
+        self.inner.volume_watcher.stop();
         self.inner.broker.set_enabled(false);
         self.inner.raft.shutdown();
     }
@@ -345,6 +381,7 @@ impl Server {
     ) -> Result<RegisterResult, ServerError> {
         validate::validate_job(&job).map_err(ServerError::Validation)?;
         let existing = self.snapshot().job(&job.namespace, &job.id);
+        crate::periodic::check_update(existing.as_deref(), &job)?;
         // A quick refusal; the FSM checks again in log order, which is what makes it safe.
         if let Some(want) = enforce_index {
             let have = existing.as_ref().map(|j| j.job_modify_index).unwrap_or(0);
@@ -399,11 +436,18 @@ impl Server {
             return Err(ServerError::NotFound("job not found".into()));
         };
         let mut eval = Evaluation::for_job(&job, TRIGGER_JOB_DEREGISTER);
+        // A periodic or parameterized parent has no allocations to stop: no evaluation (its
+        // children are jobs of their own).
+        let evals = if job.is_periodic() || job.is_parameterized() {
+            Vec::new()
+        } else {
+            vec![eval.clone()]
+        };
         let entry = if purge {
             LogEntry::JobPurge {
                 namespace: namespace.into(),
                 job_id: job_id.into(),
-                evals: vec![eval.clone()],
+                evals: evals.clone(),
             }
         } else {
             let mut stopped = (*job).clone();
@@ -411,11 +455,15 @@ impl Server {
             stopped.submit_time = now_nanos();
             LogEntry::JobRegister {
                 job: stopped,
-                evals: vec![eval.clone()],
+                evals: evals.clone(),
                 enforce_index: None,
             }
         };
         let index = self.inner.apply(entry).await?;
+        crate::volume_watcher::reap_job_claims(self, &job).await;
+        if evals.is_empty() {
+            return Ok((String::new(), index));
+        }
         eval.create_index = index;
         eval.modify_index = index;
         self.inner.enqueue_when_due(eval.clone());
@@ -668,6 +716,8 @@ async fn leader_loop(inner: Arc<Inner>) {
             establish_leadership(&inner).await;
         } else if !is_leader && leading {
             leading = false;
+            inner.periodic.stop();
+            inner.volume_watcher.stop();
             inner.broker.set_enabled(false);
             inner.heartbeats.clear();
             inner
@@ -693,6 +743,8 @@ async fn leader_loop(inner: Arc<Inner>) {
 /// Restarts the leader's subsystems from the current state (after an operator restore
 /// replaced it under them).
 pub(crate) async fn reestablish_leadership(inner: &Arc<Inner>) {
+    inner.periodic.stop();
+    inner.volume_watcher.stop();
     inner.broker.set_enabled(false);
     inner.heartbeats.clear();
     inner
@@ -706,8 +758,11 @@ pub(crate) async fn reestablish_leadership(inner: &Arc<Inner>) {
 }
 
 async fn establish_leadership(inner: &Arc<Inner>) {
-    inner.broker.set_enabled(true);
     let snap = inner.state.snapshot();
+    // An operator may have paused the broker (scheduler configuration): it stays off.
+    inner
+        .broker
+        .set_enabled(!crate::sched_config::broker_paused(&snap));
     let mut pending = Vec::new();
     let mut blocked = Vec::new();
     for e in snap.evals() {
@@ -735,6 +790,8 @@ async fn establish_leadership(inner: &Arc<Inner>) {
             inner.heartbeats.reset(&n.id, grace);
         }
     }
+    inner.periodic.start(inner.clone());
+    inner.volume_watcher.start(inner.clone());
     tracing::info!(pending = np, blocked = nb, "leadership established");
 }
 

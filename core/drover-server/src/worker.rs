@@ -47,6 +47,7 @@ pub(crate) async fn run_worker(inner: Arc<Inner>, id: usize) {
             continue;
         }
         let snap = inner.state.snapshot();
+        let sched_config = crate::sched_config::effective(&inner.sched_config, &snap);
         let planner_inner = inner.clone();
         let handle = Handle::current();
         let eval_for_run = eval.clone();
@@ -59,7 +60,7 @@ pub(crate) async fn run_worker(inner: Arc<Inner>, id: usize) {
                 &SnapshotState(snap),
                 &mut planner,
                 &eval_for_run,
-                &planner_inner.sched_config,
+                &sched_config,
             )
         })
         .await;

@@ -8,10 +8,14 @@
 //! Must not depend on: Raft, the server, HTTP, drivers. Only drover-structs, imbl, serde and
 //! tokio's `sync` (for change notification).
 
+mod csi;
+mod periodic;
+mod scheduler_config;
 mod snapshot_codec;
 mod store;
 mod tables;
 
+pub use csi::{CsiStateError, CsiVolumeFilter};
 pub use snapshot_codec::{SNAPSHOT_VERSION, SnapshotError};
 pub use store::StateStore;
 pub use tables::{StateSnapshot, Table};

@@ -4,7 +4,9 @@
 
 use std::sync::Arc;
 
-use drover_structs::{Allocation, Evaluation, Job, JobSummary, Node};
+use drover_structs::{
+    Allocation, Evaluation, Job, JobSummary, Node, PeriodicLaunch, SchedulerConfiguration,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::store::StateStore;
@@ -33,6 +35,14 @@ struct Encoded {
     evals: Vec<Evaluation>,
     allocs: Vec<EncodedAlloc>,
     nodes: Vec<Node>,
+    #[serde(default)]
+    scheduler_config: Option<SchedulerConfiguration>,
+    #[serde(default)]
+    periodic_launches: Vec<PeriodicLaunch>,
+    #[serde(default)]
+    csi_volumes: Vec<drover_structs::CsiVolume>,
+    #[serde(default)]
+    csi_plugins: Vec<drover_structs::CsiPlugin>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -69,6 +79,14 @@ pub(crate) fn encode(s: &StateSnapshot) -> Vec<u8> {
             })
             .collect(),
         nodes: t.nodes.values().map(|n| (**n).clone()).collect(),
+        scheduler_config: t.scheduler_config.as_deref().cloned(),
+        periodic_launches: t
+            .periodic_launches
+            .values()
+            .map(|l| (**l).clone())
+            .collect(),
+        csi_volumes: t.csi_volumes.values().map(|v| (**v).clone()).collect(),
+        csi_plugins: t.csi_plugins.values().map(|p| (**p).clone()).collect(),
     };
     // Serialising plain data structs into a Vec cannot fail.
     serde_json::to_vec(&enc).unwrap_or_default()
@@ -143,6 +161,22 @@ fn decode(data: &[u8]) -> Result<Tables, SnapshotError> {
     }
     for n in enc.nodes {
         t.nodes.insert(n.id.clone(), Arc::new(n));
+    }
+    t.scheduler_config = enc.scheduler_config.map(Arc::new);
+    for l in enc.periodic_launches {
+        t.periodic_launches
+            .insert((l.namespace.clone(), l.id.clone()), Arc::new(l));
+    }
+    for v in enc.csi_volumes {
+        let k = (v.namespace.clone(), v.id.clone());
+        t.csi_volumes_by_plugin
+            .entry(v.plugin_id.clone())
+            .or_default()
+            .insert(k.clone());
+        t.csi_volumes.insert(k, Arc::new(v));
+    }
+    for p in enc.csi_plugins {
+        t.csi_plugins.insert(p.id.clone(), Arc::new(p));
     }
     Ok(t)
 }

@@ -81,7 +81,12 @@ impl StateStore {
     }
 
     /// Runs one write against a copy of the tables and publishes it.
-    fn write<R>(&self, index: u64, touched: &[Table], f: impl FnOnce(&mut Tables) -> R) -> R {
+    pub(crate) fn write<R>(
+        &self,
+        index: u64,
+        touched: &[Table],
+        f: impl FnOnce(&mut Tables) -> R,
+    ) -> R {
         let mut guard = self.tables.write().unwrap_or_else(|e| e.into_inner());
         let mut t = guard.clone();
         let r = f(&mut t);
@@ -107,7 +112,12 @@ impl StateStore {
     pub fn upsert_job(&self, index: u64, mut job: Job) {
         self.write(
             index,
-            &[Table::Jobs, Table::JobVersions, Table::JobSummary],
+            &[
+                Table::Jobs,
+                Table::JobVersions,
+                Table::JobSummary,
+                Table::PeriodicLaunch,
+            ],
             |t| {
                 let k = key(&job.namespace, &job.id);
                 match t.jobs.get(&k) {
@@ -129,6 +139,8 @@ impl StateStore {
                     }
                 }
                 job.modify_index = index;
+                crate::periodic::record_launch(t, &job, index);
+                crate::csi::job_written(t, &job, index);
                 ensure_summary(t, &job, index);
                 let job = Arc::new(job);
                 t.job_versions.insert((k.clone(), job.version), job.clone());
@@ -143,9 +155,15 @@ impl StateStore {
     pub fn delete_job(&self, index: u64, namespace: &str, id: &str) -> Result<(), StateError> {
         self.write(
             index,
-            &[Table::Jobs, Table::JobVersions, Table::JobSummary],
+            &[
+                Table::Jobs,
+                Table::JobVersions,
+                Table::JobSummary,
+                Table::PeriodicLaunch,
+            ],
             |t| {
                 let k = key(namespace, id);
+                crate::csi::job_deleted(t, namespace, id, index);
                 if t.jobs.remove(&k).is_none() {
                     return Err(StateError::JobNotFound {
                         namespace: namespace.into(),
@@ -161,6 +179,7 @@ impl StateStore {
                     t.job_versions.remove(&vk);
                 }
                 t.job_summaries.remove(&k);
+                t.periodic_launches.remove(&k);
                 Ok(())
             },
         )
@@ -334,7 +353,27 @@ impl StateStore {
                     if !existing.scheduling_eligibility.is_empty() {
                         node.scheduling_eligibility = existing.scheduling_eligibility.clone();
                     }
-                    node.events = existing.events.clone();
+                    // Events the client brings with its node (storage mounts and unmounts)
+                    // are added once; the node keeps Nomad's last 10.
+                    let mut events = existing.events.clone().unwrap_or_default();
+                    for e in node.events.take().unwrap_or_default() {
+                        let known = events.iter().any(|x| {
+                            x.timestamp == e.timestamp
+                                && x.message == e.message
+                                && x.details == e.details
+                        });
+                        if !known {
+                            events.push(NodeEvent {
+                                create_index: index,
+                                ..e
+                            });
+                        }
+                    }
+                    if events.len() > 10 {
+                        let excess = events.len() - 10;
+                        events.drain(..excess);
+                    }
+                    node.events = Some(events);
                 }
                 None => {
                     node.create_index = index;
@@ -354,6 +393,7 @@ impl StateStore {
             }
             node.modify_index = index;
             node.compute_class();
+            crate::csi::node_written(t, &node, index);
             t.nodes.insert(node.id.clone(), Arc::new(node));
         })
     }
@@ -450,7 +490,10 @@ impl UsagePending {
 fn put_alloc(t: &mut Tables, usage: &mut UsagePending, a: Allocation) {
     let old = t.allocs.get(&a.id).cloned();
     usage.track(t, old.as_deref(), &a);
-    t.allocs.insert(a.id.clone(), Arc::new(a));
+    let a = Arc::new(a);
+    t.allocs.insert(a.id.clone(), a.clone());
+    // Every caller stamps `ModifyIndex` with the write's index before storing.
+    crate::csi::alloc_written(t, old.as_deref(), &a);
 }
 
 fn index_alloc(t: &mut Tables, a: &Allocation) {
@@ -639,6 +682,45 @@ mod tests {
             client_status: ALLOC_CLIENT_PENDING.into(),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn node_events_a_client_brings_are_added_once_and_capped_at_ten() {
+        let s = StateStore::new();
+        let node = |events: Option<Vec<NodeEvent>>| Node {
+            id: "n1".into(),
+            datacenter: "dc1".into(),
+            events,
+            ..Default::default()
+        };
+        let mount = |t: &str| NodeEvent {
+            message: "Mount volume".into(),
+            subsystem: "Storage".into(),
+            timestamp: t.into(),
+            ..Default::default()
+        };
+        s.upsert_node(1, node(None));
+        s.upsert_node(2, node(Some(vec![mount("t1")])));
+        s.upsert_node(3, node(Some(vec![mount("t1"), mount("t2")])));
+        s.upsert_node(4, node(None));
+        let events = s.snapshot().node("n1").unwrap().events.clone().unwrap();
+        let messages: Vec<(&str, u64)> = events
+            .iter()
+            .map(|e| (e.message.as_str(), e.create_index))
+            .collect();
+        assert_eq!(
+            messages,
+            vec![
+                ("Node registered", 0),
+                ("Mount volume", 2),
+                ("Mount volume", 3)
+            ]
+        );
+        let many: Vec<NodeEvent> = (0..12).map(|i| mount(&format!("u{i:02}"))).collect();
+        s.upsert_node(5, node(Some(many)));
+        let events = s.snapshot().node("n1").unwrap().events.clone().unwrap();
+        assert_eq!(events.len(), 10);
+        assert_eq!(events[9].timestamp, "u11");
     }
 
     #[test]

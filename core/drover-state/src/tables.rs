@@ -17,16 +17,24 @@ pub enum Table {
     Evals,
     Allocs,
     Nodes,
+    SchedulerConfig,
+    PeriodicLaunch,
+    CsiVolumes,
+    CsiPlugins,
 }
 
 impl Table {
-    pub const ALL: [Table; 6] = [
+    pub const ALL: [Table; 10] = [
         Table::Jobs,
         Table::JobVersions,
         Table::JobSummary,
         Table::Evals,
         Table::Allocs,
         Table::Nodes,
+        Table::SchedulerConfig,
+        Table::PeriodicLaunch,
+        Table::CsiVolumes,
+        Table::CsiPlugins,
     ];
 
     pub fn name(self) -> &'static str {
@@ -37,6 +45,10 @@ impl Table {
             Table::Evals => "evals",
             Table::Allocs => "allocs",
             Table::Nodes => "nodes",
+            Table::SchedulerConfig => "scheduler_config",
+            Table::PeriodicLaunch => "periodic_launch",
+            Table::CsiVolumes => "csi_volumes",
+            Table::CsiPlugins => "csi_plugins",
         }
     }
 }
@@ -55,6 +67,15 @@ pub(crate) struct Tables {
     /// What each node's live allocations hold, kept in step with `allocs` by every write, so
     /// schedulers and the plan applier never sum a node's allocations themselves.
     pub node_usage: OrdMap<String, Arc<drover_structs::usage::NodeAllocUsage>>,
+    /// The operator's scheduler configuration; `None` until one is set.
+    pub scheduler_config: Option<Arc<drover_structs::SchedulerConfiguration>>,
+    /// Last launch of each periodic job.
+    pub periodic_launches: OrdMap<NsKey, Arc<drover_structs::PeriodicLaunch>>,
+    /// CSI volumes by (namespace, id), and their keys by plugin id.
+    pub csi_volumes: OrdMap<NsKey, Arc<drover_structs::CsiVolume>>,
+    pub csi_volumes_by_plugin: OrdMap<String, OrdSet<NsKey>>,
+    /// CSI plugins by id.
+    pub csi_plugins: OrdMap<String, Arc<drover_structs::CsiPlugin>>,
     pub indexes: OrdMap<Table, u64>,
     /// Raft index of the newest applied entry, whatever table it touched.
     pub latest_index: u64,

@@ -106,10 +106,13 @@ impl Job {
         self.periodic.as_ref().is_some_and(|p| !p.is_null())
     }
 
+    /// Nomad's `IsParameterized`: a dispatched child keeps the block but is a plain job.
     pub fn is_parameterized(&self) -> bool {
-        self.parameterized_job
-            .as_ref()
-            .is_some_and(|p| !p.is_null())
+        !self.dispatched
+            && self
+                .parameterized_job
+                .as_ref()
+                .is_some_and(|p| !p.is_null())
     }
 
     /// Whether two versions of a job differ in anything that needs new allocations (Nomad's
@@ -121,6 +124,8 @@ impl Job {
             || self.affinities != other.affinities
             || self.spreads != other.spreads
             || self.meta != other.meta
+            || self.periodic != other.periodic
+            || self.parameterized_job != other.parameterized_job
     }
 
     /// The list view of `GET /v1/jobs`.

@@ -6,11 +6,15 @@
 
 pub mod alloc;
 pub mod canonicalize;
+pub mod csi;
 pub mod decode;
+pub mod dispatch;
 pub mod eval;
 pub mod job;
 pub mod multierror;
 pub mod node;
+pub mod operator;
+pub mod periodic;
 pub mod plan;
 pub mod resources;
 pub mod summary;
@@ -19,10 +23,14 @@ pub mod usage;
 pub mod validate;
 
 pub use alloc::*;
+pub use csi::*;
+pub use dispatch::*;
 pub use eval::*;
 pub use job::*;
 pub use multierror::MultiError;
 pub use node::*;
+pub use operator::*;
+pub use periodic::*;
 pub use plan::*;
 pub use resources::*;
 pub use summary::*;

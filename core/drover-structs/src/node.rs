@@ -63,10 +63,12 @@ pub struct Node {
     pub events: Option<Vec<NodeEvent>>,
     #[serde(rename = "Drivers")]
     pub drivers: BTreeMap<String, DriverInfo>,
+    /// CSI controller instances running on the node, by plugin id.
     #[serde(rename = "CSIControllerPlugins")]
-    pub csi_controller_plugins: Option<serde_json::Value>,
+    pub csi_controller_plugins: Option<BTreeMap<String, crate::csi::CsiInfo>>,
+    /// CSI node instances running on the node, by plugin id.
     #[serde(rename = "CSINodePlugins")]
-    pub csi_node_plugins: Option<serde_json::Value>,
+    pub csi_node_plugins: Option<BTreeMap<String, crate::csi::CsiInfo>>,
     #[serde(rename = "HostVolumes")]
     pub host_volumes: Option<serde_json::Value>,
     #[serde(rename = "LastDrain")]

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use drover_client::ServerConn;
 use drover_rpc::{Faults, RpcClient};
+use drover_server::csi::{CsiReply, CsiRequest};
 use drover_server::rpc::{EndpointResult, ErrorKind, METHOD_ENDPOINT, Reply, Request};
+use drover_structs::csi::{CsiVolumeClaim, CsiVolumeClaimRequest, CsiVolumeClaimResponse};
 use drover_structs::{AllocClientUpdate, Allocation, Node};
 
 /// Time a call may take on the server, besides a blocking query's own wait.
@@ -113,6 +115,34 @@ impl ServerConn for RemoteServers {
             .await?
         {
             Reply::Index(_) => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn claim_csi_volume(
+        &self,
+        request: CsiVolumeClaimRequest,
+    ) -> Result<CsiVolumeClaimResponse, String> {
+        let request = Request::Csi(CsiRequest::Claim { request });
+        match self.call(&request, CALL_TIMEOUT).await? {
+            Reply::Csi(CsiReply::Claim(r)) => Ok(*r),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn unpublish_csi_volume(
+        &self,
+        namespace: &str,
+        volume_id: &str,
+        claim: CsiVolumeClaim,
+    ) -> Result<(), String> {
+        let request = Request::Csi(CsiRequest::Unpublish {
+            namespace: namespace.to_string(),
+            volume_id: volume_id.to_string(),
+            claim,
+        });
+        match self.call(&request, CALL_TIMEOUT).await? {
+            Reply::Csi(CsiReply::Index(_)) => Ok(()),
             other => Err(unexpected(other)),
         }
     }

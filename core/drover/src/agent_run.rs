@@ -12,6 +12,7 @@ use drover_abi::Driver;
 use drover_client::{Client, ClientConfig, ServerConn};
 use drover_plugin_host::DriverCatalog;
 use drover_server::{Server, ServerConfig};
+use drover_structs::csi::{CsiVolumeClaim, CsiVolumeClaimRequest, CsiVolumeClaimResponse};
 use drover_structs::{AllocClientUpdate, Allocation, Node};
 use serde_json::json;
 
@@ -53,6 +54,27 @@ impl ServerConn for LocalServer {
             .map(|_| ())
             .map_err(|e| e.to_string())
     }
+    async fn claim_csi_volume(
+        &self,
+        request: CsiVolumeClaimRequest,
+    ) -> Result<CsiVolumeClaimResponse, String> {
+        self.0
+            .claim_csi_volume(request)
+            .await
+            .map_err(|e| e.to_string())
+    }
+    async fn unpublish_csi_volume(
+        &self,
+        namespace: &str,
+        volume_id: &str,
+        claim: CsiVolumeClaim,
+    ) -> Result<(), String> {
+        self.0
+            .unpublish_csi_volume(namespace, volume_id, claim)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
 }
 
 /// The HTTP layer's view of the client.
@@ -75,6 +97,12 @@ impl drover_http::NodeClient for HttpClient {
             "AllocationsKnown": self.0.alloc_count(),
         })
     }
+    fn alloc_stats(&self, alloc_id: &str, task: Option<&str>) -> Option<serde_json::Value> {
+        let usage = self.0.alloc_stats(alloc_id, task)?;
+        serde_json::to_value(usage)
+            .inspect_err(|e| tracing::warn!(error = %e, "encoding allocation stats"))
+            .ok()
+    }
 }
 
 /// The drivers this agent offers: the built-ins (registered here, the one place that names
@@ -95,6 +123,15 @@ fn driver_catalog(
     if let Some(dir) = plugin_dir {
         catalog.load_plugin_dir(dir)?;
     }
+    catalog.configure(&plugin_configs(file, dev))?;
+    Ok(catalog.into_map())
+}
+
+/// Each driver's plugin config: its `plugin` block, plus what the agent decides for the
+/// built-ins. Nomad's dev agent enables raw_exec (an explicit `enabled` in the file still
+/// wins; anywhere else raw_exec stays disabled), and the client's `chroot_env` is the exec
+/// driver's (unless its plugin block sets one).
+fn plugin_configs(file: &AgentFile, dev: bool) -> BTreeMap<String, serde_json::Value> {
     let mut configs: BTreeMap<String, serde_json::Value> = file
         .plugin
         .clone()
@@ -102,7 +139,6 @@ fn driver_catalog(
         .into_iter()
         .map(|(name, block)| (name, block.config.unwrap_or_else(|| json!({}))))
         .collect();
-    // Nomad's dev agent enables raw_exec.
     if dev {
         let raw = configs
             .entry("raw_exec".into())
@@ -111,8 +147,13 @@ fn driver_catalog(
             raw["enabled"] = json!(true);
         }
     }
-    catalog.configure(&configs)?;
-    Ok(catalog.into_map())
+    if let Some(chroot_env) = file.client.as_ref().and_then(|c| c.chroot_env.as_ref()) {
+        let exec = configs.entry("exec".into()).or_insert_with(|| json!({}));
+        if exec.get("chroot_env").is_none() {
+            exec["chroot_env"] = json!(chroot_env);
+        }
+    }
+    configs
 }
 
 pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
@@ -251,6 +292,9 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             None => Client::start(cc, Arc::new(RemoteServers::new(remote_servers.clone()))).await,
         }
         .context("starting client")?;
+        if let Some(server) = &server {
+            crate::agent_csi::wire(server, &c);
+        }
         client = Some(c);
     }
 
@@ -473,6 +517,44 @@ mod tests {
 
     fn config(args: &AgentArgs, file: &AgentFile, dev: bool) -> ServerConfig {
         server_config(args, file, std::path::Path::new("/d"), dev, "global", "dc1").unwrap()
+    }
+
+    fn driver_settings(hcl: &str, dev: bool) -> BTreeMap<String, serde_json::Value> {
+        plugin_configs(&parse_str(hcl, "agent.hcl").unwrap(), dev)
+    }
+
+    #[test]
+    fn raw_exec_is_enabled_only_by_dev_mode_or_the_config_file() {
+        assert_eq!(driver_settings("", true)["raw_exec"]["enabled"], true);
+        assert!(!driver_settings("", false).contains_key("raw_exec"));
+        let block = |enabled: bool| {
+            format!("plugin \"raw_exec\" {{\n  config {{ enabled = {enabled} }}\n}}\n")
+        };
+        assert_eq!(
+            driver_settings(&block(false), true)["raw_exec"]["enabled"],
+            false
+        );
+        assert_eq!(
+            driver_settings(&block(true), false)["raw_exec"]["enabled"],
+            true
+        );
+    }
+
+    #[test]
+    fn client_chroot_env_reaches_the_exec_driver_unless_its_plugin_block_sets_one() {
+        let client = "client {\n  chroot_env {\n    \"/usr\" = \"/usr\"\n  }\n}\n";
+        assert_eq!(
+            driver_settings(client, false)["exec"]["chroot_env"],
+            json!({"/usr": "/usr"})
+        );
+        let both = format!(
+            "{client}plugin \"exec\" {{\n  config {{\n    chroot_env = {{ \"/etc\" = \"/etc\" }}\n  }}\n}}\n"
+        );
+        assert_eq!(
+            driver_settings(&both, false)["exec"]["chroot_env"],
+            json!({"/etc": "/etc"})
+        );
+        assert!(!driver_settings("", false).contains_key("exec"));
     }
 
     #[test]

@@ -82,8 +82,30 @@ pub struct ClientBlock {
     #[serde(deserialize_with = "one_or_many_blocks")]
     pub server_join: Option<ServerJoin>,
     pub options: Option<BTreeMap<String, String>>,
+    /// Nomad's `chroot_env { "/host/path" = "/path/in/task" }`: what exec tasks see of the
+    /// host. Handed to the exec driver as its plugin config's `chroot_env`.
+    #[serde(deserialize_with = "one_or_many_maps")]
+    pub chroot_env: Option<BTreeMap<String, String>>,
     #[serde(flatten)]
     pub other: BTreeMap<String, Value>,
+}
+
+/// A map block that hcl-rs may hand over as a one-element array of maps: accept both.
+fn one_or_many_maps<'de, D>(d: D) -> Result<Option<BTreeMap<String, String>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(BTreeMap<String, String>),
+        Many(Vec<BTreeMap<String, String>>),
+    }
+    Ok(match Option::<OneOrMany>::deserialize(d)? {
+        None => None,
+        Some(OneOrMany::One(map)) => Some(map),
+        Some(OneOrMany::Many(maps)) => Some(maps.into_iter().flatten().collect()),
+    })
 }
 
 /// The `server_join` block (Nomad's; only `retry_join` is acted on).
@@ -163,6 +185,30 @@ fn normalize_plugin_blocks(v: &mut Value) {
     }
 }
 
+/// Nomad's agent files are HCL1, where `chroot_env { "/host" = "/task" }` is a block with quoted
+/// keys; HCL2 (hcl-rs) only takes quoted keys in an object, `chroot_env = { ... }`. Turns the
+/// block into that object (same content, one `=` added), leaving every other text alone.
+fn chroot_env_block_as_object(text: &str) -> std::borrow::Cow<'_, str> {
+    const KEY: &str = "chroot_env";
+    let mut out = String::new();
+    let mut copied = 0;
+    for (at, _) in text.match_indices(KEY) {
+        let before = text[..at].chars().next_back();
+        let starts_word = before.is_none_or(|c| c.is_whitespace() || c == '{' || c == ';');
+        let after = &text[at + KEY.len()..];
+        if starts_word && after.trim_start().starts_with('{') {
+            out.push_str(&text[copied..at + KEY.len()]);
+            out.push_str(" =");
+            copied = at + KEY.len();
+        }
+    }
+    if copied == 0 {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    out.push_str(&text[copied..]);
+    std::borrow::Cow::Owned(out)
+}
+
 /// Parses one agent config file (HCL or JSON).
 pub fn parse_file(path: &Path) -> anyhow::Result<AgentFile> {
     let text = std::fs::read_to_string(path)
@@ -174,7 +220,7 @@ pub fn parse_str(text: &str, name: &str) -> anyhow::Result<AgentFile> {
     let mut value: Value = if text.trim_start().starts_with('{') {
         serde_json::from_str(text).with_context(|| format!("{name}: invalid JSON"))?
     } else {
-        match hcl::from_str::<Value>(text) {
+        match hcl::from_str::<Value>(&chroot_env_block_as_object(text)) {
             Ok(v) => v,
             Err(e) => bail!("{name}: {e}"),
         }
@@ -283,6 +329,32 @@ client {
         assert_eq!(s.server_join.unwrap().retry_join.len(), 2);
         assert!(s.other.is_empty(), "{:?}", s.other);
         assert_eq!(f.client.unwrap().servers.unwrap(), vec!["10.0.0.1:4647"]);
+    }
+
+    #[test]
+    fn client_chroot_env_is_read_with_quoted_host_paths() {
+        let f = parse_str(
+            r#"
+client {
+  enabled = true
+  chroot_env {
+    "/usr/bin/local" = "/usr/local"
+    "/etc"           = "/etc"
+  }
+}
+"#,
+            "agent.hcl",
+        )
+        .unwrap();
+        let c = f.client.unwrap();
+        assert!(c.other.is_empty(), "{:?}", c.other);
+        assert_eq!(
+            c.chroot_env.unwrap(),
+            BTreeMap::from([
+                ("/etc".to_string(), "/etc".to_string()),
+                ("/usr/bin/local".to_string(), "/usr/local".to_string()),
+            ])
+        );
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 mod agent;
 mod agent_client_api;
+mod agent_csi;
 mod agent_remote;
 mod agent_run;
 mod cli;

@@ -13,17 +13,19 @@ use drover_abi::{
 };
 use nix::errno::Errno;
 
+use crate::caps::{CapSet, kernel_last_cap};
 use crate::cgroup::{self, Layout, TaskCgroup};
 use crate::isolate::{CommandSpec, IsolateError, IsolatedCommand, Step, spawn_isolated};
-use crate::plugin_config::{PluginConfig, parse_plugin_config};
+use crate::plugin_config::{IsolationMode, PluginConfig, parse_plugin_config};
+use crate::rewrite::PathRewrite;
+use crate::rootfs::TaskRoot;
 use crate::shared::fifo::open_fifo_writer;
-use crate::shared::lookup::resolve_command;
 use crate::shared::procfs;
-use crate::shared::task_config::parse_command_config;
 use crate::shared::task_state::{ProcessState, TASK_STATE_VERSION};
 use crate::shared::time::unix_nanos_now;
 use crate::shared::user::resolve_user;
 use crate::shared::watch::{ExitHook, ProcessWatch};
+use crate::task_config::{ExecTaskConfig, parse_exec_config};
 
 /// Name jobs use in `driver = "exec"`.
 pub const DRIVER_NAME: &str = "exec";
@@ -31,7 +33,13 @@ pub const DRIVER_NAME: &str = "exec";
 /// Sent by `stop_task` when the task has no `kill_signal`.
 const DEFAULT_STOP_SIGNAL: i32 = libc::SIGTERM;
 
-/// The namespaces every task gets, as named under /proc/self/ns.
+/// Nomad's fingerprint text for a driver that needs root (its DriverRequiresRootMessage).
+const REQUIRES_ROOT: &str = "Driver must run as root";
+
+/// Nomad runs exec tasks without a `user` as nobody.
+const DEFAULT_USER: &str = "nobody";
+
+/// The namespaces a task may get, as named under /proc/self/ns.
 const NAMESPACES: [&str; 4] = ["pid", "mnt", "ipc", "uts"];
 
 struct IsolatedTask {
@@ -42,10 +50,25 @@ struct IsolatedTask {
 }
 
 /// Runs tasks isolated in namespaces with cgroup limits. Cheap to share: methods take `&self`.
-#[derive(Default)]
 pub struct ExecDriver {
     plugin_config: Mutex<PluginConfig>,
     tasks: Mutex<HashMap<String, Arc<IsolatedTask>>>,
+    /// The kernel's highest capability number, and the set up to it.
+    last_cap: u32,
+    supported_caps: CapSet,
+}
+
+impl Default for ExecDriver {
+    fn default() -> Self {
+        let last_cap = kernel_last_cap();
+        let supported_caps = CapSet::supported(last_cap);
+        ExecDriver {
+            plugin_config: Mutex::new(PluginConfig::defaults(supported_caps)),
+            tasks: Mutex::default(),
+            last_cap,
+            supported_caps,
+        }
+    }
 }
 
 fn start_failed(recoverable: bool) -> impl Fn(String) -> DriverError {
@@ -81,6 +104,18 @@ impl ExecDriver {
         self.tasks.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    fn plugin_config(&self) -> PluginConfig {
+        self.plugin_config
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn parse_task_config(&self, config: &serde_json::Value) -> Result<ExecTaskConfig, DriverError> {
+        parse_exec_config(config, self.supported_caps)
+            .map_err(|e| DriverError::InvalidConfig(e.to_string()))
+    }
+
     fn task(&self, task_id: &str) -> Result<Arc<IsolatedTask>, DriverError> {
         self.tasks()
             .get(task_id)
@@ -91,7 +126,7 @@ impl ExecDriver {
     /// Whether this host can run exec tasks; the cgroup layout to use if so, otherwise why not.
     fn readiness(&self) -> Result<Layout, String> {
         if !nix::unistd::geteuid().is_root() {
-            return Err("exec driver must run as root".to_string());
+            return Err(REQUIRES_ROOT.to_string());
         }
         if let Some(missing) = NAMESPACES
             .iter()
@@ -99,12 +134,7 @@ impl ExecDriver {
         {
             return Err(format!("kernel lacks {missing} namespaces"));
         }
-        let parent = self
-            .plugin_config
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .cgroup_parent
-            .clone();
+        let parent = self.plugin_config().cgroup_parent;
         cgroup::detect(parent.as_deref()).map_err(|e| e.to_string())
     }
 
@@ -112,14 +142,37 @@ impl ExecDriver {
     fn launch(
         &self,
         config: &TaskConfig,
+        task_config: &ExecTaskConfig,
         cgroup: &TaskCgroup,
     ) -> Result<(Arc<ProcessWatch>, u64), DriverError> {
-        let command = parse_command_config(&config.driver_config)
-            .map_err(|e| DriverError::InvalidConfig(e.to_string()))?;
-        let run_as = resolve_user(&config.user).map_err(|e| start_failed(false)(e.to_string()))?;
-        let env_path = config.env.get("PATH").map(String::as_str);
-        let program = resolve_command(&config.task_dir, &command.command, env_path)
+        let plugin = self.plugin_config();
+        let isolation = task_config
+            .isolation(&plugin, self.supported_caps)
             .map_err(|e| start_failed(false)(e.to_string()))?;
+        let user = if config.user.is_empty() {
+            DEFAULT_USER
+        } else {
+            config.user.as_str()
+        };
+        let run_as = resolve_user(user).map_err(|e| start_failed(false)(e.to_string()))?;
+        let root = TaskRoot::prepare(&config.task_dir, &config.alloc_dir, &plugin.chroot_env)
+            .map_err(|e| start_failed(false)(format!("preparing the task root: {e}")))?;
+        // The client passes host paths; inside the root the task has Nomad's /local, /alloc...
+        let rewrite = PathRewrite::for_task(config);
+        let env = rewrite.apply_env(&config.env);
+        let args: Vec<String> = task_config
+            .command
+            .args
+            .iter()
+            .map(|a| rewrite.apply(a))
+            .collect();
+        let command = rewrite.apply(&task_config.command.command);
+        let program = root
+            .find_command(&command, env.get("PATH").map(String::as_str))
+            .map_err(|e| start_failed(false)(e.to_string()))?;
+        let mounts = root
+            .mount_plan()
+            .map_err(|e| start_failed(false)(format!("preparing the task root: {e}")))?;
         let stdout = open_fifo_writer(&config.stdout_path)
             .map_err(|e| start_failed(true)(format!("connecting stdout: {e}")))?;
         let stderr = open_fifo_writer(&config.stderr_path)
@@ -129,23 +182,30 @@ impl ExecDriver {
         let procs = cgroup.procs_files();
         let isolated = IsolatedCommand::new(CommandSpec {
             program: &program,
-            args: &command.args,
-            env: &config.env,
-            task_dir: &config.task_dir,
+            args: &args,
+            env: &env,
+            root: root.root(),
+            mounts,
+            no_pivot_root: plugin.no_pivot_root,
             hostname: &config.name,
             cgroup_procs: &procs,
             stdin: OwnedFd::from(stdin),
             stdout: OwnedFd::from(stdout),
             stderr: OwnedFd::from(stderr),
             run_as,
+            caps: isolation.caps,
+            last_cap: self.last_cap,
+            new_pid_namespace: isolation.pid_mode == IsolationMode::Private,
+            new_ipc_namespace: isolation.ipc_mode == IsolationMode::Private,
         })
         .map_err(|e| start_failed(false)(e.to_string()))?;
         let pid = spawn_isolated(&isolated).map_err(|e| {
             let permanent = matches!(
                 e,
                 IsolateError::ChildSetup {
-                    step: Step::Exec | Step::ChangeDir | Step::SwitchUser,
+                    step: Step::Exec | Step::ChangeDir | Step::SwitchUser | Step::BuildRoot,
                     errno: Errno::ENOENT | Errno::EACCES | Errno::ENOEXEC | Errno::EPERM,
+                    ..
                 }
             );
             start_failed(!permanent)(format!("starting {}: {e}", program.display()))
@@ -199,8 +259,8 @@ impl Driver for ExecDriver {
     }
 
     fn set_config(&self, config: &serde_json::Value) -> Result<(), DriverError> {
-        let parsed =
-            parse_plugin_config(config).map_err(|e| DriverError::InvalidConfig(e.to_string()))?;
+        let parsed = parse_plugin_config(config, self.supported_caps)
+            .map_err(|e| DriverError::InvalidConfig(e.to_string()))?;
         *self
             .plugin_config
             .lock()
@@ -214,8 +274,8 @@ impl Driver for ExecDriver {
             // Running a command inside the task's namespaces would need an nsenter-style
             // helper; not implemented.
             exec: false,
-            // Tasks see the host filesystem (with their own /proc): no chroot is built.
-            fs_isolation: FsIsolation::None,
+            // Tasks see their task directory as `/`, with chroot_env bound read-only in it.
+            fs_isolation: FsIsolation::Chroot,
             network_isolation: false,
             mount_configs: false,
         }
@@ -228,8 +288,13 @@ impl Driver for ExecDriver {
                 health_description: format!("Healthy (cgroup v{})", layout.version()),
                 attributes: BTreeMap::from([(format!("driver.{DRIVER_NAME}"), "1".to_string())]),
             },
+            // As in Nomad: not root means not detected at all; otherwise unhealthy.
             Err(why) => Fingerprint {
-                health: HealthState::Unhealthy,
+                health: if why == REQUIRES_ROOT {
+                    HealthState::Undetected
+                } else {
+                    HealthState::Unhealthy
+                },
                 health_description: why,
                 attributes: BTreeMap::new(),
             },
@@ -237,14 +302,11 @@ impl Driver for ExecDriver {
     }
 
     fn validate_task_config(&self, config: &serde_json::Value) -> Result<(), DriverError> {
-        parse_command_config(config)
-            .map(drop)
-            .map_err(|e| DriverError::InvalidConfig(e.to_string()))
+        self.parse_task_config(config).map(drop)
     }
 
     fn start_task(&self, config: &TaskConfig) -> Result<TaskHandle, DriverError> {
-        parse_command_config(&config.driver_config)
-            .map_err(|e| DriverError::InvalidConfig(e.to_string()))?;
+        let task_config = self.parse_task_config(&config.driver_config)?;
         let layout = self.readiness().map_err(start_failed(false))?;
         let already_started =
             || DriverError::Other(format!("task with ID {:?} already started", config.id));
@@ -253,7 +315,7 @@ impl Driver for ExecDriver {
         }
         let cgroup = TaskCgroup::create(&layout, &config.id, &config.resources)
             .map_err(|e| start_failed(false)(format!("setting up the task cgroup: {e}")))?;
-        let (watch, start_ticks) = match self.launch(config, &cgroup) {
+        let (watch, start_ticks) = match self.launch(config, &task_config, &cgroup) {
             Ok(launched) => launched,
             Err(e) => {
                 // The start error is what the caller needs; a leftover empty cgroup is harmless.

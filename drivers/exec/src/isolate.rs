@@ -1,5 +1,7 @@
-//! Starting a task process with clone(2) in new PID, mount, IPC and UTS namespaces, so the
-//! task's command is PID 1 of its own namespace, with no intermediate process.
+//! Starting a task process with clone(2) in new mount and UTS namespaces (and PID and IPC ones
+//! unless the task shares the host's), so the task's command is PID 1 of its own namespace,
+//! with no intermediate process. The child builds the task root (see `rootfs`), enters it with
+//! pivot_root(2), narrows its capabilities to the task's set, switches user and execs.
 //!
 //! Everything the child needs is prepared before the clone: after clone in a multi-threaded
 //! parent only async-signal-safe calls are allowed (another thread may hold the allocator's
@@ -15,6 +17,8 @@ use nix::fcntl::OFlag;
 use nix::sched::CloneFlags;
 use thiserror::Error;
 
+use crate::caps::CapSet;
+use crate::mounts::MountPlan;
 use crate::shared::user::{RunAs, switch_user};
 
 /// The child's stack. It runs only the short setup below before exec replaces it.
@@ -29,28 +33,34 @@ const MAX_HOSTNAME_LEN: usize = 64;
 pub enum Step {
     JoinCgroup = 1,
     PrivateMounts,
-    MountProc,
+    BuildRoot,
+    EnterRoot,
     SetHostname,
     NewSession,
     ChangeDir,
     RedirectStdio,
     ResetSignals,
+    LimitCapabilities,
     SwitchUser,
+    SetCapabilities,
     Exec,
 }
 
 impl Step {
     fn from_code(code: u32) -> Option<Step> {
-        const ALL: [Step; 10] = [
+        const ALL: [Step; 13] = [
             Step::JoinCgroup,
             Step::PrivateMounts,
-            Step::MountProc,
+            Step::BuildRoot,
+            Step::EnterRoot,
             Step::SetHostname,
             Step::NewSession,
             Step::ChangeDir,
             Step::RedirectStdio,
             Step::ResetSignals,
+            Step::LimitCapabilities,
             Step::SwitchUser,
+            Step::SetCapabilities,
             Step::Exec,
         ];
         ALL.into_iter().find(|s| *s as u32 == code)
@@ -60,13 +70,16 @@ impl Step {
         match self {
             Step::JoinCgroup => "joining the task cgroup",
             Step::PrivateMounts => "making mounts private",
-            Step::MountProc => "mounting /proc",
+            Step::BuildRoot => "building the task root",
+            Step::EnterRoot => "entering the task root",
             Step::SetHostname => "setting the hostname",
             Step::NewSession => "creating a session",
             Step::ChangeDir => "entering the task directory",
             Step::RedirectStdio => "connecting stdin/stdout/stderr",
             Step::ResetSignals => "resetting signal handling",
+            Step::LimitCapabilities => "limiting the capability bounding set",
             Step::SwitchUser => "switching user",
+            Step::SetCapabilities => "setting the task's capabilities",
             Step::Exec => "executing the command",
         }
     }
@@ -80,8 +93,13 @@ pub enum IsolateError {
     Pipe(Errno),
     #[error("clone with new namespaces: {0}")]
     Clone(Errno),
-    #[error("{}: {errno}", step.describe())]
-    ChildSetup { step: Step, errno: Errno },
+    #[error("{}{}: {errno}", step.describe(), detail.as_deref().map(|d| format!(" ({d})")).unwrap_or_default())]
+    ChildSetup {
+        step: Step,
+        errno: Errno,
+        /// Which operation of the step failed, when the step has several.
+        detail: Option<String>,
+    },
     #[error("task process ended during setup without reporting why")]
     ChildVanished,
 }
@@ -91,13 +109,18 @@ pub struct IsolatedCommand {
     program: CString,
     argv: Vec<CString>,
     envp: Vec<CString>,
-    task_dir: CString,
+    root: CString,
+    mounts: MountPlan,
+    no_pivot_root: bool,
     hostname: Vec<u8>,
     cgroup_procs: Vec<CString>,
     stdin: OwnedFd,
     stdout: OwnedFd,
     stderr: OwnedFd,
     run_as: Option<RunAs>,
+    caps: CapSet,
+    last_cap: u32,
+    flags: CloneFlags,
 }
 
 fn c_string(value: &[u8], what: impl FnOnce() -> String) -> Result<CString, IsolateError> {
@@ -113,16 +136,27 @@ fn c_path(path: &std::path::Path) -> Result<CString, IsolateError> {
 
 /// What the caller supplies to build an `IsolatedCommand`.
 pub struct CommandSpec<'a> {
+    /// The program's path inside the task root.
     pub program: &'a std::path::Path,
     pub args: &'a [String],
     pub env: &'a std::collections::BTreeMap<String, String>,
-    pub task_dir: &'a std::path::Path,
+    /// The host directory that becomes the task's `/` once `mounts` ran.
+    pub root: &'a std::path::Path,
+    pub mounts: MountPlan,
+    /// Enter the root with MS_MOVE + chroot instead of pivot_root (ramdisk roots).
+    pub no_pivot_root: bool,
     pub hostname: &'a str,
     pub cgroup_procs: &'a [std::path::PathBuf],
     pub stdin: OwnedFd,
     pub stdout: OwnedFd,
     pub stderr: OwnedFd,
     pub run_as: Option<RunAs>,
+    /// The task's capabilities: bounding, permitted, effective, inheritable and ambient sets.
+    pub caps: CapSet,
+    /// The kernel's highest capability number; everything above the set up to it is dropped.
+    pub last_cap: u32,
+    pub new_pid_namespace: bool,
+    pub new_ipc_namespace: bool,
 }
 
 impl IsolatedCommand {
@@ -143,11 +177,20 @@ impl IsolatedCommand {
             .collect::<Result<Vec<_>, _>>()?;
         let mut hostname = spec.hostname.as_bytes().to_vec();
         hostname.truncate(MAX_HOSTNAME_LEN);
+        let mut flags = CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWUTS;
+        if spec.new_pid_namespace {
+            flags |= CloneFlags::CLONE_NEWPID;
+        }
+        if spec.new_ipc_namespace {
+            flags |= CloneFlags::CLONE_NEWIPC;
+        }
         Ok(IsolatedCommand {
             program,
             argv,
             envp,
-            task_dir: c_path(spec.task_dir)?,
+            root: c_path(spec.root)?,
+            mounts: spec.mounts,
+            no_pivot_root: spec.no_pivot_root,
             hostname,
             cgroup_procs: spec
                 .cgroup_procs
@@ -158,7 +201,15 @@ impl IsolatedCommand {
             stdout: spec.stdout,
             stderr: spec.stderr,
             run_as: spec.run_as,
+            caps: spec.caps,
+            last_cap: spec.last_cap,
+            flags,
         })
+    }
+
+    /// What failed, for an error the child reported.
+    fn detail(&self, step: Step, index: u32) -> Option<String> {
+        (step == Step::BuildRoot).then(|| self.mounts.description(index as usize).to_string())
     }
 }
 
@@ -170,12 +221,21 @@ fn null_terminated(strings: &[CString]) -> Vec<*const c_char> {
         .collect()
 }
 
+/// The child's report: step, errno and the index of the failing operation, as u32s.
+const REPORT_LEN: usize = 12;
+
 /// Reports `step` and the current errno to the parent, then exits. Async-signal-safe.
 fn fail(report_fd: RawFd, step: Step) -> ! {
+    fail_at(report_fd, step, 0)
+}
+
+/// Like `fail`, naming which operation of the step failed.
+fn fail_at(report_fd: RawFd, step: Step, index: u32) -> ! {
     let errno = Errno::last_raw() as u32;
-    let mut message = [0u8; 8];
+    let mut message = [0u8; REPORT_LEN];
     message[..4].copy_from_slice(&(step as u32).to_ne_bytes());
-    message[4..].copy_from_slice(&errno.to_ne_bytes());
+    message[4..8].copy_from_slice(&errno.to_ne_bytes());
+    message[8..].copy_from_slice(&index.to_ne_bytes());
     // SAFETY: writes 8 bytes from a live buffer, then ends the child without running any
     // destructors or atexit handlers of the parent's copy of the program.
     unsafe {
@@ -203,7 +263,7 @@ fn child_main(
             }
             libc::close(fd);
         }
-        // Without this, the /proc mount below could propagate back to the host's namespace.
+        // Without this, the mounts below could propagate back to the host's namespace.
         let no_string = std::ptr::null::<c_char>();
         if libc::mount(
             no_string,
@@ -215,15 +275,11 @@ fn child_main(
         {
             fail(report_fd, Step::PrivateMounts);
         }
-        if libc::mount(
-            c"proc".as_ptr(),
-            c"/proc".as_ptr(),
-            c"proc".as_ptr(),
-            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-            std::ptr::null(),
-        ) != 0
-        {
-            fail(report_fd, Step::MountProc);
+        if let Err(index) = cmd.mounts.run() {
+            fail_at(report_fd, Step::BuildRoot, index as u32);
+        }
+        if enter_root(&cmd.root, cmd.no_pivot_root).is_err() {
+            fail(report_fd, Step::EnterRoot);
         }
         if libc::sethostname(cmd.hostname.as_ptr().cast(), cmd.hostname.len()) != 0 {
             fail(report_fd, Step::SetHostname);
@@ -231,7 +287,8 @@ fn child_main(
         if libc::setsid() < 0 {
             fail(report_fd, Step::NewSession);
         }
-        if libc::chdir(cmd.task_dir.as_ptr()) != 0 {
+        // The task directory is `/` now, and Nomad starts exec tasks there.
+        if libc::chdir(c"/".as_ptr()) != 0 {
             fail(report_fd, Step::ChangeDir);
         }
         for (fd, target) in [
@@ -257,20 +314,142 @@ fn child_main(
                 libc::sigaction(signal, &default_action, std::ptr::null_mut());
             }
         }
+        if limit_bounding_set(cmd.caps, cmd.last_cap).is_err() {
+            fail(report_fd, Step::LimitCapabilities);
+        }
+        // Keep the permitted set through setuid to a non-root user; exec clears the flag.
+        if prctl(libc::PR_SET_KEEPCAPS, 1, 0) != 0 {
+            fail(report_fd, Step::LimitCapabilities);
+        }
         if let Some(run_as) = &cmd.run_as
             && let Err(errno) = switch_user(run_as)
         {
             Errno::set_raw(errno);
             fail(report_fd, Step::SwitchUser);
         }
+        if set_capabilities(cmd.caps).is_err() {
+            fail(report_fd, Step::SetCapabilities);
+        }
         libc::execve(cmd.program.as_ptr(), argv.as_ptr(), envp.as_ptr());
         fail(report_fd, Step::Exec)
     }
 }
 
+/// Makes `root` the process's `/`. With pivot_root the host's tree is detached from the
+/// namespace altogether, so no chroot escape can reach it; the MS_MOVE + chroot fallback is for
+/// roots on a ramdisk, where pivot_root fails. Async-signal-safe; errno tells why on failure.
+unsafe fn enter_root(root: &CString, no_pivot_root: bool) -> Result<(), ()> {
+    // SAFETY (whole function): raw syscalls on a C string owned by the caller.
+    unsafe {
+        if libc::chdir(root.as_ptr()) != 0 {
+            return Err(());
+        }
+        if no_pivot_root {
+            if libc::mount(
+                root.as_ptr(),
+                c"/".as_ptr(),
+                std::ptr::null(),
+                libc::MS_MOVE,
+                std::ptr::null(),
+            ) != 0
+                || libc::chroot(c".".as_ptr()) != 0
+            {
+                return Err(());
+            }
+        } else {
+            // pivot_root(".", ".") stacks the old root on the new one; detaching "." then
+            // drops the old root (see pivot_root(2)).
+            if libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c".".as_ptr()) != 0
+                || libc::umount2(c".".as_ptr(), libc::MNT_DETACH) != 0
+            {
+                return Err(());
+            }
+        }
+        if libc::chdir(c"/".as_ptr()) != 0 {
+            return Err(());
+        }
+    }
+    Ok(())
+}
+
+/// prctl(2) with two arguments, passing the unused ones as zero `unsigned long`s: the kernel
+/// rejects some options (PR_CAP_AMBIENT) whose unused arguments are not zero, and a variadic
+/// `int` would leave the upper half of the register undefined. Async-signal-safe.
+fn prctl(option: libc::c_int, arg2: libc::c_ulong, arg3: libc::c_ulong) -> libc::c_int {
+    let zero: libc::c_ulong = 0;
+    // SAFETY: prctl with integer arguments only.
+    unsafe { libc::prctl(option, arg2, arg3, zero, zero) }
+}
+
+/// Drops every capability outside `caps` from the bounding set, so neither the task nor
+/// anything it execs can regain it. Async-signal-safe.
+fn limit_bounding_set(caps: CapSet, last_cap: u32) -> Result<(), ()> {
+    for cap in 0..=last_cap {
+        if caps.contains(cap) {
+            continue;
+        }
+        if prctl(libc::PR_CAPBSET_DROP, cap.into(), 0) != 0 {
+            return Err(());
+        }
+    }
+    Ok(())
+}
+
+/// capset(2)'s header and data (linux/capability.h, version 3: two 32-bit words per set).
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+/// Sets permitted, effective and inheritable to `caps` and raises each of them in the ambient
+/// set, as Nomad's executor does: ambient capabilities survive exec as a non-root user, and a
+/// root task gets exactly its bounding set. Async-signal-safe.
+fn set_capabilities(caps: CapSet) -> Result<(), ()> {
+    let bits = caps.bits();
+    let words = [bits as u32, (bits >> 32) as u32];
+    let data = words.map(|word| CapData {
+        effective: word,
+        permitted: word,
+        inheritable: word,
+    });
+    let mut header = CapHeader {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    // SAFETY: capset reads the header and two data structs, all alive for the call.
+    if unsafe {
+        libc::syscall(
+            libc::SYS_capset,
+            &mut header as *mut CapHeader,
+            data.as_ptr(),
+        )
+    } != 0
+    {
+        return Err(());
+    }
+    for cap in caps.numbers() {
+        let raise = libc::PR_CAP_AMBIENT_RAISE as libc::c_ulong;
+        if prctl(libc::PR_CAP_AMBIENT, raise, cap.into()) != 0 {
+            return Err(());
+        }
+    }
+    Ok(())
+}
+
 /// Reads the child's setup report: nothing (EOF) means exec succeeded.
-fn read_report(report: &OwnedFd) -> Result<(), IsolateError> {
-    let mut message = [0u8; 8];
+fn read_report(cmd: &IsolatedCommand, report: &OwnedFd) -> Result<(), IsolateError> {
+    let mut message = [0u8; REPORT_LEN];
     let mut filled = 0;
     while filled < message.len() {
         // SAFETY: reads into the unfilled tail of a live buffer.
@@ -290,14 +469,16 @@ fn read_report(report: &OwnedFd) -> Result<(), IsolateError> {
     }
     match filled {
         0 => Ok(()),
-        8 => {
-            let [s0, s1, s2, s3, e0, e1, e2, e3] = message;
+        REPORT_LEN => {
+            let [s0, s1, s2, s3, e0, e1, e2, e3, i0, i1, i2, i3] = message;
             let step = u32::from_ne_bytes([s0, s1, s2, s3]);
             let errno = u32::from_ne_bytes([e0, e1, e2, e3]);
+            let index = u32::from_ne_bytes([i0, i1, i2, i3]);
             match Step::from_code(step) {
                 Some(step) => Err(IsolateError::ChildSetup {
                     step,
                     errno: Errno::from_raw(errno as i32),
+                    detail: cmd.detail(step, index),
                 }),
                 None => Err(IsolateError::ChildVanished),
             }
@@ -306,7 +487,7 @@ fn read_report(report: &OwnedFd) -> Result<(), IsolateError> {
     }
 }
 
-/// Clones the task process into new namespaces and returns its host pid once it has exec'ed.
+/// Clones the task process into its namespaces and returns its host pid once it has exec'ed.
 /// A child that failed its setup is reaped here and its failure returned.
 pub fn spawn_isolated(cmd: &IsolatedCommand) -> Result<i32, IsolateError> {
     let argv = null_terminated(&cmd.argv);
@@ -315,10 +496,7 @@ pub fn spawn_isolated(cmd: &IsolatedCommand) -> Result<i32, IsolateError> {
         nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(IsolateError::Pipe)?;
     let report_fd = report_write.as_raw_fd();
     let mut stack = vec![0u8; CHILD_STACK_SIZE];
-    let flags = CloneFlags::CLONE_NEWPID
-        | CloneFlags::CLONE_NEWNS
-        | CloneFlags::CLONE_NEWIPC
-        | CloneFlags::CLONE_NEWUTS;
+    let flags = cmd.flags;
     let child: nix::sched::CloneCb<'_> = Box::new(|| child_main(cmd, &argv, &envp, report_fd));
     // SAFETY: without CLONE_VM the child gets its own copy of this address space, so the stack
     // and everything `child_main` borrows stay valid in it; `child_main` never returns (it execs
@@ -327,7 +505,7 @@ pub fn spawn_isolated(cmd: &IsolatedCommand) -> Result<i32, IsolateError> {
         .map_err(IsolateError::Clone)?;
     // Only the child may hold the write end now, so EOF means it exec'ed (or died).
     drop(report_write);
-    let report = read_report(&report_read);
+    let report = read_report(cmd, &report_read);
     if report.is_err() {
         // SAFETY: reaps the child that just failed its setup; it has exited or is exiting.
         unsafe {

@@ -1,13 +1,89 @@
-//! The agent's `plugin "exec" { config { ... } }` block.
+//! The agent's `plugin "exec" { config { ... } }` block: Nomad's exec options (`no_pivot_root`,
+//! `default_pid_mode`, `default_ipc_mode`, `allow_caps`), Drover's `cgroup_parent`, and
+//! `chroot_env`, which the agent copies here from the client's `chroot_env` block (in Nomad a
+//! client setting the driver reads from the agent config).
+
+use std::collections::BTreeMap;
+use std::path::{Component, Path};
 
 use serde_json::Value;
 use thiserror::Error;
 
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+use crate::caps::{CapError, CapSet, NOMAD_DEFAULTS};
+
+/// Nomad's default `chroot_env`: host directory -> directory inside the task's root.
+pub const DEFAULT_CHROOT_ENV: [(&str, &str); 9] = [
+    ("/bin", "/bin"),
+    ("/etc", "/etc"),
+    ("/lib", "/lib"),
+    ("/lib32", "/lib32"),
+    ("/lib64", "/lib64"),
+    ("/run/resolvconf", "/run/resolvconf"),
+    ("/sbin", "/sbin"),
+    ("/usr", "/usr"),
+    // /etc/resolv.conf is a link into it on systemd-resolved hosts; absent elsewhere.
+    ("/run/systemd/resolve", "/run/systemd/resolve"),
+];
+
+/// Whether a task gets its own PID or IPC namespace (`private`) or shares the host's (`host`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum IsolationMode {
+    #[default]
+    Private,
+    Host,
+}
+
+impl IsolationMode {
+    pub fn parse(value: &str) -> Option<Self> {
+        match value {
+            "private" => Some(IsolationMode::Private),
+            "host" => Some(IsolationMode::Host),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PluginConfig {
     /// Cgroup under which task cgroups are made, as a path from each hierarchy's root (for
     /// example "/drover"). `None` picks the default described in `cgroup::detect`.
     pub cgroup_parent: Option<String>,
+    /// Enter the task root with chroot(2) after moving it over `/` instead of pivot_root(2), for
+    /// hosts whose root is a ramdisk, where pivot_root fails.
+    pub no_pivot_root: bool,
+    pub default_pid_mode: IsolationMode,
+    pub default_ipc_mode: IsolationMode,
+    /// Capabilities tasks may have; also caps the default set.
+    pub allow_caps: CapSet,
+    /// Host path -> path inside the task root, bind-mounted read-only.
+    pub chroot_env: BTreeMap<String, String>,
+}
+
+impl PluginConfig {
+    /// Nomad's defaults, with `supported` the capabilities the kernel knows.
+    pub fn defaults(supported: CapSet) -> Self {
+        PluginConfig {
+            cgroup_parent: None,
+            no_pivot_root: false,
+            default_pid_mode: IsolationMode::Private,
+            default_ipc_mode: IsolationMode::Private,
+            allow_caps: nomad_default_caps(supported),
+            chroot_env: DEFAULT_CHROOT_ENV
+                .iter()
+                .map(|(host, task)| (host.to_string(), task.to_string()))
+                .collect(),
+        }
+    }
+}
+
+/// Nomad's default capability set, limited to what the kernel supports.
+pub fn nomad_default_caps(supported: CapSet) -> CapSet {
+    let names: Vec<String> = NOMAD_DEFAULTS.iter().map(|s| s.to_string()).collect();
+    // A kernel older than these names (all date from Linux 2.6) would fail the parse; keep
+    // what it knows instead of refusing every task.
+    CapSet::parse(&names, CapSet::supported(u32::MAX), "allow_caps")
+        .map(|set| set.intersect(supported))
+        .unwrap_or_default()
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -16,29 +92,137 @@ pub enum PluginConfigError {
     NotAnObject,
     #[error("field \"cgroup_parent\" must be an absolute cgroup path like \"/drover\"")]
     BadCgroupParent,
+    #[error("field \"{0}\" must be a bool")]
+    NotABool(&'static str),
+    #[error("{field} must be \"private\" or \"host\", got {value}")]
+    BadMode { field: &'static str, value: String },
+    #[error("field \"{0}\" must be a list of strings")]
+    NotAList(&'static str),
+    #[error(transparent)]
+    Caps(#[from] CapError),
+    #[error(
+        "field \"chroot_env\" must map absolute host paths to absolute paths inside the task: {0}"
+    )]
+    BadChrootEnv(String),
     #[error("unknown field \"{0}\"")]
     UnknownField(String),
 }
 
-/// Parses the block; `null` counts as empty.
-pub fn parse_plugin_config(config: &Value) -> Result<PluginConfig, PluginConfigError> {
+const FIELDS: [&str; 6] = [
+    "cgroup_parent",
+    "no_pivot_root",
+    "default_pid_mode",
+    "default_ipc_mode",
+    "allow_caps",
+    "chroot_env",
+];
+
+fn mode_field(
+    value: Option<&Value>,
+    field: &'static str,
+) -> Result<IsolationMode, PluginConfigError> {
+    match value {
+        None | Some(Value::Null) => Ok(IsolationMode::Private),
+        Some(Value::String(s)) => IsolationMode::parse(s).ok_or(PluginConfigError::BadMode {
+            field,
+            value: format!("{s:?}"),
+        }),
+        Some(other) => Err(PluginConfigError::BadMode {
+            field,
+            value: other.to_string(),
+        }),
+    }
+}
+
+/// A list of strings; `None` when absent.
+pub fn string_list(
+    value: Option<&Value>,
+    field: &'static str,
+) -> Result<Option<Vec<String>>, PluginConfigError> {
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|v| v.as_str().map(str::to_string))
+            .collect::<Option<Vec<_>>>()
+            .map(Some)
+            .ok_or(PluginConfigError::NotAList(field)),
+        Some(_) => Err(PluginConfigError::NotAList(field)),
+    }
+}
+
+/// An absolute path without `..`, with trailing slashes dropped (Nomad's docs write "/etc/").
+fn clean_absolute(path: &str) -> Option<String> {
+    let p = Path::new(path);
+    if !p.is_absolute() || p.components().any(|c| c == Component::ParentDir) {
+        return None;
+    }
+    let trimmed = path.trim_end_matches('/');
+    Some(if trimmed.is_empty() { "/" } else { trimmed }.to_string())
+}
+
+fn chroot_env(value: &Value) -> Result<BTreeMap<String, String>, PluginConfigError> {
+    // hcl may hand a block written once as a one-element list of objects.
+    let objects: Vec<&serde_json::Map<String, Value>> = match value {
+        Value::Object(o) => vec![o],
+        Value::Array(items) => items
+            .iter()
+            .map(Value::as_object)
+            .collect::<Option<_>>()
+            .ok_or_else(|| PluginConfigError::BadChrootEnv("not a map".into()))?,
+        _ => return Err(PluginConfigError::BadChrootEnv("not a map".into())),
+    };
+    let mut env = BTreeMap::new();
+    for (host, task) in objects.into_iter().flatten() {
+        let bad = || PluginConfigError::BadChrootEnv(format!("{host:?} = {task}"));
+        let task = task.as_str().ok_or_else(bad)?;
+        let (Some(host), Some(task)) = (clean_absolute(host), clean_absolute(task)) else {
+            return Err(bad());
+        };
+        if task == "/" {
+            return Err(bad());
+        }
+        env.insert(host, task);
+    }
+    Ok(env)
+}
+
+/// Parses the block; `null` counts as empty. `supported` is the kernel's capability set.
+pub fn parse_plugin_config(
+    config: &Value,
+    supported: CapSet,
+) -> Result<PluginConfig, PluginConfigError> {
     let empty = serde_json::Map::new();
     let object = match config {
         Value::Null => &empty,
         Value::Object(o) => o,
         _ => return Err(PluginConfigError::NotAnObject),
     };
-    if let Some(unknown) = object.keys().find(|k| *k != "cgroup_parent") {
+    if let Some(unknown) = object.keys().find(|k| !FIELDS.contains(&k.as_str())) {
         return Err(PluginConfigError::UnknownField(unknown.clone()));
     }
-    let cgroup_parent = match object.get("cgroup_parent") {
+    let mut parsed = PluginConfig::defaults(supported);
+    parsed.cgroup_parent = match object.get("cgroup_parent") {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) if s.starts_with('/') && !s.split('/').any(|part| part == "..") => {
             Some(s.clone())
         }
         Some(_) => return Err(PluginConfigError::BadCgroupParent),
     };
-    Ok(PluginConfig { cgroup_parent })
+    parsed.no_pivot_root = match object.get("no_pivot_root") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(PluginConfigError::NotABool("no_pivot_root")),
+    };
+    parsed.default_pid_mode = mode_field(object.get("default_pid_mode"), "default_pid_mode")?;
+    parsed.default_ipc_mode = mode_field(object.get("default_ipc_mode"), "default_ipc_mode")?;
+    if let Some(names) = string_list(object.get("allow_caps"), "allow_caps")? {
+        parsed.allow_caps = CapSet::parse(&names, supported, "allow_caps")?;
+    }
+    if let Some(value) = object.get("chroot_env").filter(|v| !v.is_null()) {
+        parsed.chroot_env = chroot_env(value)?;
+    }
+    Ok(parsed)
 }
 
 #[cfg(test)]
@@ -46,11 +230,27 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn parse(v: Value) -> Result<PluginConfig, PluginConfigError> {
+        parse_plugin_config(&v, CapSet::supported(40))
+    }
+
+    #[test]
+    fn defaults_are_nomads() {
+        let cfg = parse(json!({})).unwrap();
+        assert_eq!(cfg, parse(Value::Null).unwrap());
+        assert_eq!(cfg.cgroup_parent, None);
+        assert!(!cfg.no_pivot_root);
+        assert_eq!(cfg.default_pid_mode, IsolationMode::Private);
+        assert_eq!(cfg.default_ipc_mode, IsolationMode::Private);
+        assert_eq!(cfg.allow_caps.bits(), 0xa804_05fb);
+        assert_eq!(cfg.chroot_env.len(), 9);
+        assert_eq!(cfg.chroot_env["/usr"], "/usr");
+    }
+
     #[test]
     fn cgroup_parent_is_optional_and_must_be_absolute() {
-        assert_eq!(parse_plugin_config(&json!({})).unwrap().cgroup_parent, None);
         assert_eq!(
-            parse_plugin_config(&json!({"cgroup_parent": "/jobs"}))
+            parse(json!({"cgroup_parent": "/jobs"}))
                 .unwrap()
                 .cgroup_parent
                 .as_deref(),
@@ -58,18 +258,68 @@ mod tests {
         );
         for bad in [json!("jobs"), json!("/a/../b"), json!(3)] {
             assert_eq!(
-                parse_plugin_config(&json!({ "cgroup_parent": bad })),
+                parse(json!({ "cgroup_parent": bad })),
                 Err(PluginConfigError::BadCgroupParent)
             );
         }
     }
 
     #[test]
-    fn unknown_fields_are_named() {
+    fn modes_and_caps_are_read_and_checked() {
+        let cfg = parse(json!({
+            "default_pid_mode": "host",
+            "default_ipc_mode": "private",
+            "allow_caps": ["CAP_NET_RAW", "chown"],
+            "no_pivot_root": true,
+        }))
+        .unwrap();
+        assert_eq!(cfg.default_pid_mode, IsolationMode::Host);
+        assert_eq!(cfg.default_ipc_mode, IsolationMode::Private);
+        assert_eq!(cfg.allow_caps.bits(), (1 << 13) | 1);
+        assert!(cfg.no_pivot_root);
         assert_eq!(
-            parse_plugin_config(&json!({"enabled": true}))
+            parse(json!({"default_ipc_mode": "shared"}))
                 .unwrap_err()
                 .to_string(),
+            "default_ipc_mode must be \"private\" or \"host\", got \"shared\""
+        );
+        assert_eq!(
+            parse(json!({"allow_caps": ["chown", "nope"]}))
+                .unwrap_err()
+                .to_string(),
+            "allow_caps configured with capabilities not supported by system: nope"
+        );
+    }
+
+    #[test]
+    fn chroot_env_replaces_the_default_and_is_checked() {
+        let cfg = parse(json!({"chroot_env": {"/usr/bin/": "/bin", "/etc": "/etc"}})).unwrap();
+        assert_eq!(
+            cfg.chroot_env,
+            BTreeMap::from([
+                ("/etc".to_string(), "/etc".to_string()),
+                ("/usr/bin".to_string(), "/bin".to_string())
+            ])
+        );
+        let one_block_list = parse(json!({"chroot_env": [{"/etc": "/etc"}]})).unwrap();
+        assert_eq!(one_block_list.chroot_env.len(), 1);
+        for bad in [
+            json!({"etc": "/etc"}),
+            json!({"/etc": "etc"}),
+            json!({"/etc": "/"}),
+            json!({"/etc": "/a/../b"}),
+            json!({"/etc": 1}),
+            json!("x"),
+        ] {
+            let err = parse(json!({ "chroot_env": bad })).unwrap_err();
+            assert!(matches!(err, PluginConfigError::BadChrootEnv(_)), "{err}");
+        }
+    }
+
+    #[test]
+    fn unknown_fields_are_named() {
+        assert_eq!(
+            parse(json!({"enabled": true})).unwrap_err().to_string(),
             "unknown field \"enabled\""
         );
     }

@@ -11,9 +11,9 @@ use drover_abi::{
 };
 
 use crate::exec_in_task::exec_in_task;
+use crate::lookup::resolve_command;
 use crate::plugin_config::{PluginConfig, parse_plugin_config};
 use crate::shared::fifo::open_fifo_writer;
-use crate::shared::lookup::resolve_command;
 use crate::shared::procfs;
 use crate::shared::task_config::parse_command_config;
 use crate::shared::task_state::{ProcessState, TASK_STATE_VERSION};

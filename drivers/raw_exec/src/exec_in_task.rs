@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use drover_abi::{DriverError, ExecOutput, TaskConfig};
 
-use crate::shared::lookup::resolve_command;
+use crate::lookup::resolve_command;
 use crate::shared::user::resolve_user;
 use crate::shared::watch::ProcessWatch;
 use crate::spawn::{SpawnSpec, spawn};

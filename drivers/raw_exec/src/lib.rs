@@ -10,6 +10,7 @@
 
 mod driver;
 mod exec_in_task;
+mod lookup;
 mod plugin_config;
 mod shared;
 mod spawn;

@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use drover_plugin_sdk::events::{self, TaskEvent};
 use drover_plugin_sdk::{
     Capabilities, DRIVER_API_VERSION, Driver, DriverError, ExitResult, Fingerprint, FsIsolation,
     HealthState, PluginInfo, TaskConfig, TaskHandle, TaskResourceUsage, TaskState, TaskStatus, log,
@@ -142,6 +143,12 @@ impl Driver for SkeletonDriver {
             config.id,
             process.pid()
         ));
+        // A task event: the agent shows it among the task's events, as type "Driver".
+        let pid = process.pid().to_string();
+        events::emit(
+            TaskEvent::for_task(config, format!("started as host process {pid}"))
+                .with_annotation("pid", pid),
+        );
         self.tasks().insert(
             config.id.clone(),
             Arc::new(Task {

@@ -3,15 +3,19 @@
 //! `plugin_dir` and talks to it over Nomad's external plugin protocol; jobs use it with
 //! `driver = "skeleton-sidecar"`.
 //!
-//! All this file adds to the driver is what the protocol needs: the hclspecs of the plugin
-//! config (no settings) and of a task's `config` block (`command`, `args`).
+//! What this file adds to the driver is what the protocol needs: the hclspecs of the plugin
+//! config (no settings) and of a task's `config` block (`command`, `args`). `driver.rs` adds
+//! exec, which only a sidecar can carry to the agent.
 //!
 //! Must not depend on: any Drover crate other than drover-plugin-sdk and the skeleton driver.
+
+mod driver;
 
 use std::process::ExitCode;
 
 use drover_plugin_sdk::sidecar::{self, Schemas, spec::*};
-use skeleton_driver::SkeletonDriver;
+
+use crate::driver::SidecarDriver;
 
 /// The driver name jobs use for this build.
 const NAME: &str = "skeleton-sidecar";
@@ -27,7 +31,7 @@ fn schemas() -> Schemas {
 }
 
 fn main() -> ExitCode {
-    sidecar::run(SkeletonDriver::named(NAME), schemas())
+    sidecar::run(SidecarDriver::named(NAME), schemas())
 }
 
 #[cfg(test)]

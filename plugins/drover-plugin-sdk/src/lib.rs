@@ -9,6 +9,11 @@
 //!   a binary whose `main` calls `drover_plugin_sdk::sidecar::run(MyDriver::new(), schemas)`.
 //!   The agent (Drover's, or Nomad's: the protocol is Nomad's) starts it from `plugin_dir`.
 //!
+//! A driver reports events about its tasks (beyond what the contract returns) with
+//! [`events::emit`]; the agent shows them as the task's "Driver" events. A cdylib hands them
+//! over through the contract's `Driver::task_events` (`export_driver!` wraps the driver in an
+//! [`events::EmittingDriver`]); sidecars stream them as Nomad's `TaskEvents`.
+//!
 //! Test the driver with the conformance kit in `drover-driver-testkit`. The guide is
 //! docs/writing-a-driver-plugin.md.
 //!
@@ -18,11 +23,12 @@
 
 pub use drover_abi;
 pub use drover_abi::{
-    Capabilities, DRIVER_API_VERSION, Driver, DriverError, ExecOutput, ExitResult, Fingerprint,
-    FsIsolation, HealthState, PluginInfo, TaskConfig, TaskHandle, TaskResourceUsage, TaskResources,
-    TaskState, TaskStatus, signal_number,
+    Capabilities, DRIVER_API_VERSION, Driver, DriverError, DriverTaskEvent, ExecOutput, ExitResult,
+    Fingerprint, FsIsolation, HealthState, PluginInfo, TaskConfig, TaskHandle, TaskResourceUsage,
+    TaskResources, TaskState, TaskStatus, signal_number,
 };
 
+pub mod events;
 pub mod log;
 #[cfg(feature = "sidecar")]
 pub mod sidecar;
@@ -39,7 +45,8 @@ macro_rules! export_driver {
     ($make:expr) => {
         $crate::__private::drover_abi_ffi::export_driver_plugin!(|| {
             $crate::log::set_source(env!("CARGO_PKG_NAME"));
-            ($make)()
+            // What the driver emits reaches the agent through `task_events`.
+            $crate::events::EmittingDriver::new(($make)())
         });
     };
 }

@@ -12,10 +12,60 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 
-/// The allocator the `drover` binary uses too: the server allocates and frees many small
-/// objects per placement, where glibc's malloc spends a third of the time.
+/// The allocator the `drover` binary uses too (the server allocates and frees many small
+/// objects per placement, where glibc's malloc spends a third of the time), counting live heap
+/// bytes when `--heap` asks for it.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: heap::Counting = heap::Counting;
+
+mod heap {
+    use std::alloc::{GlobalAlloc, Layout};
+    use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+
+    /// Off by default: two atomic adds per allocation would slow the run being measured.
+    pub static ENABLED: AtomicBool = AtomicBool::new(false);
+    static LIVE: AtomicI64 = AtomicI64::new(0);
+
+    /// Live heap bytes allocated since counting was enabled (frees of older blocks count
+    /// too, so only differences between two readings mean something).
+    pub fn live() -> i64 {
+        LIVE.load(Ordering::Relaxed)
+    }
+
+    pub struct Counting;
+
+    // SAFETY: every call is forwarded unchanged to mimalloc; the counter has no effect on it.
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            if ENABLED.load(Ordering::Relaxed) {
+                LIVE.fetch_add(layout.size() as i64, Ordering::Relaxed);
+            }
+            // SAFETY: the caller's contract is mimalloc's.
+            unsafe { mimalloc::MiMalloc.alloc(layout) }
+        }
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            if ENABLED.load(Ordering::Relaxed) {
+                LIVE.fetch_sub(layout.size() as i64, Ordering::Relaxed);
+            }
+            // SAFETY: the caller's contract is mimalloc's.
+            unsafe { mimalloc::MiMalloc.dealloc(ptr, layout) }
+        }
+        unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+            if ENABLED.load(Ordering::Relaxed) {
+                LIVE.fetch_add(layout.size() as i64, Ordering::Relaxed);
+            }
+            // SAFETY: the caller's contract is mimalloc's.
+            unsafe { mimalloc::MiMalloc.alloc_zeroed(layout) }
+        }
+        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+            if ENABLED.load(Ordering::Relaxed) {
+                LIVE.fetch_add(new_size as i64 - layout.size() as i64, Ordering::Relaxed);
+            }
+            // SAFETY: the caller's contract is mimalloc's.
+            unsafe { mimalloc::MiMalloc.realloc(ptr, layout, new_size) }
+        }
+    }
+}
 use drover_server::{Server, ServerConfig};
 use drover_structs::*;
 
@@ -40,6 +90,14 @@ struct Args {
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 600)]
     timeout: u64,
+    /// Count live heap bytes (slower): reports the heap grown while placing, per allocation,
+    /// and the heap of one stored allocation (a deep copy of 1,000 of them).
+    #[arg(long)]
+    heap: bool,
+}
+
+fn rss_mb() -> f64 {
+    proc_status_mb("VmRSS:")
 }
 
 fn node(i: usize) -> Node {
@@ -104,14 +162,41 @@ fn job(i: usize, count: usize) -> anyhow::Result<Job> {
 }
 
 fn peak_rss_mb() -> f64 {
+    proc_status_mb("VmHWM:")
+}
+
+fn proc_status_mb(field: &str) -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     status
         .lines()
-        .find(|l| l.starts_with("VmHWM:"))
+        .find(|l| l.starts_with(field))
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|v| v.parse::<f64>().ok())
         .map(|kb| kb / 1024.0)
         .unwrap_or(0.0)
+}
+
+/// Heap bytes of one stored allocation (its job is shared, not copied), in all and by part,
+/// measured as the heap a deep copy of the sample takes.
+fn heap_breakdown(sample: &[std::sync::Arc<Allocation>]) -> serde_json::Value {
+    fn per_alloc<T>(sample: &[std::sync::Arc<Allocation>], part: impl Fn(&Allocation) -> T) -> i64 {
+        let before = heap::live();
+        let copies: Vec<T> = sample.iter().map(|a| part(a)).collect();
+        let grown = heap::live() - before;
+        drop(copies);
+        grown / sample.len().max(1) as i64
+    }
+    serde_json::json!({
+        "size_of_allocation": std::mem::size_of::<Allocation>(),
+        "total": per_alloc(sample, |a| a.clone()),
+        "metrics": per_alloc(sample, |a| a.metrics.clone()) - std::mem::size_of::<Option<AllocMetric>>() as i64,
+        "allocated_resources": per_alloc(sample, |a| a.allocated_resources.clone())
+            - std::mem::size_of::<Option<AllocatedResources>>() as i64,
+        "legacy_task_resources": per_alloc(sample, |a| a.task_resources.clone())
+            - std::mem::size_of::<Option<std::collections::BTreeMap<String, Resources>>>() as i64,
+        "legacy_resources_and_shared": per_alloc(sample, |a| (a.resources.clone(), a.shared_resources.clone()))
+            - 2 * std::mem::size_of::<Option<Resources>>() as i64,
+    })
 }
 
 fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
@@ -155,6 +240,9 @@ async fn main() -> anyhow::Result<()> {
     let jobs: Vec<Job> = (0..args.jobs)
         .map(|i| job(i, args.count))
         .collect::<anyhow::Result<_>>()?;
+    heap::ENABLED.store(args.heap, std::sync::atomic::Ordering::Relaxed);
+    let heap_before = heap::live();
+    let rss_before = rss_mb();
     let expected = args.jobs * args.count;
     let start = Instant::now();
     let mut handles = Vec::with_capacity(args.jobs);
@@ -196,7 +284,14 @@ async fn main() -> anyhow::Result<()> {
         .map(|e| (e.modify_time - e.create_time) as f64 / 1e6)
         .collect();
     let placements = snap.alloc_count();
+    let heap_placed = heap::live() - heap_before;
+    let rss_placed = rss_mb() - rss_before;
+    let raft = server.raft_status();
     server.shutdown();
+    // Let the server's threads settle so the heap counter sees only the copies below.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let sample: Vec<_> = snap.allocs().into_iter().take(1000).collect();
+    let breakdown = heap_breakdown(&sample);
     if temp {
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -210,7 +305,20 @@ async fn main() -> anyhow::Result<()> {
         "p99_eval_ms": (percentile(eval_ms, 0.99) * 10.0).round() / 10.0,
         "peak_rss_mb": (peak_rss_mb() * 10.0).round() / 10.0,
         "node_register_seconds": (nodes_secs * 1000.0).round() / 1000.0,
+        "rss_grown_per_alloc_bytes": (rss_placed * 1048576.0 / placements.max(1) as f64).round(),
+        "raft_log": {
+            "first": raft.first_log_index,
+            "last": raft.last_log_index,
+            "snapshot": raft.snapshot_index,
+            "payload_mb_in_memory": raft.storage.log_bytes_in_memory / 1048576,
+        },
     });
+    let mut line = line;
+    if args.heap {
+        line["heap_grown_per_alloc_bytes"] =
+            ((heap_placed as f64) / placements.max(1) as f64).round().into();
+        line["heap_of_one_alloc_bytes"] = breakdown;
+    }
     println!("{line}");
     Ok(())
 }

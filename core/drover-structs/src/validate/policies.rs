@@ -344,15 +344,20 @@ pub(crate) fn validate_periodic(p: &Value) -> Result<(), MultiError> {
         return Ok(());
     }
     let spec = str_of(p, "Spec");
-    if spec.is_empty() {
+    // `crons = [...]` fills Specs instead of Spec.
+    let specs = strs(p, "Specs");
+    if spec.is_empty() && specs.is_empty() {
         m.push("Must specify a spec");
     }
     // Time zones are not checked: that needs the host's zone database, and this crate does no
     // IO. The periodic dispatcher reports an unknown zone when it loads the job.
     match str_of(p, "SpecType") {
         "cron" => {
-            if let Err(e) = cron::parse(spec) {
-                m.push(format!("Invalid cron spec {}: {e}", quote(spec)));
+            let all = (!spec.is_empty()).then_some(spec).into_iter().chain(specs);
+            for spec in all {
+                if let Err(e) = cron::parse(spec) {
+                    m.push(format!("Invalid cron spec {}: {e}", quote(spec)));
+                }
             }
         }
         "_internal_test" => {}
@@ -592,6 +597,11 @@ mod tests {
         );
         let p = json!({"Enabled": false, "Spec": "junk", "SpecType": "cron"});
         assert!(validate_periodic(&p).is_ok());
+        let p = json!({"Enabled": true, "Spec": "", "Specs": ["*/5 * * * *", "0 61 * * *"], "SpecType": "cron"});
+        assert_eq!(
+            errors(validate_periodic(&p)),
+            ["Invalid cron spec \"0 61 * * *\": syntax error in hour field: '61'"]
+        );
     }
 
     #[test]

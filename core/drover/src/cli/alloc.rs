@@ -1,11 +1,13 @@
 //! `drover alloc status` (and `alloc logs`, in `logs`).
 
+use drover_client::alloc_stats::{AllocResourceUsage, ResourceUsage};
 use drover_structs::{AllocListStub, Allocation, TaskState};
 use serde_json::Value;
 
 use super::api::{Client, escape_segment};
 use super::format::{
-    FULL_ID, SHORT_ID, format_kv, format_list, format_list_with_spaces, humanize_mb, limit, quote,
+    FULL_ID, SHORT_ID, format_kv, format_list, format_list_with_spaces, humanize_ibytes,
+    humanize_mb, limit, quote,
 };
 use super::job_status::alloc_stub_table;
 use super::logs::{self, LogsArgs};
@@ -38,6 +40,9 @@ pub struct AllocStatusArgs {
     /// Print the allocation as JSON
     #[arg(long)]
     pub json: bool,
+    /// Display detailed resource usage statistics
+    #[arg(long)]
+    pub stats: bool,
     /// Allocation ID (or unique prefix)
     pub alloc: String,
 }
@@ -94,12 +99,50 @@ fn alloc_status(client: &Client, args: AllocStatusArgs) -> anyhow::Result<Exit> 
         )?));
         return Ok(0);
     }
-    ui::out(&format_alloc_status(&alloc, args.verbose));
+    // Live usage, when there can be any, replaces the reserved figures (as Nomad shows it);
+    // failing to get it only matters when it was asked for.
+    let stats = if args.stats || alloc.client_status == "running" {
+        match alloc_stats(client, &alloc) {
+            Ok(stats) => Some(stats),
+            Err(e) => {
+                if args.stats {
+                    ui::err(&format!("Couldn't retrieve stats: {e}"));
+                }
+                None
+            }
+        }
+    } else {
+        None
+    };
+    ui::out(&format_alloc_status(
+        &alloc,
+        args.verbose,
+        stats.as_ref(),
+        args.stats,
+    ));
     Ok(0)
 }
 
-/// The whole `alloc status` text.
-fn format_alloc_status(alloc: &Allocation, verbose: bool) -> String {
+/// The allocation's resource usage, from the client that runs it.
+fn alloc_stats(client: &Client, alloc: &Allocation) -> Result<AllocResourceUsage, String> {
+    client
+        .in_namespace(&alloc.namespace)
+        .get_json(
+            &format!("/v1/client/allocation/{}/stats", escape_segment(&alloc.id)),
+            &[],
+        )
+        .map(|(usage, _)| usage)
+        .map_err(|e| e.to_string())
+}
+
+/// The whole `alloc status` text. With `stats`, each running task's live usage; with
+/// `display_stats` (`-stats`), its detailed figures too.
+fn format_alloc_status(
+    alloc: &Allocation,
+    verbose: bool,
+    stats: Option<&AllocResourceUsage>,
+    display_stats: bool,
+) -> String {
     let length = if verbose { FULL_ID } else { SHORT_ID };
     let mut out = format_kv(&basic_rows(alloc, verbose, length));
     if let Some(addresses) = network_text(alloc) {
@@ -124,9 +167,19 @@ fn format_alloc_status(alloc: &Allocation, verbose: bool) -> String {
             quote(&task),
             quote(&state.state)
         ));
-        if let Some(resources) = task_resources_text(alloc, &task) {
+        let usage = stats
+            .and_then(|s| s.tasks.get(&task))
+            .map(|t| &t.resource_usage);
+        if let Some(resources) = task_resources_text(alloc, &task, usage) {
             out.push('\n');
             out.push_str(&resources);
+        }
+        if let Some(usage) = usage.filter(|_| display_stats) {
+            let detail = verbose_usage_text(usage);
+            if !detail.is_empty() {
+                out.push_str("\n\n");
+                out.push_str(&detail);
+            }
         }
         out.push_str("\n\n");
         out.push_str(&task_status_text(state));
@@ -290,8 +343,13 @@ fn sorted_tasks(alloc: &Allocation) -> Vec<String> {
     names
 }
 
-/// The "Task Resources" table, from the legacy per-task resources or the allocated ones.
-fn task_resources_text(alloc: &Allocation, task: &str) -> Option<String> {
+/// The "Task Resources" table, from the legacy per-task resources or the allocated ones; with
+/// live `usage`, CPU and memory read "used/reserved".
+fn task_resources_text(
+    alloc: &Allocation,
+    task: &str,
+    usage: Option<&ResourceUsage>,
+) -> Option<String> {
     let (cpu, memory_mb, networks) = match alloc.task_resources.as_ref().and_then(|r| r.get(task)) {
         Some(r) => (r.cpu, r.memory_mb, r.networks.clone().unwrap_or_default()),
         None => {
@@ -317,11 +375,22 @@ fn task_resources_text(alloc: &Allocation, task: &str) -> Option<String> {
                 .map(move |p| format!("{}: {}:{}", p.label, nw.ip, p.value))
         })
         .collect();
+    let (mut cpu_text, mut memory_text) = (cpu.to_string(), humanize_mb(memory_mb));
+    if let Some(usage) = usage {
+        cpu_text = format!("{}/{cpu_text}", usage.cpu_stats.total_ticks.floor());
+        // Nomad's rule: RSS, unless it was not measured and is zero (then Usage).
+        let memory = &usage.memory_stats;
+        let used = if memory.rss == 0 && !memory.measured.iter().any(|m| m == "RSS") {
+            memory.usage
+        } else {
+            memory.rss
+        };
+        memory_text = format!("{}/{memory_text}", humanize_ibytes(used));
+    }
     let mut rows = vec![
         "CPU|Memory|Disk|Addresses".to_string(),
         format!(
-            "{cpu} MHz|{}|{}|{}",
-            humanize_mb(memory_mb),
+            "{cpu_text} MHz|{memory_text}|{}|{}",
             humanize_mb(disk_mb),
             addrs.first().map(String::as_str).unwrap_or_default()
         ),
@@ -331,6 +400,60 @@ fn task_resources_text(alloc: &Allocation, task: &str) -> Option<String> {
         "Task Resources\n{}",
         format_list_with_spaces(&rows)
     ))
+}
+
+/// `-stats`: the measured memory and CPU figures of one task, each as a table of its measured
+/// names (sorted) over their values.
+fn verbose_usage_text(usage: &ResourceUsage) -> String {
+    let mut parts = Vec::new();
+    let memory = &usage.memory_stats;
+    if !memory.measured.is_empty() {
+        let mut names = memory.measured.clone();
+        names.sort();
+        let values: Vec<String> = names
+            .iter()
+            .filter_map(|name| {
+                let bytes = match name.as_str() {
+                    "RSS" => memory.rss,
+                    "Cache" => memory.cache,
+                    "Swap" => memory.swap,
+                    "Usage" => memory.usage,
+                    "Max Usage" => memory.max_usage,
+                    "Kernel Usage" => memory.kernel_usage,
+                    "Kernel Max Usage" => memory.kernel_max_usage,
+                    _ => return None,
+                };
+                Some(humanize_ibytes(bytes))
+            })
+            .collect();
+        parts.push(format!(
+            "Memory Stats\n{}",
+            format_list(&[names.join("|"), values.join("|")])
+        ));
+    }
+    let cpu = &usage.cpu_stats;
+    if !cpu.measured.is_empty() {
+        let mut names = cpu.measured.clone();
+        names.sort();
+        let values: Vec<String> = names
+            .iter()
+            .filter_map(|name| {
+                Some(match name.as_str() {
+                    "Percent" => format!("{:.2}%", cpu.percent),
+                    "Throttled Periods" => cpu.throttled_periods.to_string(),
+                    "Throttled Time" => cpu.throttled_time.to_string(),
+                    "User Mode" => format!("{:.2}%", cpu.user_mode),
+                    "System Mode" => format!("{:.2}%", cpu.system_mode),
+                    _ => return None,
+                })
+            })
+            .collect();
+        parts.push(format!(
+            "CPU Stats\n{}",
+            format_list(&[names.join("|"), values.join("|")])
+        ));
+    }
+    parts.join("\n\n")
 }
 
 /// "Task Events:" and "Recent Events:" for one task, newest event first.
@@ -417,7 +540,7 @@ mod tests {
 
     #[test]
     fn status_shows_basic_info_task_heading_and_events() {
-        let text = format_alloc_status(&sample_alloc(), false);
+        let text = format_alloc_status(&sample_alloc(), false, None, false);
         assert!(
             text.starts_with("ID                  = 00e818ce-f004-06d0-d884-b854ff043de4\n"),
             "{text}"
@@ -443,10 +566,35 @@ mod tests {
 
     #[test]
     fn verbose_status_adds_placement_metrics() {
-        let text = format_alloc_status(&sample_alloc(), true);
+        let text = format_alloc_status(&sample_alloc(), true, None, false);
         assert!(text.contains("\nAllocation Time     = 0s\n"), "{text}");
         assert!(
             text.ends_with("Placement Metrics\n  * No nodes were eligible for evaluation"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn live_usage_shows_used_over_reserved_and_stats_adds_the_measured_figures() {
+        let usage: AllocResourceUsage = serde_json::from_value(serde_json::json!({
+            "Tasks": {"sleep": {"ResourceUsage": {
+                "MemoryStats": {"RSS": 57344, "Measured": ["RSS"]},
+                "CpuStats": {"TotalTicks": 12.7, "Percent": 0.5, "Measured": ["Percent"]},
+            }}},
+        }))
+        .unwrap();
+        let text = format_alloc_status(&sample_alloc(), false, Some(&usage), false);
+        assert!(
+            text.contains("12/100 MHz  56 KiB/300 MiB  300 MiB"),
+            "{text}"
+        );
+        assert!(!text.contains("Memory Stats"), "{text}");
+
+        let text = format_alloc_status(&sample_alloc(), false, Some(&usage), true);
+        assert!(
+            text.contains(
+                "\n\nMemory Stats\nRSS\n56 KiB\n\nCPU Stats\nPercent\n0.50%\n\nTask Events:"
+            ),
             "{text}"
         );
     }

@@ -1,4 +1,5 @@
-//! `drover job run|stop|inspect|validate` (and `status`, in `job_status`).
+//! `drover job run|stop|inspect|validate` (and `status`, in `job_status`; `periodic force` in
+//! `job_periodic`; `dispatch` in `job_dispatch`).
 
 use std::path::PathBuf;
 
@@ -32,6 +33,11 @@ pub enum JobCommand {
     Inspect(InspectArgs),
     /// Check a job file for errors without submitting it
     Validate(ValidateArgs),
+    /// Interact with periodic jobs
+    #[command(subcommand)]
+    Periodic(super::job_periodic::PeriodicCommand),
+    /// Dispatch an instance of a parameterized job
+    Dispatch(super::job_dispatch::DispatchArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -123,6 +129,8 @@ pub fn run(cli: JobCli) -> anyhow::Result<Exit> {
         JobCommand::Stop(args) => job_stop(&client, args),
         JobCommand::Inspect(args) => job_inspect(&client, args),
         JobCommand::Validate(args) => job_validate(&client, args),
+        JobCommand::Periodic(cmd) => super::job_periodic::run(&client, cmd),
+        JobCommand::Dispatch(args) => super::job_dispatch::run(&client, args),
     }
 }
 

@@ -12,6 +12,8 @@ mod argv;
 mod eval;
 mod format;
 mod job;
+mod job_dispatch;
+mod job_periodic;
 mod job_status;
 mod jobfile;
 mod logs;
@@ -20,10 +22,14 @@ mod metrics;
 mod monitor;
 mod node;
 mod operator;
+mod operator_scheduler;
+mod plugin;
 mod server;
 mod status;
 mod timefmt;
 mod ui;
+mod volume;
+mod volume_spec;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -72,6 +78,10 @@ enum Command {
     Operator(operator::OperatorCli),
     /// Display the status of jobs, or of the object an identifier names
     Status(status::StatusArgs),
+    /// Interact with volumes (CSI)
+    Volume(volume::VolumeCli),
+    /// Interact with plugins (CSI)
+    Plugin(plugin::PluginCli),
     /// Print the version
     Version,
 }
@@ -174,6 +184,8 @@ fn dispatch(command: Command) -> anyhow::Result<Exit> {
         Command::Server(cmd) => server::run(cmd),
         Command::Operator(cmd) => operator::run(cmd),
         Command::Status(args) => status::run(args),
+        Command::Volume(cmd) => volume::run(cmd),
+        Command::Plugin(cmd) => plugin::run(cmd),
         Command::Version => {
             print_version();
             Ok(0)

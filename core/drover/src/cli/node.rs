@@ -140,6 +140,18 @@ pub fn find_node(client: &Client, prefix: &str, verbose: bool) -> Result<Node, S
         .map_err(|e| format!("Error querying node info: {e}"))
 }
 
+/// The CSI plugins of one kind running on the node, by id (`CSI Controllers`, `CSI Drivers`).
+fn csi_plugin_names(
+    plugins: &Option<std::collections::BTreeMap<String, drover_structs::CsiInfo>>,
+) -> String {
+    plugins
+        .iter()
+        .flat_map(|m| m.keys())
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// Detected drivers by name, unhealthy ones marked (`Driver Status`).
 fn driver_summary(node: &Node) -> String {
     node.drivers
@@ -227,6 +239,11 @@ fn format_node(node: &Node, allocs: &[Allocation], verbose: bool, short: bool) -
         format!("Drain|{}", node.drain),
         format!("Eligibility|{}", node.scheduling_eligibility),
         format!("Status|{}", node.status),
+        format!(
+            "CSI Controllers|{}",
+            csi_plugin_names(&node.csi_controller_plugins)
+        ),
+        format!("CSI Drivers|{}", csi_plugin_names(&node.csi_node_plugins)),
     ];
     if short {
         basic.push(format!("Drivers|{}", driver_summary(node)));
@@ -367,11 +384,11 @@ mod tests {
     fn detail_lists_drivers_resources_and_allocations() {
         let text = format_node(&node(), &[], false, false);
         assert!(
-            text.starts_with("ID            = 0d816e8c-19bd-2066-474e-6f7e52291a4c\n"),
+            text.starts_with("ID              = 0d816e8c-19bd-2066-474e-6f7e52291a4c\n"),
             "{text}"
         );
         assert!(
-            text.contains("Driver Status = exec (unhealthy),raw_exec\n"),
+            text.contains("Driver Status   = exec (unhealthy),raw_exec\n"),
             "{text}"
         );
         assert!(

@@ -1,5 +1,6 @@
 //! `drover operator raft list-peers | remove-peer | state-digest` and
-//! `drover operator snapshot save | restore`, over `/v1/operator/...`.
+//! `drover operator snapshot save | restore`, over `/v1/operator/...` (the scheduler
+//! configuration commands are in `operator_scheduler`).
 
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
@@ -28,6 +29,9 @@ pub enum OperatorCommand {
     /// Save and restore snapshots of the whole cluster state
     #[command(subcommand)]
     Snapshot(SnapshotCommand),
+    /// Display and change the scheduler configuration
+    #[command(subcommand)]
+    Scheduler(super::operator_scheduler::SchedulerCommand),
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -74,6 +78,7 @@ pub fn run(cli: OperatorCli) -> anyhow::Result<Exit> {
         OperatorCommand::Raft(RaftCommand::StateDigest { stale }) => state_digest(&cli.conn, stale),
         OperatorCommand::Snapshot(SnapshotCommand::Save { file }) => save(&cli.conn, &file),
         OperatorCommand::Snapshot(SnapshotCommand::Restore { file }) => restore(&cli.conn, &file),
+        OperatorCommand::Scheduler(cmd) => super::operator_scheduler::run(&cli.conn, cmd),
     }
 }
 

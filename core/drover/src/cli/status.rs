@@ -87,6 +87,7 @@ pub fn run(args: StatusArgs) -> anyhow::Result<Exit> {
             command: alloc::AllocCommand::Status(alloc::AllocStatusArgs {
                 verbose: args.verbose,
                 json: false,
+                stats: false,
                 alloc: id,
             }),
         }),

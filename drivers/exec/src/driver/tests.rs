@@ -5,6 +5,7 @@ use drover_abi::TaskResources;
 use serde_json::json;
 
 use super::*;
+use crate::caps::{CapSet, kernel_last_cap};
 use crate::shared::testutil::TaskDirs;
 use crate::shared::watch::UNKNOWN_EXIT_STATUS;
 
@@ -92,7 +93,7 @@ fn hostname_is_the_task_name() {
 }
 
 #[test]
-fn task_sees_exactly_its_env_and_runs_in_its_task_dir() {
+fn task_sees_exactly_its_env_and_runs_at_its_root() {
     let dirs = TaskDirs::new("exec-env");
     let driver = ExecDriver::new();
     let (out, _) = run(
@@ -104,11 +105,9 @@ fn task_sees_exactly_its_env_and_runs_in_its_task_dir() {
     lines.sort();
     assert_eq!(lines, vec!["DROVER_TEST=yes", "PATH=/usr/bin:/bin"]);
 
+    // The task directory is the task's root, and the task starts there.
     let (out, _) = run(&driver, &dirs, &dirs.config("cwd", sh("pwd -P")));
-    assert_eq!(
-        out.trim_end(),
-        dirs.task_dir.canonicalize().unwrap().to_str().unwrap()
-    );
+    assert_eq!(out, "/\n");
 }
 
 #[test]
@@ -386,4 +385,376 @@ fn task_runs_as_the_requested_user() {
     let (out, exit) = run(&driver, &dirs, &config);
     assert_eq!(out, "65534\n");
     assert!(exit.successful(), "{exit:?}");
+}
+
+/// Adds what the client's alloc dir has besides `local/`: the shared `alloc/` and the task's
+/// `secrets/`, `tmp/` and `private/`.
+fn full_layout(dirs: &TaskDirs) {
+    for dir in ["alloc/data", "alloc/logs", "alloc/tmp"] {
+        std::fs::create_dir_all(dirs.root.join(dir)).unwrap();
+    }
+    for dir in ["secrets", "tmp", "private"] {
+        std::fs::create_dir_all(dirs.task_dir.join(dir)).unwrap();
+    }
+}
+
+/// The top-level names Nomad's default chroot_env gives on this host (sources that exist).
+fn chroot_env_top_names() -> std::collections::BTreeSet<String> {
+    crate::plugin_config::DEFAULT_CHROOT_ENV
+        .iter()
+        .filter(|(host, _)| std::path::Path::new(host).exists())
+        .map(|(_, task)| {
+            task.trim_start_matches('/')
+                .split('/')
+                .next()
+                .unwrap()
+                .to_string()
+        })
+        .collect()
+}
+
+/// The `Cap*:` lines of /proc/self/status, as printed by the task, keyed by set name.
+fn cap_sets(status: &str) -> std::collections::BTreeMap<String, u64> {
+    status
+        .lines()
+        .filter_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            let name = name.strip_prefix("Cap")?;
+            Some((
+                name.to_string(),
+                u64::from_str_radix(value.trim(), 16).ok()?,
+            ))
+        })
+        .collect()
+}
+
+#[test]
+fn task_root_holds_only_chroot_env_and_the_task_dirs() {
+    let dirs = TaskDirs::new("exec-root");
+    full_layout(&dirs);
+    let driver = ExecDriver::new();
+    let (out, exit) = run(
+        &driver,
+        &dirs,
+        &dirs.config("ls", json!({"command": "ls", "args": ["-A", "/"]})),
+    );
+    assert!(exit.successful(), "{exit:?}");
+    let seen: std::collections::BTreeSet<String> = out.lines().map(str::to_string).collect();
+    let mut expected = chroot_env_top_names();
+    for name in [
+        "alloc", "dev", "proc", "sys", "local", "secrets", "tmp", "private",
+    ] {
+        expected.insert(name.to_string());
+    }
+    assert_eq!(seen, expected);
+    // Nothing else of the host: not its /root, /home, nor the test's own directory.
+    for host_only in ["root", "home", "var", "work"] {
+        assert!(
+            !seen.contains(host_only),
+            "{host_only} leaked into the task root"
+        );
+    }
+    // The mount points left on the host are empty: nothing was copied.
+    assert_eq!(
+        std::fs::read_dir(dirs.task_dir.join("usr"))
+            .unwrap()
+            .count(),
+        0
+    );
+}
+
+#[test]
+fn task_dev_has_the_usual_devices_and_nothing_of_the_host() {
+    let dirs = TaskDirs::new("exec-dev");
+    let driver = ExecDriver::new();
+    let (out, _) = run(
+        &driver,
+        &dirs,
+        &dirs.config(
+            "dev",
+            sh("ls -A /dev | tr '\\n' ' '; head -c 4 /dev/zero | wc -c"),
+        ),
+    );
+    assert_eq!(
+        out,
+        "fd full mqueue null ptmx pts random shm stderr stdin stdout tty urandom zero 4\n"
+    );
+}
+
+#[test]
+fn task_runs_as_nobody_by_default() {
+    let dirs = TaskDirs::new("exec-nobody");
+    let driver = ExecDriver::new();
+    let (out, exit) = run(&driver, &dirs, &dirs.config("id", sh("id -u; id -g")));
+    assert!(exit.successful(), "{exit:?}");
+    let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap();
+    assert_eq!(out, format!("{}\n{}\n", nobody.uid, nobody.gid));
+    assert_eq!(nobody.uid.as_raw(), 65534);
+}
+
+#[test]
+fn default_capabilities_are_nomads_without_net_raw() {
+    let dirs = TaskDirs::new("exec-caps");
+    let driver = ExecDriver::new();
+    let expected =
+        crate::plugin_config::nomad_default_caps(CapSet::supported(kernel_last_cap())).bits();
+    assert_eq!(expected, 0xa804_05fb);
+    for user in ["", "root"] {
+        let mut config = dirs.config(
+            "caps",
+            json!({"command": "cat", "args": ["/proc/self/status"]}),
+        );
+        config.user = user.to_string();
+        let (out, exit) = run(&driver, &dirs, &config);
+        assert!(exit.successful(), "{exit:?}");
+        let sets = cap_sets(&out);
+        for set in ["Eff", "Prm", "Bnd"] {
+            assert_eq!(sets[set], expected, "Cap{set} of user {user:?}:\n{out}");
+            assert_eq!(
+                sets[set] & (1 << crate::caps::CAP_NET_RAW),
+                0,
+                "CAP_NET_RAW in Cap{set}"
+            );
+        }
+    }
+}
+
+#[test]
+fn cap_add_and_cap_drop_shape_the_set_within_allow_caps() {
+    let dirs = TaskDirs::new("exec-capadd");
+    let driver = ExecDriver::new();
+    let status = |extra: serde_json::Value| {
+        let mut cfg = json!({"command": "cat", "args": ["/proc/self/status"]});
+        cfg.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        cfg
+    };
+    let (out, _) = run(
+        &driver,
+        &dirs,
+        &dirs.config(
+            "drop",
+            status(json!({"cap_drop": ["all"], "cap_add": ["CAP_KILL"]})),
+        ),
+    );
+    let sets = cap_sets(&out);
+    assert_eq!(
+        (sets["Eff"], sets["Bnd"], sets["Amb"]),
+        (1 << 5, 1 << 5, 1 << 5)
+    );
+
+    let err = driver
+        .start_task(&dirs.config("raw", status(json!({"cap_add": ["net_raw"]}))))
+        .unwrap_err();
+    assert_eq!(
+        err,
+        DriverError::StartFailed {
+            message: "driver does not allow the following capabilities: net_raw".into(),
+            recoverable: false
+        }
+    );
+
+    driver
+        .set_config(&json!({"allow_caps": ["chown", "net_raw"]}))
+        .unwrap();
+    let (out, _) = run(
+        &driver,
+        &dirs,
+        &dirs.config("allowed", status(json!({"cap_add": ["net_raw"]}))),
+    );
+    assert_eq!(cap_sets(&out)["Eff"], 1 | (1 << 13));
+}
+
+#[test]
+fn chroot_env_is_read_only_even_for_root_and_alloc_is_shared() {
+    let dirs = TaskDirs::new("exec-ro");
+    full_layout(&dirs);
+    let driver = ExecDriver::new();
+    let mut config = dirs.config(
+        "ro",
+        sh("touch /usr/drover-ro-test 2>&1; echo shared > /alloc/data/from-task; echo local > /local/x; echo $NOMAD_ALLOC_DIR $NOMAD_TASK_DIR $NOMAD_SECRETS_DIR $TMPDIR"),
+    );
+    config.user = "root".into();
+    let host = |p: &str| dirs.root.join(p).display().to_string();
+    config.env.insert("NOMAD_ALLOC_DIR".into(), host("alloc"));
+    config
+        .env
+        .insert("NOMAD_TASK_DIR".into(), host("task/local"));
+    config
+        .env
+        .insert("NOMAD_SECRETS_DIR".into(), host("task/secrets"));
+    config.env.insert("TMPDIR".into(), host("task/tmp"));
+    let (out, _) = run(&driver, &dirs, &config);
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].contains("Read-only file system"), "{out}");
+    assert_eq!(lines[1], "/alloc /local /secrets /tmp");
+    assert!(!std::path::Path::new("/usr/drover-ro-test").exists());
+    assert_eq!(
+        std::fs::read_to_string(dirs.root.join("alloc/data/from-task")).unwrap(),
+        "shared\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dirs.task_dir.join("local/x")).unwrap(),
+        "local\n"
+    );
+}
+
+#[test]
+fn interpolated_host_paths_in_command_and_args_become_task_paths() {
+    let dirs = TaskDirs::new("exec-interp");
+    let script = dirs.task_dir.join("local/run.sh");
+    std::fs::write(&script, "#!/bin/sh\necho \"$0 $1\"\n").unwrap();
+    let driver = ExecDriver::new();
+    let local = dirs.task_dir.join("local").display().to_string();
+    let config = dirs.config(
+        "interp",
+        json!({"command": format!("{local}/run.sh"), "args": [format!("{local}/data")]}),
+    );
+    let (out, exit) = run(&driver, &dirs, &config);
+    assert!(exit.successful(), "{exit:?}");
+    assert_eq!(out, "/local/run.sh /local/data\n");
+}
+
+/// The namespace a task is in, read by the task from /proc/self/ns.
+fn task_namespace(
+    driver: &ExecDriver,
+    dirs: &TaskDirs,
+    kind: &str,
+    extra: serde_json::Value,
+) -> String {
+    let mut cfg = json!({"command": "readlink", "args": [format!("/proc/self/ns/{kind}")]});
+    cfg.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    let (out, _) = run(driver, dirs, &dirs.config("ns", cfg));
+    out.trim().to_string()
+}
+
+fn host_namespace(kind: &str) -> String {
+    std::fs::read_link(format!("/proc/self/ns/{kind}"))
+        .unwrap()
+        .display()
+        .to_string()
+}
+
+#[test]
+fn pid_and_ipc_namespaces_are_private_unless_host_is_asked() {
+    let dirs = TaskDirs::new("exec-ns");
+    let driver = ExecDriver::new();
+    for kind in ["pid", "ipc", "mnt", "uts"] {
+        assert_ne!(
+            task_namespace(&driver, &dirs, kind, json!({})),
+            host_namespace(kind),
+            "{kind}"
+        );
+    }
+    let host = json!({"pid_mode": "host", "ipc_mode": "host"});
+    for kind in ["pid", "ipc"] {
+        assert_eq!(
+            task_namespace(&driver, &dirs, kind, host.clone()),
+            host_namespace(kind),
+            "{kind}"
+        );
+    }
+    // The plugin's defaults apply when the task does not say.
+    driver
+        .set_config(&json!({"default_pid_mode": "host"}))
+        .unwrap();
+    assert_eq!(
+        task_namespace(&driver, &dirs, "pid", json!({})),
+        host_namespace("pid")
+    );
+    assert_ne!(
+        task_namespace(&driver, &dirs, "ipc", json!({})),
+        host_namespace("ipc")
+    );
+}
+
+#[test]
+fn host_processes_are_invisible() {
+    let dirs = TaskDirs::new("exec-hostpids");
+    let driver = ExecDriver::new();
+    let me = std::process::id();
+    let (out, _) = run(
+        &driver,
+        &dirs,
+        &dirs.config(
+            "pids",
+            sh(&format!(
+                "test -e /proc/{me} && echo seen || echo hidden; echo /proc/[0-9]*"
+            )),
+        ),
+    );
+    assert_eq!(out, "hidden\n/proc/1\n");
+}
+
+#[test]
+fn no_pivot_root_enters_the_root_with_chroot() {
+    let dirs = TaskDirs::new("exec-nopivot");
+    let driver = ExecDriver::new();
+    driver.set_config(&json!({"no_pivot_root": true})).unwrap();
+    let (out, exit) = run(
+        &driver,
+        &dirs,
+        &dirs.config("chroot", sh("ls -d /local /usr /proc/1 && id -u")),
+    );
+    assert!(exit.successful(), "{exit:?} {out}");
+    assert_eq!(out, "/local\n/proc/1\n/usr\n65534\n");
+}
+
+#[test]
+fn a_custom_chroot_env_replaces_the_default() {
+    let dirs = TaskDirs::new("exec-chrootenv");
+    let driver = ExecDriver::new();
+    // /usr and the loader's directories, no /bin: /bin/sh is gone, /usr/bin/sh is there.
+    let mut env = serde_json::Map::new();
+    let mut expected = vec!["dev", "local", "proc", "sys", "usr"];
+    env.insert("/usr".into(), json!("/usr"));
+    for loader_dir in ["lib", "lib64"] {
+        if std::path::Path::new("/").join(loader_dir).exists() {
+            env.insert(format!("/{loader_dir}"), json!(format!("/{loader_dir}")));
+            expected.push(loader_dir);
+        }
+    }
+    expected.sort();
+    driver.set_config(&json!({ "chroot_env": env })).unwrap();
+    let config = json!({"command": "/usr/bin/sh", "args": ["-c", "ls -A /; test -e /bin/sh || echo no-bin"]});
+    let (out, _) = run(&driver, &dirs, &dirs.config("usr-only", config));
+    assert_eq!(out, format!("{}\nno-bin\n", expected.join("\n")));
+}
+
+#[test]
+fn unknown_user_fails_start_naming_it() {
+    let dirs = TaskDirs::new("exec-nouser");
+    let driver = ExecDriver::new();
+    let mut config = dirs.config("u", json!({"command": "true"}));
+    config.user = "no-such-user-drover".into();
+    assert_eq!(
+        driver.start_task(&config).unwrap_err(),
+        DriverError::StartFailed {
+            message: "user \"no-such-user-drover\" not found".into(),
+            recoverable: false
+        }
+    );
+}
+
+#[test]
+fn the_exec_driver_passes_the_conformance_kit() {
+    use drover_driver_testkit::{Kit, TaskConfigs};
+    let mut configs = TaskConfigs::command();
+    // A task is PID 1 of its namespace, and PID 1 gets no signal it has no handler for (see
+    // handled_stop_signal_reaches_the_pid_one_task). The kit stops its long-running task right
+    // after the start, maybe before a shell could install a trap, so that task shares the host's
+    // PID namespace and dies of INT and TERM as a plain process does.
+    configs.run_until_stopped = json!({"command": "sleep", "args": ["1000"], "pid_mode": "host"});
+    configs.bad_plugin_config = Some((
+        json!({"allow_caps": ["chown", "bogus"]}),
+        "allow_caps".into(),
+    ));
+    configs.bad_config = (
+        json!({"command": "/bin/true", "cap_add": ["bogus"]}),
+        "cap_add".into(),
+    );
+    Kit::new("exec", || Arc::new(ExecDriver::new()), configs).assert_conforms();
 }

@@ -38,11 +38,25 @@ fn json_kind(value: &Value) -> &'static str {
 
 /// Parses and checks a task `config` block. Unknown fields are errors, as an HCL schema would
 /// make them, so that a typo like `arg = [...]` is not silently ignored.
+// raw_exec's entry point; the exec driver, which compiles this file too, has extra fields.
+#[allow(dead_code)]
 pub fn parse_command_config(config: &Value) -> Result<CommandConfig, TaskConfigError> {
+    parse_command_config_with(config, &[])
+}
+
+/// Like [`parse_command_config`], also accepting the driver's own `extra` fields, which the
+/// caller reads itself.
+pub fn parse_command_config_with(
+    config: &Value,
+    extra: &[&str],
+) -> Result<CommandConfig, TaskConfigError> {
     let object = config
         .as_object()
         .ok_or(TaskConfigError::NotAnObject(json_kind(config)))?;
-    if let Some(unknown) = object.keys().find(|k| *k != "command" && *k != "args") {
+    if let Some(unknown) = object
+        .keys()
+        .find(|k| *k != "command" && *k != "args" && !extra.contains(&k.as_str()))
+    {
         return Err(TaskConfigError::UnknownField(unknown.clone()));
     }
     let command = match object.get("command") {
@@ -112,6 +126,16 @@ mod tests {
         assert_eq!(
             msg(json!(["x"])),
             "task config must be an object, got a list"
+        );
+    }
+
+    #[test]
+    fn extra_fields_are_accepted_only_when_named() {
+        let config = json!({"command": "x", "pid_mode": "host"});
+        assert!(parse_command_config_with(&config, &["pid_mode"]).is_ok());
+        assert_eq!(
+            parse_command_config(&config),
+            Err(TaskConfigError::UnknownField("pid_mode".into()))
         );
     }
 }

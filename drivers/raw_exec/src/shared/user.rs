@@ -46,17 +46,42 @@ pub fn resolve_user(name: &str) -> Result<Option<RunAs>, UserError> {
     }))
 }
 
+/// The kernel's set-id calls taking 32-bit ids: on 32-bit x86 and ARM the plain numbers are the
+/// old 16-bit ones.
+#[cfg(any(target_arch = "x86", target_arch = "arm"))]
+mod id_syscalls {
+    pub const SETGROUPS: libc::c_long = libc::SYS_setgroups32;
+    pub const SETRESGID: libc::c_long = libc::SYS_setresgid32;
+    pub const SETRESUID: libc::c_long = libc::SYS_setresuid32;
+}
+#[cfg(not(any(target_arch = "x86", target_arch = "arm")))]
+mod id_syscalls {
+    pub const SETGROUPS: libc::c_long = libc::SYS_setgroups;
+    pub const SETRESGID: libc::c_long = libc::SYS_setresgid;
+    pub const SETRESUID: libc::c_long = libc::SYS_setresuid;
+}
+
 /// Drops to `run_as`: supplementary groups, then group, then user (the order that keeps the
 /// privilege needed for each step). Returns the errno of the failing call.
 ///
 /// Async-signal-safe: only raw syscalls, no allocation, so it may run between fork/clone and exec.
+/// The syscalls are made directly, not through libc's setuid/setgid/setgroups: those apply the
+/// change to every thread of the process by signalling them and waiting, and in a child cloned
+/// from a multi-threaded agent (the exec driver's) they would wait for threads that exist only
+/// in the parent, forever.
 pub fn switch_user(run_as: &RunAs) -> Result<(), i32> {
+    // Ids are passed with their bits unchanged; the kernel reads them as unsigned.
+    let (uid, gid) = (run_as.uid as libc::c_long, run_as.gid as libc::c_long);
     // SAFETY: the pointer and length describe the live `groups` vector, which setgroups only
-    // reads; setgid and setuid take plain integers.
+    // reads; setresgid and setresuid take plain integers (real, effective and saved ids).
     let failed = unsafe {
-        libc::setgroups(run_as.groups.len(), run_as.groups.as_ptr()) != 0
-            || libc::setgid(run_as.gid) != 0
-            || libc::setuid(run_as.uid) != 0
+        libc::syscall(
+            id_syscalls::SETGROUPS,
+            run_as.groups.len(),
+            run_as.groups.as_ptr(),
+        ) != 0
+            || libc::syscall(id_syscalls::SETRESGID, gid, gid, gid) != 0
+            || libc::syscall(id_syscalls::SETRESUID, uid, uid, uid) != 0
     };
     if failed {
         return Err(nix::errno::Errno::last_raw());

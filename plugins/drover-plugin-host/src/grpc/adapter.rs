@@ -3,19 +3,22 @@
 //! for it to come back (a bounded time) instead of failing at once.
 
 use std::future::Future;
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use drover_abi::{
-    Capabilities, DRIVER_API_VERSION, Driver, DriverError, ExecOutput, ExitResult, Fingerprint,
-    FsIsolation, HealthState, PluginInfo, TaskConfig, TaskHandle, TaskResourceUsage, TaskStatus,
+    Capabilities, DRIVER_API_VERSION, Driver, DriverError, DriverTaskEvent, ExecOutput, ExitResult,
+    Fingerprint, FsIsolation, HealthState, PluginInfo, TaskConfig, TaskHandle, TaskResourceUsage,
+    TaskStatus,
 };
 use drover_plugin_proto::drivers as pb;
 use drover_plugin_proto::hcl::ConfigError;
 use tonic::Status;
 
 use super::conn::Conn;
+use super::events::PluginTaskEvent;
+use super::exec::{self, ExecSession};
 use super::{Shared, convert, lock, supervisor};
 
 /// How long a call waits for a restarting plugin before it fails.
@@ -26,6 +29,9 @@ const QUICK_CALL: Duration = Duration::from_secs(30);
 /// A driver plugin served by a separate process.
 pub struct GrpcDriver {
     shared: Arc<Shared>,
+    /// The plugin's task events since this object was made, for `Driver::task_events`.
+    /// Subscribed at once so that no event of a task started before the first call is lost.
+    task_events: Mutex<Receiver<PluginTaskEvent>>,
 }
 
 fn invalid(e: ConfigError) -> DriverError {
@@ -34,7 +40,11 @@ fn invalid(e: ConfigError) -> DriverError {
 
 impl GrpcDriver {
     pub(crate) fn new(shared: Arc<Shared>) -> GrpcDriver {
-        GrpcDriver { shared }
+        let task_events = Mutex::new(shared.events.subscribe());
+        GrpcDriver {
+            shared,
+            task_events,
+        }
     }
 
     /// The pid of the plugin process serving calls now.
@@ -47,6 +57,31 @@ impl GrpcDriver {
         if let Some(conn) = self.shared.now() {
             conn.process.kill();
         }
+    }
+
+    /// Every task event the plugin reports from now on (and after it restarts), until the
+    /// receiver is dropped; apart from those `Driver::task_events` hands out.
+    pub fn subscribe_task_events(&self) -> std::sync::mpsc::Receiver<PluginTaskEvent> {
+        self.shared.events.subscribe()
+    }
+
+    /// Runs `command` in task `task_id` interactively (Nomad's ExecTaskStreaming: stdin and
+    /// terminal size in, output as it comes). A plugin that does not stream runs it with
+    /// ExecTask instead, its output arriving whole at the end, without stdin.
+    pub fn exec_streaming(
+        &self,
+        task_id: &str,
+        command: &[String],
+        tty: bool,
+    ) -> Result<ExecSession, DriverError> {
+        let (conn, _) = self.shared.current(RECONNECT_WAIT)?;
+        ExecSession::start(conn.driver, task_id, command, tty, true)
+    }
+
+    /// The live connection, for tests that speak the protocol directly.
+    #[cfg(test)]
+    pub(crate) fn conn(&self) -> Option<Conn> {
+        self.shared.now()
     }
 
     /// Runs one call against the live connection. A transport failure on an `idempotent` call
@@ -108,7 +143,7 @@ impl Drop for GrpcDriver {
     /// Stops supervising. A plugin with a state dir keeps running for the next agent to
     /// reattach to (as at agent exit); one without is shut down with its driver object.
     fn drop(&mut self) {
-        self.shared.stopping.store(true, Ordering::SeqCst);
+        self.shared.stop();
         if self.shared.options.state_dir.is_some() {
             return;
         }
@@ -188,7 +223,18 @@ impl Driver for GrpcDriver {
                 .ok_or_else(|| Status::unavailable("the fingerprint stream ended"))
         });
         match got {
-            Ok(fp) => convert::fingerprint(&fp),
+            Ok(fp) => {
+                let mut fingerprint = convert::fingerprint(&fp);
+                // Nomad's client, not the plugin, sets `driver.NAME = 1` for a detected driver
+                // (Nomad's plugins report `driver.NAME` as a bool, or not at all); Drover's
+                // client takes it from the driver, so the adapter adds it here.
+                if fingerprint.health != HealthState::Undetected {
+                    fingerprint
+                        .attributes
+                        .insert(format!("driver.{}", self.shared.name), "1".to_string());
+                }
+                fingerprint
+            }
             Err(e) => Fingerprint {
                 health: HealthState::Unhealthy,
                 health_description: format!("failed to fingerprint driver: {e}"),
@@ -396,6 +442,29 @@ impl Driver for GrpcDriver {
         Ok(convert::usage(first.stats.as_ref()))
     }
 
+    /// The events the plugin streamed (also across its restarts): waits up to `max_wait` for
+    /// one, then takes every one waiting. Calls take turns: one caller is expected.
+    fn task_events(&self, max_wait: Duration) -> Result<Vec<DriverTaskEvent>, DriverError> {
+        let events = lock(&self.task_events);
+        let first = match events.recv_timeout(max_wait) {
+            Ok(event) => event,
+            Err(RecvTimeoutError::Timeout) => return Ok(Vec::new()),
+            // The hub lives as long as `shared`, which this object holds.
+            Err(RecvTimeoutError::Disconnected) => {
+                return Err(DriverError::Other(format!(
+                    "plugin {}: its task events are no longer followed",
+                    self.shared.name
+                )));
+            }
+        };
+        Ok(std::iter::once(first)
+            .chain(events.try_iter())
+            .map(DriverTaskEvent::from)
+            .collect())
+    }
+
+    /// ExecTask, the contract's one-shot form; a plugin that only implements
+    /// ExecTaskStreaming gets the command that way, its output gathered up to `timeout`.
     fn exec_task(
         &self,
         task_id: &str,
@@ -407,18 +476,31 @@ impl Driver for GrpcDriver {
             command: command.to_vec(),
             timeout: Some(convert::duration(timeout)),
         };
-        let r = self.call("exec_task", task_id, false, None, move |c| {
+        let answered = self.call("exec_task", task_id, false, None, move |c| {
             let request = request.clone();
             async move {
                 let mut d = c.driver.clone();
-                d.exec_task(request).await
+                match d.exec_task(request).await {
+                    // Kept apart from the other failures: the stream may still work.
+                    Err(s) if exec::unsupported(&s) => Ok(None),
+                    answer => answer.map(|r| Some(r.into_inner())),
+                }
             }
         })?;
-        let r = r.into_inner();
-        Ok(ExecOutput {
-            stdout: r.stdout,
-            stderr: r.stderr,
-            exit_code: r.result.map_or(0, |e| e.exit_code),
-        })
+        match answered {
+            Some(r) => Ok(ExecOutput {
+                stdout: r.stdout,
+                stderr: r.stderr,
+                exit_code: r.result.map_or(0, |e| e.exit_code),
+            }),
+            None => {
+                let (conn, _) = self.shared.current(RECONNECT_WAIT)?;
+                let session = ExecSession::start(conn.driver, task_id, command, false, false)?;
+                exec::collect(session, timeout).map_err(|e| match e {
+                    DriverError::NotSupported(_) => DriverError::NotSupported("exec_task".into()),
+                    other => other,
+                })
+            }
+        }
     }
 }

@@ -1,8 +1,8 @@
 //! A connection to a running plugin: the gRPC channel over its unix socket, the clients of its
 //! services, and what the agent asks once per connection (health, PluginInfo, the config
-//! schemas), as Nomad's plugin loader does.
+//! schemas), as Nomad's plugin loader does, and its task events subscription.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use drover_plugin_proto::base::{
@@ -35,6 +35,8 @@ pub struct Conn {
     pub task_schema: Arc<ConfigSchema>,
     pub process: Arc<PluginProcess>,
     pub handshake: Handshake,
+    /// The TaskEvents call started with the connection, until the driver takes it to follow.
+    pub events: Arc<Mutex<Option<super::events::PendingEvents>>>,
 }
 
 async fn channel(h: &Handshake) -> Result<Channel, String> {
@@ -127,6 +129,8 @@ pub async fn open(handshake: Handshake, process: Arc<PluginProcess>) -> Result<C
     .await?;
     let task_schema = ConfigSchema::compile(schema.spec.as_ref())
         .map_err(|e| format!("its task config schema: {e}"))?;
+    // Subscribed before any call can start a task, so that no event of a task is missed.
+    let events = super::events::open(&driver, &info.name);
     mirror_stdio(channel.clone(), info.name.clone());
     Ok(Conn {
         base,
@@ -137,6 +141,7 @@ pub async fn open(handshake: Handshake, process: Arc<PluginProcess>) -> Result<C
         task_schema: Arc::new(task_schema),
         process,
         handshake,
+        events: Arc::new(Mutex::new(Some(events))),
     })
 }
 

@@ -227,7 +227,6 @@ pub fn fingerprint(f: &pb::FingerprintResponse) -> Fingerprint {
 
 pub fn capabilities(c: Option<&pb::DriverCapabilities>) -> Capabilities {
     use pb::driver_capabilities::{FsIsolation as Fs, MountConfigs};
-    use pb::network_isolation_spec::NetworkIsolationMode as Net;
     let c = c.cloned().unwrap_or_default();
     Capabilities {
         send_signals: c.send_signals,
@@ -237,12 +236,23 @@ pub fn capabilities(c: Option<&pb::DriverCapabilities>) -> Capabilities {
             Ok(Fs::Image) => FsIsolation::Image,
             _ => FsIsolation::None,
         },
-        network_isolation: c
-            .network_isolation_modes
-            .iter()
-            .any(|m| matches!(Net::try_from(*m), Ok(Net::Group) | Ok(Net::Task))),
+        network_isolation: network_isolation(&c),
         mount_configs: c.mount_configs != MountConfigs::NoMounts as i32,
     }
+}
+
+/// Whether the plugin isolates task networks in a way the agent can use. Task mode is the
+/// driver's own doing; group mode counts only when the plugin does not need CreateNetwork, which
+/// the driver contract cannot ask for (there is no network namespace creation in it).
+fn network_isolation(c: &pb::DriverCapabilities) -> bool {
+    use pb::network_isolation_spec::NetworkIsolationMode as Net;
+    c.network_isolation_modes
+        .iter()
+        .any(|m| match Net::try_from(*m) {
+            Ok(Net::Task) => true,
+            Ok(Net::Group) => !c.must_create_network,
+            _ => false,
+        })
 }
 
 pub fn usage(stats: Option<&pb::TaskStats>) -> TaskResourceUsage {
@@ -356,6 +366,27 @@ mod tests {
             attribute_text(&a(attribute::Value::StringVal("1".into()), "")),
             "1"
         );
+    }
+
+    #[test]
+    fn network_isolation_needing_create_network_is_not_offered() {
+        use pb::network_isolation_spec::NetworkIsolationMode as Net;
+        let caps = |modes: &[Net], must_create_network| {
+            capabilities(Some(&pb::DriverCapabilities {
+                network_isolation_modes: modes.iter().map(|m| *m as i32).collect(),
+                must_create_network,
+                ..Default::default()
+            }))
+            .network_isolation
+        };
+        assert!(!caps(&[Net::Host], false));
+        assert!(caps(&[Net::Host, Net::Task], false));
+        assert!(caps(&[Net::Host, Net::Group], false));
+        assert!(
+            !caps(&[Net::Host, Net::Group], true),
+            "group isolation through CreateNetwork cannot be served"
+        );
+        assert!(caps(&[Net::Group, Net::Task], true));
     }
 
     #[test]

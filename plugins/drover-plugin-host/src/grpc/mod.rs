@@ -13,11 +13,19 @@
 //!   plugin outlives the agent (its tasks keep being managed after a restart). Without one the
 //!   plugin belongs to its driver object and is shut down when that is dropped.
 //!
+//! - Task events the plugin streams (TaskEvents) go to the agent's log, to the contract's
+//!   `Driver::task_events` and to the listeners of [`GrpcDriver::subscribe_task_events`].
+//! - Exec: the contract's `exec_task` uses ExecTask and falls back to ExecTaskStreaming for
+//!   plugins that only stream; [`GrpcDriver::exec_streaming`] is the interactive form, over
+//!   ExecTaskStreaming with ExecTask as its fallback.
+//!
 //! Calls run on a tokio runtime owned by this module; see [`runtime`].
 
 mod adapter;
 mod conn;
 mod convert;
+mod events;
+mod exec;
 mod process;
 mod reattach;
 pub mod runtime;
@@ -33,6 +41,8 @@ use drover_abi::{DriverError, TaskHandle};
 
 pub use adapter::GrpcDriver;
 use conn::Conn;
+pub use events::PluginTaskEvent;
+pub use exec::{ExecEvent, ExecSession};
 use process::PluginProcess;
 pub use reattach::ReattachConfig;
 
@@ -101,6 +111,10 @@ pub(crate) struct Shared {
     /// The last config applied with SetConfig, re-applied after a plugin restart.
     pub plugin_config: Mutex<Option<serde_json::Value>>,
     pub stopping: AtomicBool,
+    /// Fires with `stopping`, for the async work that follows the plugin (its task events).
+    stop_signal: tokio::sync::watch::Sender<bool>,
+    /// Who listens to the plugin's task events.
+    pub events: Arc<events::EventHub>,
     generation: AtomicU64,
 }
 
@@ -132,6 +146,8 @@ impl Shared {
             handles: Mutex::new(BTreeMap::new()),
             plugin_config: Mutex::new(None),
             stopping: AtomicBool::new(false),
+            stop_signal: tokio::sync::watch::channel(false).0,
+            events: Arc::default(),
             generation: AtomicU64::new(0),
         }
     }
@@ -140,8 +156,23 @@ impl Shared {
         self.stopping.load(Ordering::SeqCst)
     }
 
-    /// Makes `conn` the live connection and saves its reattach config.
+    /// The driver object is going away: no more restarts, and nothing follows the plugin.
+    pub fn stop(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        self.stop_signal.send_replace(true);
+    }
+
+    /// Makes `conn` the live connection, saves its reattach config and follows its task
+    /// events.
     pub fn install(&self, conn: Conn) {
+        if let Some(stream) = lock(&conn.events).take() {
+            events::follow(
+                stream,
+                Arc::clone(&self.events),
+                self.config_name.clone(),
+                self.stop_signal.subscribe(),
+            );
+        }
         if let Some(dir) = &self.options.state_dir {
             let config = ReattachConfig {
                 path: self.path.clone(),

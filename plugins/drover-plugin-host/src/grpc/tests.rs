@@ -202,3 +202,169 @@ fn the_catalog_loads_sidecars_configures_them_by_file_name_and_lets_them_replace
     ));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Events of an exec session until its exit: (stdout, stderr, exit).
+fn run_to_exit(session: &ExecSession) -> (String, String, drover_abi::ExitResult) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+    loop {
+        assert!(Instant::now() < deadline, "the exec never exited");
+        match session.next(Duration::from_millis(200)).unwrap() {
+            Some(ExecEvent::Stdout(d)) => stdout.extend(d),
+            Some(ExecEvent::Stderr(d)) => stderr.extend(d),
+            Some(ExecEvent::Exited(exit)) => {
+                let text = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
+                return (text(stdout), text(stderr), exit);
+            }
+            None => {}
+        }
+    }
+}
+
+#[test]
+fn exec_streaming_through_the_sidecar_delivers_both_streams_and_the_exit() {
+    let plugin = load(sidecar(), &GrpcOptions::default()).unwrap();
+    let driver = Arc::clone(&plugin.driver);
+    assert!(driver.capabilities().exec);
+    let dirs = TaskDirs::new("grpc-exec").unwrap();
+    let config = dirs.config("long", json!({"command": "sleep", "args": ["1000"]}));
+    driver.start_task(&config).unwrap();
+
+    let script = "echo out in $NOMAD_TASK_NAME; echo err >&2; exit 4";
+    let command = ["/bin/sh".to_string(), "-c".into(), script.into()];
+    let mut session = driver.exec_streaming(&config.id, &command, false).unwrap();
+    // The contract has no stdin: what is sent is taken and dropped, never an error.
+    session.write_stdin(b"ignored\n").unwrap();
+    session.resize(24, 80).unwrap();
+    session.close_stdin().unwrap();
+    let (stdout, stderr, exit) = run_to_exit(&session);
+    assert_eq!(stdout, "out in long\n");
+    assert_eq!(stderr, "err\n");
+    assert_eq!(exit.exit_code, 4);
+    assert!(
+        session.next(Duration::from_millis(100)).is_err(),
+        "the session is over"
+    );
+
+    // An exec in a task the plugin does not know fails through the stream.
+    let unknown = driver
+        .exec_streaming("nope", &command, false)
+        .unwrap()
+        .next(Duration::from_secs(10));
+    assert_eq!(unknown, Err(DriverError::TaskNotFound("nope".into())));
+
+    // The contract's exec_task (ExecTask) sees the same command the same way.
+    let out = driver
+        .exec_task(&config.id, &command, Duration::from_secs(10))
+        .unwrap();
+    assert_eq!((out.stdout, out.exit_code), (b"out in long\n".to_vec(), 4));
+    driver.destroy_task(&config.id, true).unwrap();
+}
+
+#[test]
+fn task_events_of_the_sidecar_reach_subscribers_also_after_it_restarted() {
+    let plugin = load(sidecar(), &GrpcOptions::default()).unwrap();
+    let driver = Arc::clone(&plugin.driver);
+    let events = driver.subscribe_task_events();
+    let dirs = TaskDirs::new("grpc-events").unwrap();
+    let started = |name: &str| {
+        let config = dirs.config(name, json!({"command": "sleep", "args": ["1000"]}));
+        driver.start_task(&config).unwrap();
+        config
+    };
+    let config = started("first");
+    let event = events
+        .recv_timeout(Duration::from_secs(10))
+        .expect("a task event");
+    assert_eq!(
+        (
+            event.task_id.as_str(),
+            event.alloc_id.as_str(),
+            event.task_name.as_str()
+        ),
+        (config.id.as_str(), "kit-alloc", "first")
+    );
+    assert!(
+        event.message.starts_with("started as host process "),
+        "{event:?}"
+    );
+    assert!(!event.annotations["pid"].is_empty(), "{event:?}");
+    assert!(event.timestamp > 0);
+
+    // A restarted plugin is subscribed to again before any call reaches it.
+    let first_pid = driver.pid().unwrap();
+    driver.kill_plugin();
+    eventually("a new plugin process", || {
+        driver.pid().is_some_and(|p| p != first_pid)
+    });
+    let second = started("second");
+    let event = events
+        .recv_timeout(Duration::from_secs(10))
+        .expect("a task event from the restarted plugin");
+    assert_eq!(event.task_id, second.id);
+
+    // The contract's task_events hands out the same events, from both plugin processes, once.
+    let mut through_contract = Vec::new();
+    while through_contract.len() < 2 {
+        let batch = driver.task_events(Duration::from_secs(10)).unwrap();
+        assert!(!batch.is_empty(), "no task events through the contract");
+        through_contract.extend(batch);
+    }
+    let ids: Vec<&str> = through_contract
+        .iter()
+        .map(|e| e.task_id.as_str())
+        .collect();
+    assert_eq!(ids, [config.id.as_str(), second.id.as_str()]);
+    assert!(
+        through_contract[0]
+            .message
+            .starts_with("started as host process ")
+    );
+    assert_eq!(driver.task_events(Duration::from_millis(50)).unwrap(), []);
+    for c in [config, second] {
+        driver.destroy_task(&c.id, true).unwrap();
+    }
+}
+
+#[test]
+fn create_network_is_answered_not_supported_and_no_network_isolation_is_offered() {
+    use drover_plugin_proto::drivers as pb;
+    let plugin = load(sidecar(), &GrpcOptions::default()).unwrap();
+    assert!(!plugin.driver.capabilities().network_isolation);
+    let conn = plugin.driver.conn().expect("a live connection");
+    let mut d = conn.driver.clone();
+    let (caps, created, destroyed) = runtime::block(async move {
+        let caps = d.capabilities(pb::CapabilitiesRequest {}).await;
+        let created = d
+            .create_network(pb::CreateNetworkRequest {
+                alloc_id: "a1".into(),
+                hostname: "h".into(),
+            })
+            .await;
+        let destroyed = d
+            .destroy_network(pb::DestroyNetworkRequest {
+                alloc_id: "a1".into(),
+                isolation_spec: None,
+            })
+            .await;
+        (caps, created, destroyed)
+    })
+    .unwrap();
+    let caps = caps.unwrap().into_inner().capabilities.unwrap();
+    assert!(!caps.must_create_network);
+    for (what, answer) in [
+        ("CreateNetwork", created.map(drop)),
+        ("DestroyNetwork", destroyed.map(drop)),
+    ] {
+        let status = answer.expect_err(what);
+        assert_eq!(status.code(), tonic::Code::Unimplemented, "{what}");
+        assert_eq!(
+            status.message(),
+            format!("{what} RPC not supported by driver")
+        );
+        assert_eq!(
+            convert::driver_error("create_network", "", status),
+            DriverError::NotSupported("create_network".into())
+        );
+    }
+}

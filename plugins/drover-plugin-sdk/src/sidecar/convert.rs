@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use drover_abi::{
-    Capabilities, DriverError, ExitResult, Fingerprint, FsIsolation, HealthState, TaskConfig,
-    TaskHandle, TaskResourceUsage, TaskResources, TaskState, TaskStatus,
+    Capabilities, DriverError, ExecOutput, ExitResult, Fingerprint, FsIsolation, HealthState,
+    TaskConfig, TaskHandle, TaskResourceUsage, TaskResources, TaskState, TaskStatus,
 };
 use drover_plugin_proto::drivers as pb;
 use drover_plugin_proto::hcl;
@@ -15,6 +15,11 @@ use drover_plugin_proto::msgpack;
 use drover_plugin_proto::status::recoverable_status;
 use drover_plugin_proto::structs::{Attribute, attribute};
 use tonic::Status;
+
+use crate::events::TaskEvent;
+
+/// Largest piece of output in one ExecTaskStreaming message.
+const EXEC_CHUNK: usize = 32 * 1024;
 
 /// A driver error as the status Nomad's plugins answer: NotFound for unknown tasks,
 /// InvalidArgument for bad config, Unimplemented for what the driver does not do,
@@ -201,9 +206,12 @@ pub fn capabilities(c: &Capabilities) -> pb::DriverCapabilities {
         FsIsolation::Chroot => Fs::Chroot,
         FsIsolation::Image => Fs::Image,
     };
+    // A driver that isolates networks does it per task, on its own (docker's bridge). Group
+    // mode would need the namespace Nomad's client makes (or CreateNetwork, which the contract
+    // cannot serve) handed to the task, and the contract has no place for it.
     let mut modes = vec![Net::Host as i32];
     if c.network_isolation {
-        modes.push(Net::Group as i32);
+        modes.push(Net::Task as i32);
     }
     pb::DriverCapabilities {
         send_signals: c.send_signals,
@@ -215,8 +223,64 @@ pub fn capabilities(c: &Capabilities) -> pb::DriverCapabilities {
         } else {
             MountConfigs::NoMounts as i32
         },
+        // The contract cannot create network namespaces: never ask for CreateNetwork.
+        must_create_network: false,
         ..Default::default()
     }
+}
+
+pub fn task_event(e: &TaskEvent) -> pb::DriverTaskEvent {
+    pb::DriverTaskEvent {
+        task_id: e.task_id.clone(),
+        alloc_id: e.alloc_id.clone(),
+        task_name: e.task_name.clone(),
+        timestamp: timestamp(e.timestamp),
+        message: e.message.clone(),
+        annotations: e
+            .annotations
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+    }
+}
+
+/// A finished exec as the messages of an ExecTaskStreaming answer, in the order Nomad's plugins
+/// send them: stdout in pieces then its close, the same for stderr, then the exit.
+pub fn exec_stream_messages(out: &ExecOutput) -> Vec<pb::ExecTaskStreamingResponse> {
+    let io = |data: &[u8], close: bool| pb::ExecTaskStreamingIoOperation {
+        data: data.to_vec(),
+        close,
+    };
+    let mut messages = Vec::new();
+    for chunk in out.stdout.chunks(EXEC_CHUNK) {
+        messages.push(pb::ExecTaskStreamingResponse {
+            stdout: Some(io(chunk, false)),
+            ..Default::default()
+        });
+    }
+    messages.push(pb::ExecTaskStreamingResponse {
+        stdout: Some(io(&[], true)),
+        ..Default::default()
+    });
+    for chunk in out.stderr.chunks(EXEC_CHUNK) {
+        messages.push(pb::ExecTaskStreamingResponse {
+            stderr: Some(io(chunk, false)),
+            ..Default::default()
+        });
+    }
+    messages.push(pb::ExecTaskStreamingResponse {
+        stderr: Some(io(&[], true)),
+        ..Default::default()
+    });
+    messages.push(pb::ExecTaskStreamingResponse {
+        exited: true,
+        result: Some(pb::ExitResult {
+            exit_code: out.exit_code,
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    messages
 }
 
 #[cfg(test)]
@@ -315,6 +379,81 @@ mod tests {
         assert_eq!(s.code(), Code::FailedPrecondition);
         assert_eq!(drover_plugin_proto::status::recoverable(&s), Some(true));
         assert_eq!(status(DriverError::Other("x".into())).code(), Code::Unknown);
+    }
+
+    #[test]
+    fn an_exec_streams_stdout_then_stderr_each_closed_then_the_exit() {
+        let out = ExecOutput {
+            stdout: vec![b'o'; EXEC_CHUNK + 1],
+            stderr: b"err".to_vec(),
+            exit_code: 3,
+        };
+        let m = exec_stream_messages(&out);
+        assert_eq!(m.len(), 6, "{m:?}");
+        let data = |io: &Option<pb::ExecTaskStreamingIoOperation>| {
+            io.as_ref().map(|o| (o.data.len(), o.close))
+        };
+        assert_eq!(data(&m[0].stdout), Some((EXEC_CHUNK, false)));
+        assert_eq!(data(&m[1].stdout), Some((1, false)));
+        assert_eq!(data(&m[2].stdout), Some((0, true)));
+        assert_eq!(m[3].stderr.as_ref().unwrap().data, b"err");
+        assert_eq!(data(&m[4].stderr), Some((0, true)));
+        assert!(m.iter().take(5).all(|m| !m.exited));
+        assert!(m[5].exited);
+        assert_eq!(m[5].result.as_ref().unwrap().exit_code, 3);
+    }
+
+    #[test]
+    fn a_task_event_keeps_its_ids_time_and_annotations() {
+        let config = task_config(&pb::TaskConfig {
+            id: "a1/web/x".into(),
+            name: "web".into(),
+            alloc_id: "a1".into(),
+            ..Default::default()
+        })
+        .unwrap();
+        let mut event = TaskEvent::for_task(&config, "pulled").with_annotation("image", "bb");
+        event.timestamp = 2_000_000_001;
+        let wire = task_event(&event);
+        assert_eq!(
+            (
+                wire.task_id.as_str(),
+                wire.alloc_id.as_str(),
+                wire.task_name.as_str()
+            ),
+            ("a1/web/x", "a1", "web")
+        );
+        assert_eq!(wire.message, "pulled");
+        assert_eq!(wire.annotations["image"], "bb");
+        assert_eq!(
+            wire.timestamp,
+            Some(prost_types::Timestamp {
+                seconds: 2,
+                nanos: 1
+            })
+        );
+    }
+
+    #[test]
+    fn network_isolation_is_offered_per_task_and_never_needs_create_network() {
+        use pb::network_isolation_spec::NetworkIsolationMode as Net;
+        let mut caps = Capabilities {
+            send_signals: false,
+            exec: false,
+            fs_isolation: FsIsolation::None,
+            network_isolation: false,
+            mount_configs: false,
+        };
+        let wire = capabilities(&caps);
+        assert_eq!(wire.network_isolation_modes, vec![Net::Host as i32]);
+        assert!(!wire.must_create_network);
+        caps.network_isolation = true;
+        let wire = capabilities(&caps);
+        assert_eq!(
+            wire.network_isolation_modes,
+            vec![Net::Host as i32, Net::Task as i32]
+        );
+        assert!(!wire.must_create_network);
     }
 
     #[test]

@@ -10,12 +10,17 @@ use drover_plugin_proto::hclspec::Spec;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::convert;
-use super::services::{BoxStream, idle_stream};
+use super::services::BoxStream;
 
 /// How long one blocking wait lasts before the service checks that its caller is still there.
 const WAIT_SLICE: Duration = Duration::from_secs(2);
 /// How often a Fingerprint stream polls the driver for a change to send.
 const FINGERPRINT_PERIOD: Duration = Duration::from_secs(10);
+/// The limit given to the contract's `exec_task` when Nomad's call has none (ExecTask with a
+/// zero timeout, every ExecTaskStreaming): the contract always takes one.
+const EXEC_WITHOUT_LIMIT: Duration = Duration::from_secs(24 * 3600);
+/// Task events buffered per TaskEvents stream for a slow reader; more are dropped.
+const EVENT_BUFFER: usize = 256;
 
 pub struct DriverService {
     driver: Arc<dyn Driver>,
@@ -249,13 +254,22 @@ impl DriverRpc for DriverService {
 
     type TaskEventsStream = BoxStream<pb::DriverTaskEvent>;
 
-    /// The contract has no driver events: the stream stays open and empty, as a Go driver's
-    /// does when it emits none.
+    /// Every event the driver emits (`crate::events::emit`) from now on, until the caller
+    /// leaves. Events a slow caller has not taken are dropped past a buffer, never waited for:
+    /// `emit` must not block the driver.
     async fn task_events(
         &self,
         _: Request<pb::TaskEventsRequest>,
     ) -> Result<Response<Self::TaskEventsStream>, Status> {
-        ok(idle_stream())
+        let (tx, rx) = tokio::sync::mpsc::channel(EVENT_BUFFER);
+        crate::events::listen(move |event| {
+            use tokio::sync::mpsc::error::TrySendError;
+            !matches!(
+                tx.try_send(Ok(convert::task_event(event))),
+                Err(TrySendError::Closed(_))
+            )
+        });
+        ok(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx)))
     }
 
     async fn signal_task(
@@ -274,7 +288,10 @@ impl DriverRpc for DriverService {
         request: Request<pb::ExecTaskRequest>,
     ) -> Result<Response<pb::ExecTaskResponse>, Status> {
         let r = request.into_inner();
-        let timeout = convert::duration(r.timeout.as_ref());
+        let timeout = match convert::duration(r.timeout.as_ref()) {
+            Duration::ZERO => EXEC_WITHOUT_LIMIT,
+            t => t,
+        };
         let out = self
             .call("exec_task", move |d| {
                 d.exec_task(&r.task_id, &r.command, timeout)
@@ -293,14 +310,53 @@ impl DriverRpc for DriverService {
 
     type ExecTaskStreamingStream = BoxStream<pb::ExecTaskStreamingResponse>;
 
+    /// The contract's exec is not interactive: the command runs to its end through
+    /// `exec_task`, then its output goes out in pieces, each stream closed, and the exit last,
+    /// as Nomad's plugins end an exec stream. Stdin and terminal sizes the caller sends are read
+    /// and dropped (the contract has no stdin), and a `tty` request gets no terminal.
     async fn exec_task_streaming(
         &self,
-        _: Request<Streaming<pb::ExecTaskStreamingRequest>>,
+        request: Request<Streaming<pb::ExecTaskStreamingRequest>>,
     ) -> Result<Response<Self::ExecTaskStreamingStream>, Status> {
-        Err(Status::unimplemented(
-            "exec_task_streaming is not supported by this driver",
-        ))
+        let mut inbound = request.into_inner();
+        let setup = inbound
+            .message()
+            .await?
+            .and_then(|first| first.setup)
+            .ok_or_else(|| Status::invalid_argument("first message should always be setup"))?;
+        // Read what the caller sends so that its writes never stall on flow control.
+        tokio::spawn(async move { while let Ok(Some(_)) = inbound.message().await {} });
+        let (tx, rx) = tokio::sync::mpsc::channel(8);
+        let driver = Arc::clone(&self.driver);
+        tokio::spawn(async move {
+            let ran = tokio::task::spawn_blocking(move || {
+                driver.exec_task(&setup.task_id, &setup.command, EXEC_WITHOUT_LIMIT)
+            })
+            .await;
+            let messages = match ran {
+                Ok(Ok(out)) => convert::exec_stream_messages(&out),
+                Ok(Err(e)) => {
+                    let _ = tx.send(Err(convert::status(e))).await;
+                    return;
+                }
+                Err(e) => {
+                    let status = Status::internal(format!("the driver panicked in exec_task: {e}"));
+                    let _ = tx.send(Err(status)).await;
+                    return;
+                }
+            };
+            for message in messages {
+                if tx.send(Ok(message)).await.is_err() {
+                    return;
+                }
+            }
+        });
+        ok(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx)))
     }
+
+    // The contract has no network namespace creation: the answers (and code Unimplemented,
+    // which the agent reads as "not supported") are those of a Nomad plugin without
+    // DriverNetworkManager. Capabilities never set must_create_network, so agents do not ask.
 
     async fn create_network(
         &self,

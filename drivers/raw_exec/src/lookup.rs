@@ -1,4 +1,5 @@
-//! Finding the program a task's `command` names, the way Nomad's executor does: the task's
+//! Finding the program a task's `command` names on the host, the way Nomad's executor does for
+//! raw_exec: the task's
 //! `local/` directory, then the task directory, then an absolute host path, then `$PATH`.
 
 use std::os::unix::fs::PermissionsExt;

@@ -1,0 +1,308 @@
+//! A task serving a CSI plugin (Nomad's `csi_plugin_supervisor` hook). Before the task starts:
+//! the plugin's root directory on the host, visible in the task at `mount_dir` (its socket) and
+//! at `stage_publish_base_dir` (where it mounts volumes), and `CSI_ENDPOINT`. While it runs:
+//! probe until healthy, fingerprint, register with the [`CsiManager`], probe again every
+//! [`PROBE_INTERVAL`] and report health changes. When it stops: deregister.
+//!
+//! Drivers without filesystem isolation (raw_exec) see host paths, so the plugin is told the
+//! host paths. Isolating drivers (exec) get the directory bound into the task directory, which
+//! is their root; their own mount namespace is private, so volumes such a plugin mounts do not
+//! reach the host: plugins that mount must run without isolation for now.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use drover_abi::FsIsolation;
+use drover_csi::{CallOptions, CsiClient, CsiPluginConfig, SOCKET_NAME};
+use drover_structs::csi::CsiPluginType;
+use drover_structs::{Task, TaskEvent};
+use tokio::sync::{mpsc, watch};
+
+use super::fingerprint::{fingerprint, unhealthy};
+use super::host_mounts::{bind_dir, path_in_task_dir, unmount};
+use super::{CsiManager, PluginInstance};
+
+/// How often a healthy plugin is probed again (Nomad: 30 s).
+pub const PROBE_INTERVAL: Duration = Duration::from_secs(30);
+/// How often a plugin that is not ready yet is probed.
+const WAIT_INTERVAL: Duration = Duration::from_millis(500);
+/// Nomad's default `health_timeout`.
+const DEFAULT_HEALTH_TIMEOUT: Duration = Duration::from_secs(30);
+/// Nomad's default `stage_publish_base_dir`.
+pub const DEFAULT_STAGE_PUBLISH_BASE_DIR: &str = "/local/csi";
+
+/// Nomad's task event types of plugin health.
+pub const TASK_EVENT_PLUGIN_HEALTHY: &str = "Plugin became healthy";
+pub const TASK_EVENT_PLUGIN_UNHEALTHY: &str = "Plugin became unhealthy";
+
+/// A plugin task, prepared or not.
+#[derive(Debug, Clone)]
+pub struct PluginTask {
+    pub config: CsiPluginConfig,
+    pub kind: CsiPluginType,
+    pub alloc_id: String,
+    pub host_root: PathBuf,
+    /// The root as the plugin sees it (set by [`PluginTask::prepare`]).
+    pub plugin_root: PathBuf,
+    /// Mount points made in the task directory, to undo when the task ends.
+    binds: Vec<PathBuf>,
+}
+
+impl PluginTask {
+    /// The task's `csi_plugin` block, if it has one.
+    pub fn of_task(
+        task: &Task,
+        alloc_id: &str,
+        manager: &CsiManager,
+    ) -> Option<Result<PluginTask, String>> {
+        let raw = task.csi_plugin_config.as_ref()?;
+        if raw.is_null() {
+            return None;
+        }
+        Some(Self::parse(raw, alloc_id, manager))
+    }
+
+    fn parse(
+        raw: &serde_json::Value,
+        alloc_id: &str,
+        manager: &CsiManager,
+    ) -> Result<PluginTask, String> {
+        let config: CsiPluginConfig =
+            serde_json::from_value(raw.clone()).map_err(|e| format!("csi_plugin block: {e}"))?;
+        let mut config = config.validated().map_err(|e| e.to_string())?;
+        if config.stage_publish_base_dir.is_empty() {
+            config.stage_publish_base_dir = DEFAULT_STAGE_PUBLISH_BASE_DIR.into();
+        }
+        let kind = CsiPluginType::parse(&config.plugin_type)
+            .ok_or_else(|| format!("csi_plugin: unknown type {:?}", config.plugin_type))?;
+        let host_root = manager.plugin_root(kind, &config.id);
+        Ok(PluginTask {
+            plugin_root: host_root.clone(),
+            config,
+            kind,
+            alloc_id: alloc_id.to_string(),
+            host_root,
+            binds: Vec::new(),
+        })
+    }
+
+    /// Creates the plugin's root and makes it visible to the task; answers the environment the
+    /// task gets (`CSI_ENDPOINT`). Idempotent: runs before every start of the task.
+    pub fn prepare(
+        &mut self,
+        task_dir: &Path,
+        isolation: FsIsolation,
+    ) -> Result<BTreeMap<String, String>, String> {
+        create_private_dir(&self.host_root)?;
+        let mut env = BTreeMap::new();
+        if isolation == FsIsolation::None {
+            self.plugin_root = self.host_root.clone();
+            env.insert(
+                "CSI_ENDPOINT".into(),
+                format!("unix://{}", self.host_root.join(SOCKET_NAME).display()),
+            );
+            return Ok(env);
+        }
+        for dest in [
+            self.config.mount_dir.clone(),
+            self.config.stage_publish_base_dir.clone(),
+        ] {
+            let target = path_in_task_dir(task_dir, &dest);
+            bind_dir(&self.host_root, &target, false).map_err(|e| e.to_string())?;
+            if !self.binds.contains(&target) {
+                self.binds.push(target);
+            }
+        }
+        self.plugin_root = PathBuf::from(&self.config.stage_publish_base_dir);
+        env.insert(
+            "CSI_ENDPOINT".into(),
+            format!("unix://{}", self.config.socket_path_in_task()),
+        );
+        Ok(env)
+    }
+
+    /// Undoes the binds [`PluginTask::prepare`] made.
+    pub fn release_mounts(&self) {
+        for target in self.binds.iter().rev() {
+            if let Err(e) = unmount(target) {
+                tracing::warn!(error = %e, "unmounting the CSI plugin directory");
+            }
+        }
+    }
+
+    /// Starts probing and fingerprinting the plugin; task events go to `events`.
+    pub fn supervise(
+        &self,
+        manager: CsiManager,
+        events: mpsc::UnboundedSender<TaskEvent>,
+    ) -> Supervisor {
+        let (stop, stop_rx) = watch::channel(false);
+        let join = tokio::spawn(supervise(self.clone(), manager, events, stop_rx));
+        Supervisor { stop, join }
+    }
+
+    fn health_timeout(&self) -> Duration {
+        if self.config.health_timeout > 0 {
+            Duration::from_nanos(self.config.health_timeout as u64)
+        } else {
+            DEFAULT_HEALTH_TIMEOUT
+        }
+    }
+}
+
+/// The running supervision of one plugin task.
+pub struct Supervisor {
+    stop: watch::Sender<bool>,
+    join: tokio::task::JoinHandle<()>,
+}
+
+impl Supervisor {
+    /// Stops supervising and deregisters the plugin.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.join.await;
+    }
+}
+
+fn create_private_dir(path: &Path) -> Result<(), String> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)
+        .map_err(|e| format!("failed to create mount point {}: {e}", path.display()))
+}
+
+/// One probe: connects (the plugin may have been restarted) and asks whether it is ready.
+async fn probe(socket: &Path) -> Result<CsiClient, String> {
+    if !socket.exists() {
+        return Err(format!(
+            "failed to stat socket: {} is missing",
+            socket.display()
+        ));
+    }
+    let options = CallOptions {
+        timeout: Duration::from_secs(5),
+        max_attempts: 1,
+        ..CallOptions::default()
+    };
+    let client = CsiClient::connect_with(socket, options)
+        .await
+        .map_err(|e| format!("failed to create csi client: {e}"))?;
+    match client.probe().await {
+        Ok(true) => Ok(client.with_options(CallOptions::default())),
+        Ok(false) => Err("plugin is not ready".into()),
+        Err(e) => Err(format!("failed to probe plugin: {e}")),
+    }
+}
+
+async fn sleep_or_stop(d: Duration, stop: &mut watch::Receiver<bool>) -> bool {
+    if *stop.borrow() {
+        return true;
+    }
+    tokio::select! {
+        _ = tokio::time::sleep(d) => *stop.borrow(),
+        _ = stop.changed() => true,
+    }
+}
+
+fn event(kind: &str, message: String) -> TaskEvent {
+    TaskEvent::new(kind).with_message(message)
+}
+
+/// Probes, fingerprints and registers the plugin; answers whether it registered.
+async fn register(
+    task: &PluginTask,
+    manager: &CsiManager,
+    client: CsiClient,
+) -> Result<(), String> {
+    let fp = fingerprint(&client, &task.config.id, &task.alloc_id, task.kind)
+        .await
+        .map_err(|e| format!("failed to fingerprint plugin: {e}"))?;
+    manager.register(
+        PluginInstance {
+            id: task.config.id.clone(),
+            kind: task.kind,
+            alloc_id: task.alloc_id.clone(),
+            host_root: task.host_root.clone(),
+            plugin_root: task.plugin_root.clone(),
+            client,
+            node_capabilities: fp.node_capabilities,
+            external_node_id: fp.external_node_id,
+        },
+        fp.controller,
+        fp.node,
+    );
+    Ok(())
+}
+
+async fn supervise(
+    task: PluginTask,
+    manager: CsiManager,
+    events: mpsc::UnboundedSender<TaskEvent>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let id = task.config.id.clone();
+    let socket = task.host_root.join(SOCKET_NAME);
+    let started = tokio::time::Instant::now();
+    let mut reported_late = false;
+    // Until it first registers: probe often, so a new plugin is usable quickly.
+    loop {
+        let result = match probe(&socket).await {
+            Ok(client) => register(&task, &manager, client).await,
+            Err(e) => Err(e),
+        };
+        let last_error = match result {
+            Ok(()) => {
+                let _ = events.send(event(TASK_EVENT_PLUGIN_HEALTHY, format!("plugin: {id}")));
+                tracing::info!(plugin = %id, "CSI plugin registered");
+                break;
+            }
+            Err(e) => e,
+        };
+        if !reported_late && started.elapsed() > task.health_timeout() {
+            reported_late = true;
+            let _ = events.send(event(
+                TASK_EVENT_PLUGIN_UNHEALTHY,
+                format!("plugin {id} did not become healthy: {last_error}"),
+            ));
+        }
+        tracing::debug!(plugin = %id, error = %last_error, "CSI plugin not ready");
+        if sleep_or_stop(WAIT_INTERVAL, &mut stop).await {
+            manager.deregister(&id, &task.alloc_id);
+            return;
+        }
+    }
+    let mut healthy = true;
+    loop {
+        if sleep_or_stop(PROBE_INTERVAL, &mut stop).await {
+            break;
+        }
+        let result = match probe(&socket).await {
+            Ok(client) => register(&task, &manager, client).await,
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(()) if !healthy => {
+                healthy = true;
+                let _ = events.send(event(TASK_EVENT_PLUGIN_HEALTHY, format!("plugin: {id}")));
+            }
+            Ok(()) => {}
+            Err(e) => {
+                let reported = manager.node_plugins();
+                manager.set_infos(
+                    &id,
+                    reported.controllers.get(&id).map(|i| unhealthy(i, &e)),
+                    reported.nodes.get(&id).map(|i| unhealthy(i, &e)),
+                );
+                if healthy {
+                    healthy = false;
+                    let _ = events.send(event(TASK_EVENT_PLUGIN_UNHEALTHY, format!("error: {e}")));
+                }
+            }
+        }
+    }
+    manager.deregister(&id, &task.alloc_id);
+    tracing::info!(plugin = %id, "CSI plugin deregistered");
+}

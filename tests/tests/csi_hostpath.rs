@@ -1,0 +1,365 @@
+//! CSI end to end with a real plugin: the hostpath plugin runs as a raw_exec job with a
+//! `csi_plugin` block, the client fingerprints it (plugin status healthy, with its provider), a
+//! volume is created through its controller, exec tasks write and read it through a
+//! `volume_mount`, a single-writer volume keeps a second writer out until the first stops, and
+//! an agent killed while a volume is published comes back without a duplicate claim or a stray
+//! mount; stopping releases the claim and unmounts everything; the plugin goes with its job.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use drover_tests::{Agent, TempDir, allocs, output_text, workspace_root, write_job};
+use serde_json::Value;
+
+const WAIT: Duration = Duration::from_secs(90);
+
+/// `cargo test` builds no binary of another package: build the plugin (a no-op when fresh).
+fn build_hostpath() -> PathBuf {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args(["build", "-p", "drover-csi-hostpath"])
+        .current_dir(workspace_root())
+        .output()
+        .expect("run cargo build");
+    assert!(
+        out.status.success(),
+        "cargo build -p drover-csi-hostpath failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"))
+        .join("debug")
+        .join("drover-csi-hostpath")
+}
+
+fn plugin_job(bin: &Path, state_dir: &Path) -> String {
+    format!(
+        r#"
+job "plugin-hostpath" {{
+  datacenters = ["dc1"]
+  group "monolith" {{
+    task "plugin" {{
+      driver = "raw_exec"
+      config {{
+        command = "{bin}"
+        args    = ["--node-id", "${{node.unique.id}}", "--state-dir", "{state}"]
+      }}
+      csi_plugin {{
+        id        = "hostpath"
+        type      = "monolith"
+        mount_dir = "/csi"
+      }}
+      resources {{
+        cpu    = 50
+        memory = 64
+      }}
+    }}
+  }}
+}}
+"#,
+        bin = bin.display(),
+        state = state_dir.display()
+    )
+}
+
+const VOLUME: &str = r#"
+id        = "data"
+name      = "data"
+type      = "csi"
+plugin_id = "hostpath"
+capacity_min = "10MiB"
+
+capability {
+  access_mode     = "single-node-writer"
+  attachment_mode = "file-system"
+}
+"#;
+
+/// A job whose exec task runs `script` with the volume at /data.
+fn volume_job(name: &str, kind: &str, script: &str) -> String {
+    format!(
+        r#"
+job "{name}" {{
+  datacenters = ["dc1"]
+  type = "{kind}"
+  group "g" {{
+    volume "data" {{
+      type            = "csi"
+      source          = "data"
+      access_mode     = "single-node-writer"
+      attachment_mode = "file-system"
+    }}
+    restart {{
+      attempts = 0
+      mode     = "fail"
+    }}
+    task "t" {{
+      driver = "exec"
+      config {{
+        command = "/bin/sh"
+        args    = ["-c", "{script}"]
+      }}
+      volume_mount {{
+        volume      = "data"
+        destination = "/data"
+      }}
+      resources {{
+        cpu    = 20
+        memory = 32
+      }}
+    }}
+  }}
+}}
+"#
+    )
+}
+
+fn run_job(agent: &Agent, dir: &TempDir, name: &str, text: &str) {
+    let file = write_job(dir, &format!("{name}.nomad"), text);
+    let out = agent.cli(&["job", "run", "-detach", &file]);
+    assert!(
+        out.status.success(),
+        "job run {name}: {}",
+        output_text(&out)
+    );
+}
+
+fn stop_job(agent: &Agent, name: &str) {
+    let out = agent.cli(&["job", "stop", "-detach", name]);
+    assert!(
+        out.status.success(),
+        "job stop {name}: {}",
+        output_text(&out)
+    );
+}
+
+fn alloc_with_status(agent: &Agent, job: &str, status: &str) -> Option<Value> {
+    allocs(agent, job)
+        .into_iter()
+        .find(|a| a["ClientStatus"] == status)
+}
+
+fn volume(agent: &Agent) -> Value {
+    agent.get("/v1/volume/csi/data").unwrap_or(Value::Null)
+}
+
+fn claim_count(v: &Value, which: &str) -> usize {
+    v[which].as_object().map_or(0, |m| m.len())
+}
+
+/// Mount points under `root` in this (the host's) mount table.
+fn mounts_under(root: &Path) -> Vec<String> {
+    let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4).map(str::to_string))
+        .filter(|p| p.starts_with(&*root.to_string_lossy()))
+        .collect()
+}
+
+fn task_log(agent: &Agent, alloc_id: &str) -> String {
+    output_text(&agent.cli(&["alloc", "logs", alloc_id, "t"]))
+}
+
+#[test]
+fn hostpath_plugin_serves_volumes_to_exec_tasks_across_restarts() {
+    let bin = build_hostpath();
+    let dir = TempDir::new("csi-hostpath");
+    let data_dir = dir.path().join("data");
+    let mut agent = Agent::start_dev(dir.path(), &[]);
+
+    // The plugin task: fingerprinted healthy, with its vendor as provider.
+    let state = dir.path().join("hostpath-state");
+    run_job(&agent, &dir, "plugin", &plugin_job(&bin, &state));
+    agent.eventually("the plugin to be healthy", WAIT, || {
+        agent
+            .get("/v1/plugin/csi/hostpath")
+            .is_ok_and(|p| p["ControllersHealthy"] == 1 && p["NodesHealthy"] == 1)
+    });
+    let node = agent.get("/v1/nodes").unwrap()[0]["ID"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let node_detail = agent.get(&format!("/v1/node/{node}")).unwrap();
+    let info = &node_detail["CSINodePlugins"]["hostpath"];
+    assert_eq!(info["Healthy"], true, "{node_detail}");
+    assert_eq!(info["NodeInfo"]["ID"], node.as_str());
+    assert_eq!(info["NodeInfo"]["RequiresNodeStageVolume"], true);
+    let controller = &node_detail["CSIControllerPlugins"]["hostpath"];
+    assert_eq!(controller["ControllerInfo"]["SupportsCreateDelete"], true);
+    let out = agent.cli(&["plugin", "status", "hostpath"]);
+    let text = output_text(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("hostpath.csi.drover.dev"), "{text}");
+    assert!(text.contains("Controllers Healthy  = 1"), "{text}");
+    assert!(text.contains("Nodes Healthy        = 1"), "{text}");
+
+    // Created through the controller.
+    let spec = write_job(&dir, "data.volume.hcl", VOLUME);
+    let out = agent.cli(&["volume", "create", &spec]);
+    assert!(out.status.success(), "volume create: {}", output_text(&out));
+    let vol = volume(&agent);
+    assert_eq!(vol["Schedulable"], true, "{vol}");
+    assert!(
+        vol["ExternalID"].as_str().is_some_and(|s| !s.is_empty()),
+        "{vol}"
+    );
+
+    // A writer, then a reader of what it wrote.
+    run_job(
+        &agent,
+        &dir,
+        "writer",
+        &volume_job(
+            "writer",
+            "batch",
+            "echo hello-csi > /data/greeting && echo wrote",
+        ),
+    );
+    agent.eventually("the writer to complete", WAIT, || {
+        alloc_with_status(&agent, "writer", "complete").is_some()
+            || alloc_with_status(&agent, "writer", "failed").is_some()
+    });
+    let writer = alloc_with_status(&agent, "writer", "complete").unwrap_or_else(|| {
+        panic!(
+            "writer failed: {:?}\nlog:\n{}",
+            allocs(&agent, "writer"),
+            agent.log()
+        )
+    });
+    assert!(task_log(&agent, writer["ID"].as_str().unwrap()).contains("wrote"));
+    agent.eventually("the writer's claim to be released", WAIT, || {
+        let v = volume(&agent);
+        claim_count(&v, "WriteAllocs") == 0 && claim_count(&v, "PastClaims") == 0
+    });
+    run_job(
+        &agent,
+        &dir,
+        "reader",
+        &volume_job("reader", "batch", "cat /data/greeting"),
+    );
+    agent.eventually("the reader to complete", WAIT, || {
+        alloc_with_status(&agent, "reader", "complete").is_some()
+            || alloc_with_status(&agent, "reader", "failed").is_some()
+    });
+    let reader = alloc_with_status(&agent, "reader", "complete")
+        .unwrap_or_else(|| panic!("reader failed: {:?}", allocs(&agent, "reader")));
+    let log = task_log(&agent, reader["ID"].as_str().unwrap());
+    assert!(log.contains("hello-csi"), "reader saw: {log}");
+
+    // Single writer: a second service job waits until the first lets go.
+    run_job(
+        &agent,
+        &dir,
+        "holder",
+        &volume_job("holder", "service", "sleep 600"),
+    );
+    agent.eventually("the holder to run", WAIT, || {
+        alloc_with_status(&agent, "holder", "running").is_some()
+    });
+    run_job(
+        &agent,
+        &dir,
+        "second",
+        &volume_job("second", "service", "cat /data/greeting; sleep 600"),
+    );
+    agent.eventually("the second job's placement to fail", WAIT, || {
+        let out = agent.cli(&["job", "status", "second"]);
+        output_text(&out).contains("Placement Failure")
+    });
+    let text = output_text(&agent.cli(&["job", "status", "second"]));
+    assert!(
+        text.contains("exhausted its available writer claims"),
+        "the reason is missing: {text}"
+    );
+    assert!(alloc_with_status(&agent, "second", "running").is_none());
+    stop_job(&agent, "holder");
+    agent.eventually("the second job to run", WAIT, || {
+        alloc_with_status(&agent, "second", "running").is_some()
+    });
+    let second = alloc_with_status(&agent, "second", "running").unwrap();
+    let second_id = second["ID"].as_str().unwrap().to_string();
+
+    // Killed while the volume is published: the new agent takes everything back as it was.
+    let before = mounts_under(&data_dir);
+    assert!(
+        before.iter().any(|m| m.contains(&second_id)),
+        "the published volume is mounted: {before:?}"
+    );
+    let fingerprinted_at = |agent: &Agent| {
+        agent
+            .get(&format!("/v1/node/{node}"))
+            .unwrap_or(Value::Null)["CSINodePlugins"]["hostpath"]["UpdateTime"]
+            .clone()
+    };
+    let first_fingerprint = fingerprinted_at(&agent);
+    agent.kill9();
+    let agent = Agent::start_dev(dir.path(), &[]);
+    agent.eventually(
+        "the recovered plugin to be fingerprinted again",
+        WAIT,
+        || fingerprinted_at(&agent) != first_fingerprint,
+    );
+    // The hook ran again for the resumed allocation: a second successful mount event for it.
+    agent.eventually(
+        "the volume to be mounted again for the resumed allocation",
+        WAIT,
+        || {
+            let node = agent
+                .get(&format!("/v1/node/{node}"))
+                .unwrap_or(Value::Null);
+            node["Events"].as_array().is_some_and(|events| {
+                events
+                    .iter()
+                    .filter(|e| {
+                        e["Message"] == "Mount volume"
+                            && e["Details"]["alloc_id"] == second_id.as_str()
+                            && e["Details"]["success"] == "true"
+                    })
+                    .count()
+                    == 2
+            })
+        },
+    );
+    assert!(alloc_with_status(&agent, "second", "running").is_some());
+    let vol = volume(&agent);
+    assert_eq!(claim_count(&vol, "WriteClaims"), 1, "{vol}");
+    assert!(vol["WriteClaims"].get(&second_id).is_some(), "{vol}");
+    let after = mounts_under(&data_dir);
+    assert_eq!(
+        before.len(),
+        after.len(),
+        "before {before:?}\nafter {after:?}"
+    );
+
+    // Stopping releases the claim and unmounts everything.
+    stop_job(&agent, "second");
+    agent.eventually("the claim to be freed", WAIT, || {
+        let v = volume(&agent);
+        claim_count(&v, "WriteClaims") == 0
+            && claim_count(&v, "WriteAllocs") == 0
+            && claim_count(&v, "PastClaims") == 0
+    });
+    agent.eventually("every volume mount to be gone", WAIT, || {
+        mounts_under(&data_dir).is_empty()
+    });
+
+    // The node's storage events.
+    let out = agent.cli(&["node", "status", "-verbose", &node]);
+    let text = output_text(&out);
+    assert!(text.contains("Mount volume"), "{text}");
+    assert!(text.contains("Unmount volume"), "{text}");
+
+    // The plugin goes with its job.
+    let out = agent.cli(&["volume", "delete", "data"]);
+    assert!(out.status.success(), "volume delete: {}", output_text(&out));
+    stop_job(&agent, "plugin-hostpath");
+    agent.eventually("the plugin to be gone", WAIT, || {
+        agent.get("/v1/plugin/csi/hostpath").is_err()
+    });
+    let mut agent = agent;
+    agent.terminate();
+}
