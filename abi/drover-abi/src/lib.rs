@@ -72,8 +72,62 @@ pub struct TaskResources {
     pub memory_max_mb: u64,
 }
 
+/// How mounts made under one side of a bind mount reach the other side (Nomad's
+/// `MountConfig.PropagationMode`, with Nomad's strings as names).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum MountPropagation {
+    /// Neither side sees the other's later mounts (Linux `rprivate`). Nomad sends `""` for it too.
+    #[default]
+    #[serde(rename = "private", alias = "")]
+    Private,
+    /// Mounts made later on the host appear in the task, not the other way (Linux `rslave`).
+    #[serde(rename = "host-to-task")]
+    HostToTask,
+    /// Mounts made on either side appear on the other (Linux `rshared`); what a CSI node plugin
+    /// needs so the volumes it stages and publishes reach the host.
+    #[serde(rename = "bidirectional")]
+    Bidirectional,
+}
+
+impl MountPropagation {
+    /// Nomad's name of the mode, as it travels in the plugin protocol.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MountPropagation::Private => "private",
+            MountPropagation::HostToTask => "host-to-task",
+            MountPropagation::Bidirectional => "bidirectional",
+        }
+    }
+
+    /// Reads Nomad's name of a mode; `None` for a name Nomad does not define. The empty string
+    /// is `Private`, as Nomad treats it.
+    pub fn from_name(name: &str) -> Option<MountPropagation> {
+        match name {
+            "" | "private" => Some(MountPropagation::Private),
+            "host-to-task" => Some(MountPropagation::HostToTask),
+            "bidirectional" => Some(MountPropagation::Bidirectional),
+            _ => None,
+        }
+    }
+}
+
+/// A host path the driver makes visible inside the task (Nomad's `MountConfig`). Drivers that
+/// isolate the filesystem bind it at `task_path`; drivers without isolation cannot remap paths
+/// and ignore it (the host serves such tasks another way, see the client).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MountConfig {
+    /// Absolute path inside the task (for exec: inside its root; for docker: in the container).
+    pub task_path: String,
+    /// Absolute path on the host.
+    pub host_path: String,
+    #[serde(default)]
+    pub readonly: bool,
+    #[serde(default)]
+    pub propagation_mode: MountPropagation,
+}
+
 /// Everything a driver needs to start one task. Paths are absolute host paths.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TaskConfig {
     /// Unique id of this task instance: `<alloc_id>/<task_name>/<random>`.
     pub id: String,
@@ -97,6 +151,10 @@ pub struct TaskConfig {
     /// stdout and stderr to them. The host rotates what arrives into `alloc/logs/`.
     pub stdout_path: PathBuf,
     pub stderr_path: PathBuf,
+    /// Host paths to make visible inside the task (CSI volumes, a CSI plugin's socket and mount
+    /// directories). Absent in JSON from hosts and plugins that predate it, hence the default.
+    #[serde(default)]
+    pub mounts: Vec<MountConfig>,
 }
 
 /// What the host keeps to find a running task again after the agent restarts.
@@ -320,6 +378,40 @@ pub fn signal_number(name: &str) -> Option<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn task_config_without_mounts_decodes_with_none() {
+        let config: TaskConfig = serde_json::from_value(serde_json::json!({
+            "id": "a1/web/x", "name": "web", "alloc_id": "a1", "job_name": "j",
+            "group_name": "g", "env": {}, "driver_config": {}, "resources": {
+                "cpu_mhz": 0, "cores": 0, "memory_mb": 0, "memory_max_mb": 0},
+            "user": "", "alloc_dir": "/a", "task_dir": "/a/web",
+            "stdout_path": "/o", "stderr_path": "/e"
+        }))
+        .unwrap();
+        assert!(config.mounts.is_empty());
+    }
+
+    #[test]
+    fn mount_propagation_uses_nomad_names_and_empty_means_private() {
+        let mount: MountConfig = serde_json::from_value(serde_json::json!({
+            "task_path": "/csi", "host_path": "/h", "propagation_mode": "bidirectional"
+        }))
+        .unwrap();
+        assert_eq!(mount.propagation_mode, MountPropagation::Bidirectional);
+        assert!(!mount.readonly);
+        let empty: MountPropagation = serde_json::from_value(serde_json::json!("")).unwrap();
+        assert_eq!(empty, MountPropagation::Private);
+        for mode in [
+            MountPropagation::Private,
+            MountPropagation::HostToTask,
+            MountPropagation::Bidirectional,
+        ] {
+            assert_eq!(serde_json::to_value(mode).unwrap(), mode.as_str());
+            assert_eq!(MountPropagation::from_name(mode.as_str()), Some(mode));
+        }
+        assert_eq!(MountPropagation::from_name("rshared"), None);
+    }
 
     #[test]
     fn signal_names_parse_with_and_without_prefix() {

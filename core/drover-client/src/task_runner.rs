@@ -300,21 +300,26 @@ impl TaskRunner {
                 },
             };
 
-            let exit = tokio::select! {
-                exit = wait_exit(self.ctx.driver.clone(), task_id.clone()) => exit,
-                Some(ev) = self.plugin_events.1.recv() => {
-                    self.event(ev);
-                    continue;
-                }
-                changed = kill.changed() => {
-                    if changed.is_err() {
-                        // The allocation runner is gone: nobody can ask for a kill any more, so
-                        // only the task's own exit ends this wait.
-                        wait_exit(self.ctx.driver.clone(), task_id.clone()).await
-                    } else {
-                        continue;
+            // One wait per running task: events from the driver or a plugin supervisor are
+            // recorded without abandoning it (each wait holds a blocking call for up to 30 s).
+            let wait = wait_exit(self.ctx.driver.clone(), task_id.clone());
+            tokio::pin!(wait);
+            let exit = loop {
+                tokio::select! {
+                    exit = &mut wait => break Some(exit),
+                    Some(ev) = self.plugin_events.1.recv() => self.event(ev),
+                    changed = kill.changed() => {
+                        if changed.is_err() {
+                            // The allocation runner is gone: nobody can ask for a kill any
+                            // more, so only the task's own exit ends this wait.
+                            break Some((&mut wait).await);
+                        }
+                        break None;
                     }
                 }
+            };
+            let Some(exit) = exit else {
+                continue;
             };
             running = None;
             let mut ev = TaskEvent::new(TASK_EVENT_TERMINATED);

@@ -33,7 +33,7 @@ struct Encoded {
     jobs: Vec<(String, String, u64)>,
     summaries: Vec<JobSummary>,
     evals: Vec<Evaluation>,
-    allocs: Vec<EncodedAlloc>,
+    allocs: EncodedAllocs,
     nodes: Vec<Node>,
     #[serde(default)]
     scheduler_config: Option<SchedulerConfiguration>,
@@ -49,6 +49,54 @@ struct Encoded {
 struct EncodedAlloc {
     alloc: Allocation,
     job_version: Option<u64>,
+}
+
+/// The allocations of a snapshot: written one by one straight from the table (a million
+/// allocations copied at once for encoding would double the server's memory), read as a list.
+enum EncodedAllocs {
+    Table(imbl::OrdMap<String, Arc<Allocation>>),
+    Decoded(Vec<EncodedAlloc>),
+}
+
+impl Serialize for EncodedAllocs {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        match self {
+            EncodedAllocs::Decoded(list) => list.serialize(serializer),
+            EncodedAllocs::Table(table) => {
+                let mut seq = serializer.serialize_seq(Some(table.len()))?;
+                for a in table.values() {
+                    // Stored without its job: restore links the shared job version again.
+                    let mut alloc = (**a).clone();
+                    let job_version = alloc.job.take().map(|j| j.version);
+                    seq.serialize_element(&EncodedAlloc { alloc, job_version })?;
+                }
+                seq.end()
+            }
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for EncodedAllocs {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Vec::<EncodedAlloc>::deserialize(deserializer).map(EncodedAllocs::Decoded)
+    }
+}
+
+impl EncodedAllocs {
+    fn into_list(self) -> Vec<EncodedAlloc> {
+        match self {
+            EncodedAllocs::Decoded(list) => list,
+            EncodedAllocs::Table(table) => table
+                .values()
+                .map(|a| {
+                    let mut alloc = (**a).clone();
+                    let job_version = alloc.job.take().map(|j| j.version);
+                    EncodedAlloc { alloc, job_version }
+                })
+                .collect(),
+        }
+    }
 }
 
 pub(crate) fn encode(s: &StateSnapshot) -> Vec<u8> {
@@ -69,15 +117,7 @@ pub(crate) fn encode(s: &StateSnapshot) -> Vec<u8> {
             .collect(),
         summaries: t.job_summaries.values().map(|s| (**s).clone()).collect(),
         evals: t.evals.values().map(|e| (**e).clone()).collect(),
-        allocs: t
-            .allocs
-            .values()
-            .map(|a| {
-                let mut alloc = (**a).clone();
-                let job_version = alloc.job.take().map(|j| j.version);
-                EncodedAlloc { alloc, job_version }
-            })
-            .collect(),
+        allocs: EncodedAllocs::Table(t.allocs.clone()),
         nodes: t.nodes.values().map(|n| (**n).clone()).collect(),
         scheduler_config: t.scheduler_config.as_deref().cloned(),
         periodic_launches: t
@@ -141,7 +181,7 @@ fn decode(data: &[u8]) -> Result<Tables, SnapshotError> {
     for EncodedAlloc {
         mut alloc,
         job_version,
-    } in enc.allocs
+    } in enc.allocs.into_list()
     {
         let k = (alloc.namespace.clone(), alloc.job_id.clone());
         alloc.job = job_version.and_then(|v| t.job_versions.get(&(k.clone(), v)).cloned());
