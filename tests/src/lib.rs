@@ -688,3 +688,68 @@ job "long" {{
     });
     pid.expect("eventually returned only once the process was found")
 }
+
+/// Runs a batch job `name` of one task "say" on `driver` running `/bin/sh -c <script>` through
+/// the CLI, waits until its allocation completes and returns the task's stdout as
+/// `drover alloc logs` prints it.
+pub fn run_batch_script(
+    agent: &Agent,
+    dir: &TempDir,
+    name: &str,
+    driver: &str,
+    script: &str,
+) -> String {
+    let job = write_job(
+        dir,
+        &format!("{name}.nomad"),
+        &format!(
+            r#"
+job "{name}" {{
+  datacenters = ["dc1"]
+  type = "batch"
+  group "g" {{
+    task "say" {{
+      driver = "{driver}"
+      config {{
+        command = "/bin/sh"
+        args = ["-c", {script}]
+      }}
+      resources {{
+        cpu = 20
+        memory = 32
+      }}
+    }}
+  }}
+}}
+"#,
+            script = serde_json::Value::from(script)
+        ),
+    );
+    let out = agent.cli(&["job", "run", &job]);
+    assert!(
+        out.status.success(),
+        "job run failed: {}\n{}",
+        output_text(&out),
+        agent.log()
+    );
+    agent.eventually(
+        "the batch alloc to complete",
+        Duration::from_secs(60),
+        || {
+            allocs(agent, name)
+                .iter()
+                .any(|a| a["ClientStatus"] == "complete")
+        },
+    );
+    let alloc_id = allocs(agent, name)[0]["ID"]
+        .as_str()
+        .expect("alloc id")
+        .to_string();
+    let logs = agent.cli(&["alloc", "logs", &alloc_id, "say"]);
+    assert!(
+        logs.status.success(),
+        "alloc logs failed: {}",
+        output_text(&logs)
+    );
+    String::from_utf8_lossy(&logs.stdout).to_string()
+}

@@ -1,7 +1,7 @@
 //! CSI end to end with a real plugin: the hostpath plugin runs as a raw_exec job with a
 //! `csi_plugin` block, the client fingerprints it (plugin status healthy, with its provider), a
 //! volume is created through its controller, exec tasks write and read it through a
-//! `volume_mount`, a single-writer volume keeps a second writer out until the first stops, and
+//! `volume_mount` (and a docker task reads it too, when a Docker daemon answers), a single-writer volume keeps a second writer out until the first stops, and
 //! an agent killed while a volume is published comes back without a duplicate claim or a stray
 //! mount; stopping releases the claim and unmounts everything; the plugin goes with its job.
 
@@ -11,6 +11,11 @@ use std::time::Duration;
 
 use drover_tests::{Agent, TempDir, allocs, output_text, workspace_root, write_job};
 use serde_json::Value;
+
+// Builds the docker test image; plain std and the docker CLI, shared with the driver's tests.
+#[path = "../../drivers/docker/src/testing.rs"]
+#[allow(dead_code)]
+mod docker_image;
 
 const WAIT: Duration = Duration::from_secs(90);
 
@@ -113,6 +118,48 @@ job "{name}" {{
   }}
 }}
 "#
+    )
+}
+
+/// A batch job whose docker task runs `script` with the volume at /data, read-only.
+fn docker_volume_job(name: &str, script: &str) -> String {
+    format!(
+        r#"
+job "{name}" {{
+  datacenters = ["dc1"]
+  type = "batch"
+  group "g" {{
+    volume "data" {{
+      type            = "csi"
+      source          = "data"
+      access_mode     = "single-node-writer"
+      attachment_mode = "file-system"
+    }}
+    restart {{
+      attempts = 0
+      mode     = "fail"
+    }}
+    task "t" {{
+      driver = "docker"
+      config {{
+        image   = "{image}"
+        command = "/bin/sh"
+        args    = ["-c", "{script}"]
+      }}
+      volume_mount {{
+        volume      = "data"
+        destination = "/data"
+        read_only   = true
+      }}
+      resources {{
+        cpu    = 20
+        memory = 32
+      }}
+    }}
+  }}
+}}
+"#,
+        image = docker_image::TEST_IMAGE
     )
 }
 
@@ -249,6 +296,47 @@ fn hostpath_plugin_serves_volumes_to_exec_tasks_across_restarts() {
         .unwrap_or_else(|| panic!("reader failed: {:?}", allocs(&agent, "reader")));
     let log = task_log(&agent, reader["ID"].as_str().unwrap());
     assert!(log.contains("hello-csi"), "reader saw: {log}");
+    agent.eventually("the reader's claim to be released", WAIT, || {
+        let v = volume(&agent);
+        claim_count(&v, "WriteAllocs") == 0 && claim_count(&v, "PastClaims") == 0
+    });
+
+    // A docker task sees the same volume through a driver mount (no host bind in its task
+    // directory), read-only as its volume_mount asks.
+    match docker_image::docker_tests_enabled() {
+        Ok(true) => {
+            run_job(
+                &agent,
+                &dir,
+                "docker-reader",
+                &docker_volume_job(
+                    "docker-reader",
+                    "cat /data/greeting; touch /data/nope 2>/dev/null && echo writable || echo read-only",
+                ),
+            );
+            agent.eventually("the docker reader to complete", WAIT, || {
+                alloc_with_status(&agent, "docker-reader", "complete").is_some()
+                    || alloc_with_status(&agent, "docker-reader", "failed").is_some()
+            });
+            let reader =
+                alloc_with_status(&agent, "docker-reader", "complete").unwrap_or_else(|| {
+                    panic!(
+                        "docker reader failed: {:?}\nlog:\n{}",
+                        allocs(&agent, "docker-reader"),
+                        agent.log()
+                    )
+                });
+            let log = task_log(&agent, reader["ID"].as_str().unwrap());
+            assert!(log.contains("hello-csi"), "docker reader saw: {log}");
+            assert!(log.contains("read-only"), "docker reader saw: {log}");
+            agent.eventually("the docker reader's claim to be released", WAIT, || {
+                let v = volume(&agent);
+                claim_count(&v, "WriteAllocs") == 0 && claim_count(&v, "PastClaims") == 0
+            });
+        }
+        Ok(false) => {}
+        Err(e) => panic!("{e}"),
+    }
 
     // Single writer: a second service job waits until the first lets go.
     run_job(

@@ -1,7 +1,7 @@
 //! End-to-end scenarios of the foundation, as a new user would try them: a real `drover agent
 //! --dev` process, the real CLI, real raw_exec/exec processes and the mock driver.
 
-use drover_tests::{allocs, write_job};
+use drover_tests::{allocs, run_batch_script, write_job};
 use std::time::Duration;
 
 use drover_tests::{Agent, TempDir, output_text};
@@ -20,52 +20,15 @@ fn count_status(allocs: &[Value], status: &str) -> usize {
 fn batch_raw_exec_job_completes_and_its_line_shows_in_alloc_logs() {
     let dir = TempDir::new("batch");
     let agent = Agent::start_dev(dir.path(), &[]);
-    let job = write_job(
+    let out = run_batch_script(
+        &agent,
         &dir,
-        "echo.nomad",
-        r#"
-job "echo" {
-  datacenters = ["dc1"]
-  type = "batch"
-  group "g" {
-    task "say" {
-      driver = "raw_exec"
-      config {
-        command = "/bin/sh"
-        args = ["-c", "echo hello-from-${NOMAD_TASK_NAME} index=$NOMAD_ALLOC_INDEX"]
-      }
-      resources {
-        cpu = 20
-        memory = 16
-      }
-    }
-  }
-}
-"#,
+        "echo",
+        "raw_exec",
+        "echo hello-from-${NOMAD_TASK_NAME} index=$NOMAD_ALLOC_INDEX",
     );
-    let out = agent.cli(&["job", "run", &job]);
-    assert!(
-        out.status.success(),
-        "job run failed: {}",
-        output_text(&out)
-    );
-    agent.eventually("the batch alloc to complete", WAIT, || {
-        count_status(&allocs(&agent, "echo"), "complete") == 1
-    });
-    let alloc_id = allocs(&agent, "echo")[0]["ID"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let logs = agent.cli(&["alloc", "logs", &alloc_id, "say"]);
-    assert!(
-        logs.status.success(),
-        "alloc logs failed: {}",
-        output_text(&logs)
-    );
-    assert_eq!(
-        String::from_utf8_lossy(&logs.stdout).trim(),
-        "hello-from-say index=0"
-    );
+    assert_eq!(out.trim(), "hello-from-say index=0");
+    assert_eq!(count_status(&allocs(&agent, "echo"), "complete"), 1);
     let job: Value = agent.get("/v1/job/echo").unwrap();
     assert_eq!(job["Status"], "dead");
 }

@@ -7,7 +7,9 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use drover_tests::{Agent, TempDir, allocs, drover_bin, free_port, output_text, write_job};
+use drover_tests::{
+    Agent, TempDir, allocs, drover_bin, free_port, output_text, run_batch_script, write_job,
+};
 use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -145,46 +147,13 @@ fn a_dev_agent_whose_config_disables_raw_exec_refuses_its_jobs() {
 fn an_exec_task_runs_as_nobody_in_its_own_root_without_net_raw() {
     let dir = TempDir::new("exec-hardened");
     let agent = Agent::start_dev(dir.path(), &[]);
-    let job = write_job(
+    let text = run_batch_script(
+        &agent,
         &dir,
-        "iso.nomad",
-        r#"
-job "iso" {
-  datacenters = ["dc1"]
-  type = "batch"
-  group "g" {
-    task "t" {
-      driver = "exec"
-      config {
-        command = "/bin/sh"
-        args = ["-c", "echo root: $(ls -A /); echo uid: $(id -u); grep -E '^Cap(Eff|Bnd):' /proc/self/status; echo dirs: $NOMAD_ALLOC_DIR $NOMAD_TASK_DIR $NOMAD_SECRETS_DIR; echo pids: /proc/[0-9]*; echo arg: ${NOMAD_TASK_DIR}/data"]
-      }
-      resources {
-        cpu = 20
-        memory = 32
-      }
-    }
-  }
-}
-"#,
+        "iso",
+        "exec",
+        "echo root: $(ls -A /); echo uid: $(id -u); grep -E '^Cap(Eff|Bnd):' /proc/self/status; echo dirs: $NOMAD_ALLOC_DIR $NOMAD_TASK_DIR $NOMAD_SECRETS_DIR; echo pids: /proc/[0-9]*; echo arg: ${NOMAD_TASK_DIR}/data",
     );
-    let out = agent.cli(&["job", "run", &job]);
-    assert!(
-        out.status.success(),
-        "job run failed: {}",
-        output_text(&out)
-    );
-    agent.eventually("the exec alloc to complete", WAIT, || {
-        allocs(&agent, "iso")
-            .iter()
-            .any(|a| a["ClientStatus"] == "complete")
-    });
-    let alloc_id = allocs(&agent, "iso")[0]["ID"]
-        .as_str()
-        .expect("alloc id")
-        .to_string();
-    let logs = agent.cli(&["alloc", "logs", &alloc_id, "t"]);
-    let text = String::from_utf8_lossy(&logs.stdout).to_string();
     let line = |key: &str| {
         text.lines()
             .find_map(|l| l.strip_prefix(key))

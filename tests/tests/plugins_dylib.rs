@@ -3,12 +3,12 @@
 //! skeleton task survives an agent restart still managed (`job stop` ends its process). The
 //! task event the skeleton emits on start shows among the task's events (type "Driver").
 
-use drover_tests::{allocs, find_process, is_alive, write_job};
+use drover_tests::{allocs, find_process, is_alive};
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use drover_tests::{Agent, TempDir, output_text, workspace_root};
+use drover_tests::{Agent, TempDir, output_text, run_batch_script, workspace_root};
 use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -92,54 +92,14 @@ fn skeleton_cdylib_job_runs_and_its_line_shows_in_alloc_logs() {
     agent.eventually("the node to fingerprint the skeleton driver", WAIT, || {
         node_has_skeleton(&agent)
     });
-    let job = write_job(
+    let out = run_batch_script(
+        &agent,
         &dir,
-        "hello.nomad",
-        r#"
-job "hello" {
-  datacenters = ["dc1"]
-  type = "batch"
-  group "g" {
-    task "say" {
-      driver = "skeleton"
-      config {
-        command = "/bin/sh"
-        args = ["-c", "echo hello from the skeleton plugin in $NOMAD_TASK_NAME"]
-      }
-      resources {
-        cpu = 20
-        memory = 16
-      }
-    }
-  }
-}
-"#,
+        "hello",
+        "skeleton",
+        "echo hello from the skeleton plugin in $NOMAD_TASK_NAME",
     );
-    let out = agent.cli(&["job", "run", &job]);
-    assert!(
-        out.status.success(),
-        "job run failed: {}",
-        output_text(&out)
-    );
-    agent.eventually("the batch alloc to complete", WAIT, || {
-        allocs(&agent, "hello")
-            .iter()
-            .any(|a| a["ClientStatus"] == "complete")
-    });
-    let alloc_id = allocs(&agent, "hello")[0]["ID"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let logs = agent.cli(&["alloc", "logs", &alloc_id, "say"]);
-    assert!(
-        logs.status.success(),
-        "alloc logs failed: {}",
-        output_text(&logs)
-    );
-    assert_eq!(
-        String::from_utf8_lossy(&logs.stdout).trim(),
-        "hello from the skeleton plugin in say"
-    );
+    assert_eq!(out.trim(), "hello from the skeleton plugin in say");
 }
 
 #[test]

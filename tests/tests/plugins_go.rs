@@ -12,7 +12,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use drover_tests::{Agent, TempDir, allocs, is_alive, output_text, workspace_root, write_job};
+use drover_tests::{
+    Agent, TempDir, allocs, is_alive, output_text, run_batch_script, workspace_root,
+};
 use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -137,55 +139,14 @@ fn a_go_plugin_is_fingerprinted_and_its_batch_jobs_line_shows_in_alloc_logs() {
         "{seen}"
     );
 
-    let job = write_job(
+    let out = run_batch_script(
+        &agent,
         &dir,
-        "hello.nomad",
-        r#"
-job "hello" {
-  datacenters = ["dc1"]
-  type = "batch"
-  group "g" {
-    task "say" {
-      driver = "gofork"
-      config {
-        command = "/bin/sh"
-        args = ["-c", "echo hello from the go plugin in $NOMAD_TASK_NAME"]
-      }
-      resources {
-        cpu = 20
-        memory = 16
-      }
-    }
-  }
-}
-"#,
+        "hello",
+        "gofork",
+        "echo hello from the go plugin in $NOMAD_TASK_NAME",
     );
-    let out = agent.cli(&["job", "run", &job]);
-    assert!(
-        out.status.success(),
-        "job run failed: {}\n{}",
-        output_text(&out),
-        agent.log()
-    );
-    agent.eventually("the batch alloc to complete", WAIT, || {
-        allocs(&agent, "hello")
-            .iter()
-            .any(|a| a["ClientStatus"] == "complete")
-    });
-    let alloc_id = allocs(&agent, "hello")[0]["ID"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let logs = agent.cli(&["alloc", "logs", &alloc_id, "say"]);
-    assert!(
-        logs.status.success(),
-        "alloc logs failed: {}",
-        output_text(&logs)
-    );
-    assert_eq!(
-        String::from_utf8_lossy(&logs.stdout).trim(),
-        "hello from the go plugin in say"
-    );
+    assert_eq!(out.trim(), "hello from the go plugin in say");
     // The plugin's TaskEvents stream sends nothing (on grpc-go: no response headers either)
     // before its first event; the agent follows it all the same.
     agent.eventually("the plugin's task event in the agent log", WAIT, || {

@@ -404,6 +404,7 @@ mod tests {
             task_dir: "/tmp".into(),
             stdout_path: "/dev/null".into(),
             stderr_path: "/dev/null".into(),
+            ..Default::default()
         };
         match d.start_task(&config) {
             Err(DriverError::Other(m)) => {

@@ -70,6 +70,7 @@ fn task(id: &str, driver_config: serde_json::Value) -> TaskConfig {
         task_dir: "/tmp".into(),
         stdout_path: "/dev/null".into(),
         stderr_path: "/dev/null".into(),
+        ..Default::default()
     }
 }
 

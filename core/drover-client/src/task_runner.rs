@@ -8,7 +8,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use drover_abi::{Driver, DriverError, ExitResult, TaskConfig, TaskHandle, TaskResources};
+use drover_abi::{
+    Driver, DriverError, ExitResult, FsIsolation, MountConfig, MountPropagation, TaskConfig,
+    TaskHandle, TaskResources,
+};
 use drover_structs::time::{format_rfc3339_nanos, now_nanos};
 use drover_structs::*;
 use tokio::sync::{mpsc, watch};
@@ -243,10 +246,10 @@ impl TaskRunner {
                         .running(&name, self.ctx.driver.clone(), &handle.config.id);
                     running = Some(handle.config.id.clone());
                     if let Some(p) = self.plugin.as_mut() {
-                        // The plugin's directories and binds are still in place: this only
+                        // The plugin's directories and mounts are still in place: this only
                         // learns the paths the plugin was given.
                         let isolation = self.ctx.driver.capabilities().fs_isolation;
-                        if let Err(e) = p.prepare(&self.ctx.task_dir.dir, isolation) {
+                        if let Err(e) = p.prepare(isolation) {
                             tracing::warn!(task = %name, error = %e, "CSI plugin directories");
                         }
                     }
@@ -364,29 +367,48 @@ impl TaskRunner {
         }
     }
 
-    /// The plugin's directories and the task's volume binds, before each start; answers the
-    /// environment they add.
-    fn prepare_mounts(&mut self) -> Result<BTreeMap<String, String>, DriverError> {
+    /// The plugin's directories and the task's volumes, before each start; answers the
+    /// environment they add and the mounts the driver makes.
+    ///
+    /// Drivers that isolate the filesystem (exec, docker) get the volumes as driver mounts, as
+    /// Nomad passes them. raw_exec cannot remap paths: its tasks find a volume at
+    /// `<task_dir>/<destination>`, where the client binds it on the host.
+    fn prepare_mounts(
+        &mut self,
+    ) -> Result<(BTreeMap<String, String>, Vec<MountConfig>), DriverError> {
         let setup_failed = |message: String| DriverError::StartFailed {
             message,
             recoverable: false,
         };
-        let task_dir = self.ctx.task_dir.dir.clone();
-        for b in &self.ctx.binds {
-            let target = path_in_task_dir(&task_dir, &b.destination);
-            bind_dir(&b.host_path, &target, b.read_only)
-                .map_err(|e| setup_failed(format!("failed to mount volume: {e}")))?;
-        }
         let isolation = self.ctx.driver.capabilities().fs_isolation;
-        match self.plugin.as_mut() {
-            Some(p) => p
-                .prepare(&task_dir, isolation)
-                .map_err(|e| setup_failed(format!("csi_plugin_supervisor: {e}"))),
-            None => Ok(BTreeMap::new()),
+        let mut mounts = Vec::new();
+        if isolation == FsIsolation::None {
+            let task_dir = self.ctx.task_dir.dir.clone();
+            for b in &self.ctx.binds {
+                let target = path_in_task_dir(&task_dir, &b.destination);
+                bind_dir(&b.host_path, &target, b.read_only)
+                    .map_err(|e| setup_failed(format!("failed to mount volume: {e}")))?;
+            }
+        } else {
+            mounts.extend(self.ctx.binds.iter().map(|b| MountConfig {
+                task_path: b.destination.clone(),
+                host_path: b.host_path.display().to_string(),
+                readonly: b.read_only,
+                propagation_mode: MountPropagation::Private,
+            }));
         }
+        let mut env = BTreeMap::new();
+        if let Some(p) = self.plugin.as_mut() {
+            let setup = p
+                .prepare(isolation)
+                .map_err(|e| setup_failed(format!("csi_plugin_supervisor: {e}")))?;
+            env = setup.env;
+            mounts.extend(setup.mounts);
+        }
+        Ok((env, mounts))
     }
 
-    /// Undoes the task's volume binds.
+    /// Undoes the task's volume binds on the host (raw_exec's; a no-op for the others).
     fn release_binds(&self) {
         for b in &self.ctx.binds {
             let target = path_in_task_dir(&self.ctx.task_dir.dir, &b.destination);
@@ -446,7 +468,7 @@ impl TaskRunner {
         stdout: &std::path::Path,
         stderr: &std::path::Path,
     ) -> Result<String, DriverError> {
-        let extra_env = self.prepare_mounts()?;
+        let (extra_env, mounts) = self.prepare_mounts()?;
         let c = &self.ctx;
         crate::dispatch_payload::write(&c.task, c.alloc.job.as_deref(), &c.task_dir.local_dir)
             .map_err(|e| DriverError::StartFailed {
@@ -489,6 +511,7 @@ impl TaskRunner {
             task_dir: c.task_dir.dir.clone(),
             stdout_path: stdout.to_path_buf(),
             stderr_path: stderr.to_path_buf(),
+            mounts,
         };
         let driver = c.driver.clone();
         let db = c.db.clone();

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 
-use drover_structs::{AllocatedResources, Job, NetworkResource, Resources, TaskGroup};
+use drover_structs::{Job, NetworkResource, TaskGroup};
 
 /// A small deterministic random source (xorshift64*). The scheduler seeds it from the evaluation
 /// so that a run can be replayed, while different evaluations visit nodes in different orders.
@@ -219,54 +219,13 @@ fn port_shape(n: &NetworkResource) -> Vec<(&str, i64, i64, &str)> {
     statics.chain(dynamics).collect()
 }
 
-/// The legacy `Resources`, `SharedResources` and `TaskResources` fields Nomad 1.1 still returns
-/// beside `AllocatedResources`.
-pub(crate) struct LegacyResources {
-    pub total: Resources,
-    pub shared: Resources,
-    pub tasks: BTreeMap<String, Resources>,
-}
-
-pub(crate) fn legacy_resources(ar: &AllocatedResources) -> LegacyResources {
-    let shared_networks = ar.shared.networks.clone().filter(|n| !n.is_empty());
-    let mut total = Resources {
-        disk_mb: ar.shared.disk_mb,
-        ..Default::default()
-    };
-    let mut networks: Vec<NetworkResource> = shared_networks.clone().unwrap_or_default();
-    let mut tasks = BTreeMap::new();
-    for (name, t) in &ar.tasks {
-        total.cpu += t.cpu.cpu_shares;
-        total.memory_mb += t.memory.memory_mb;
-        total.memory_max_mb += t.memory.memory_max_mb.max(t.memory.memory_mb);
-        networks.extend(t.networks.iter().flatten().cloned());
-        tasks.insert(
-            name.clone(),
-            Resources {
-                cpu: t.cpu.cpu_shares,
-                memory_mb: t.memory.memory_mb,
-                memory_max_mb: t.memory.memory_max_mb,
-                networks: t.networks.clone(),
-                ..Default::default()
-            },
-        );
-    }
-    total.networks = (!networks.is_empty()).then_some(networks);
-    LegacyResources {
-        total,
-        shared: Resources {
-            disk_mb: ar.shared.disk_mb,
-            networks: shared_networks,
-            ..Default::default()
-        },
-        tasks,
-    }
-}
+/// Nomad's legacy resource fields, derived from the allocated resources.
+pub(crate) use drover_structs::legacy_resources;
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use drover_structs::{Port, Task};
+    use drover_structs::{Port, Resources, Task};
 
     fn job() -> Job {
         Job {

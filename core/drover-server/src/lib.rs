@@ -18,6 +18,7 @@ mod dispatch;
 pub mod fsm;
 mod heartbeat;
 mod identity;
+mod leader_task;
 mod operator;
 mod periodic;
 pub mod plan_apply;

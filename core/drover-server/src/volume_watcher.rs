@@ -18,17 +18,17 @@
 //! that ended (Nomad's `csiVolumeClaimGC`), which bumps those volumes.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use drover_state::{CsiVolumeFilter, StateSnapshot, Table};
 use drover_structs::{CsiClaimState, CsiVolume, CsiVolumeClaim, Job, NODE_STATUS_DOWN};
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::ServerError;
 use crate::csi::CsiEntry;
 use crate::fsm::LogEntry;
+use crate::leader_task::LeaderTask;
 use crate::server::{Inner, Server};
 
 /// How often the leader records past claims for ended holders (Nomad's
@@ -47,38 +47,24 @@ const WATCHED: [Table; 3] = [Table::CsiVolumes, Table::Allocs, Table::Nodes];
 /// The watcher's task, started and stopped with leadership.
 #[derive(Default)]
 pub(crate) struct VolumeWatcher {
-    task: Mutex<Option<JoinHandle<()>>>,
+    task: LeaderTask,
 }
 
 impl VolumeWatcher {
     /// Starts (or restarts) watching from the current state. On the leader.
     pub(crate) fn start(&self, inner: Arc<Inner>) {
-        let handle = tokio::spawn(run(inner));
-        let old = self
-            .task
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .replace(handle);
-        if let Some(old) = old {
-            old.abort();
-        }
+        self.task.start(run(inner));
     }
 
     /// Stops watching (leadership lost, or shutdown). A release step being proposed may still
     /// commit; the claim's state then tells the next leader where to resume.
     pub(crate) fn stop(&self) {
-        if let Some(task) = self.task.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            task.abort();
-        }
+        self.task.stop();
     }
 
     #[cfg(test)]
     pub(crate) fn is_running(&self) -> bool {
-        self.task
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-            .is_some_and(|t| !t.is_finished())
+        self.task.is_running()
     }
 }
 

@@ -183,6 +183,7 @@ fn decode(data: &[u8]) -> Result<Tables, SnapshotError> {
         job_version,
     } in enc.allocs.into_list()
     {
+        alloc.drop_derivable_legacy_resources();
         let k = (alloc.namespace.clone(), alloc.job_id.clone());
         alloc.job = job_version.and_then(|v| t.job_versions.get(&(k.clone(), v)).cloned());
         t.allocs_by_node

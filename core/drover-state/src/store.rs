@@ -487,7 +487,9 @@ impl UsagePending {
 }
 
 /// Stores a new version of an allocation, keeping its node's usage in step.
-fn put_alloc(t: &mut Tables, usage: &mut UsagePending, a: Allocation) {
+fn put_alloc(t: &mut Tables, usage: &mut UsagePending, mut a: Allocation) {
+    // Serialization derives them again; a million stored allocations would hold 1.5 GB of them.
+    a.drop_derivable_legacy_resources();
     let old = t.allocs.get(&a.id).cloned();
     usage.track(t, old.as_deref(), &a);
     let a = Arc::new(a);

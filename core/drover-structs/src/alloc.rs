@@ -8,6 +8,9 @@ use serde::{Deserialize, Serialize};
 use crate::job::{Job, Opaque};
 use crate::resources::{AllocatedResources, Resources};
 
+mod json;
+pub use json::{LegacyResources, legacy_resources};
+
 pub const ALLOC_DESIRED_RUN: &str = "run";
 pub const ALLOC_DESIRED_STOP: &str = "stop";
 pub const ALLOC_DESIRED_EVICT: &str = "evict";
@@ -22,7 +25,9 @@ pub const TASK_STATE_PENDING: &str = "pending";
 pub const TASK_STATE_RUNNING: &str = "running";
 pub const TASK_STATE_DEAD: &str = "dead";
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// Serialized by hand (`alloc_json.rs`): the legacy resource fields a stored allocation drops
+/// are derived again from `AllocatedResources` when it is written out.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(default)]
 pub struct Allocation {
     #[serde(rename = "ID")]

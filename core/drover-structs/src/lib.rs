@@ -6,6 +6,7 @@
 
 pub mod alloc;
 pub mod canonicalize;
+pub mod cron;
 pub mod csi;
 pub mod decode;
 pub mod dispatch;

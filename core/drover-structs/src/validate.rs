@@ -4,7 +4,6 @@
 //! (services, volumes, templates...) are read from that JSON in Nomad's server shape, which
 //! [`crate::canonicalize`] produces.
 
-mod cron;
 pub(crate) mod gofmt;
 mod group;
 mod json;

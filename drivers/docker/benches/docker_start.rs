@@ -75,6 +75,7 @@ impl AllocDirs {
             task_dir: self.root.join("task"),
             stdout_path: self.root.join("logs/.task.stdout.fifo"),
             stderr_path: self.root.join("logs/.task.stderr.fifo"),
+            ..Default::default()
         }
     }
 

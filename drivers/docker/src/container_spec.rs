@@ -6,11 +6,11 @@ use std::collections::{BTreeMap, HashMap};
 
 use bollard::models::{
     ContainerCreateBody, DeviceMapping, EndpointIpamConfig, EndpointSettings, HealthConfig,
-    HostConfig, HostConfigLogConfig, Mount, MountBindOptions, MountTmpfsOptions, MountType,
-    MountVolumeOptions, MountVolumeOptionsDriverConfig, NetworkingConfig, PortBinding,
-    ResourcesUlimits,
+    HostConfig, HostConfigLogConfig, Mount, MountBindOptions, MountBindOptionsPropagationEnum,
+    MountTmpfsOptions, MountType, MountVolumeOptions, MountVolumeOptionsDriverConfig,
+    NetworkingConfig, PortBinding, ResourcesUlimits,
 };
-use drover_abi::TaskConfig;
+use drover_abi::{MountPropagation, TaskConfig};
 use thiserror::Error;
 
 use crate::caps;
@@ -278,6 +278,34 @@ fn mount(task: &TaskConfig, m: &MountConfig, plugin: &PluginConfig) -> Result<Mo
     Ok(out)
 }
 
+/// A mount the agent asks for (`TaskConfig::mounts`: CSI volumes, a CSI plugin's directories),
+/// as Nomad's docker driver makes it: a bind with the propagation mapped to Linux's recursive
+/// modes. These come from the agent, not the job, so `volumes.enabled` does not gate them.
+fn agent_mount(m: &drover_abi::MountConfig) -> Result<Mount, SpecError> {
+    if !m.task_path.starts_with('/') || !m.host_path.starts_with('/') {
+        return Err(SpecError::InvalidMount(format!(
+            "{} -> {}: both paths must be absolute",
+            m.host_path, m.task_path
+        )));
+    }
+    let propagation = match m.propagation_mode {
+        MountPropagation::Private => MountBindOptionsPropagationEnum::RPRIVATE,
+        MountPropagation::HostToTask => MountBindOptionsPropagationEnum::RSLAVE,
+        MountPropagation::Bidirectional => MountBindOptionsPropagationEnum::RSHARED,
+    };
+    Ok(Mount {
+        typ: Some(MountType::BIND),
+        source: Some(m.host_path.clone()),
+        target: Some(m.task_path.clone()),
+        read_only: Some(m.readonly),
+        bind_options: Some(MountBindOptions {
+            propagation: Some(propagation),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+}
+
 type Ports = (Vec<String>, HashMap<String, Option<Vec<PortBinding>>>);
 
 /// Publishes the group network ports named in `ports`. The allocation's ports are in the task
@@ -400,11 +428,14 @@ pub fn build_container_spec(
     let rewrite = PathRewrite::for_task(task);
     let network_mode = cfg.network_mode.clone();
     let (exposed_ports, port_bindings) = ports(task, cfg, &network_mode)?;
-    let mounts = cfg
+    let mut mounts = cfg
         .mounts
         .iter()
         .map(|m| mount(task, m, plugin))
         .collect::<Result<Vec<_>, _>>()?;
+    for m in &task.mounts {
+        mounts.push(agent_mount(m)?);
+    }
     let (memory, reservation) = memory_limits(
         cfg.memory_hard_limit,
         task.resources.memory_mb,
@@ -592,6 +623,7 @@ mod tests {
             task_dir,
             stdout_path: PathBuf::from("/dev/null"),
             stderr_path: PathBuf::from("/dev/null"),
+            ..Default::default()
         }
     }
 
@@ -601,6 +633,70 @@ mod tests {
 
     fn host(spec: &ContainerSpec) -> &HostConfig {
         spec.body.host_config.as_ref().unwrap()
+    }
+
+    #[test]
+    fn agent_mounts_become_binds_with_linux_propagation_even_without_volumes() {
+        let mut task = task();
+        let mount = |task_path: &str, readonly, propagation_mode| drover_abi::MountConfig {
+            task_path: task_path.into(),
+            host_path: format!("/host{task_path}"),
+            readonly,
+            propagation_mode,
+        };
+        task.mounts = vec![
+            mount("/data", true, MountPropagation::Private),
+            mount("/seen", false, MountPropagation::HostToTask),
+            mount("/csi", false, MountPropagation::Bidirectional),
+        ];
+        let cfg = parse_task_config(&json!({"image": "b"})).unwrap();
+        let spec = build_container_spec(&task, &cfg, &PluginConfig::default()).unwrap();
+        let seen: Vec<_> = host(&spec)
+            .mounts
+            .clone()
+            .unwrap()
+            .into_iter()
+            .map(|m| {
+                (
+                    m.typ,
+                    m.source.unwrap(),
+                    m.target.unwrap(),
+                    m.read_only,
+                    m.bind_options.unwrap().propagation.unwrap(),
+                )
+            })
+            .collect();
+        let bind = Some(MountType::BIND);
+        use MountBindOptionsPropagationEnum as P;
+        assert_eq!(
+            seen,
+            vec![
+                (
+                    bind,
+                    "/host/data".into(),
+                    "/data".into(),
+                    Some(true),
+                    P::RPRIVATE
+                ),
+                (
+                    bind,
+                    "/host/seen".into(),
+                    "/seen".into(),
+                    Some(false),
+                    P::RSLAVE
+                ),
+                (
+                    bind,
+                    "/host/csi".into(),
+                    "/csi".into(),
+                    Some(false),
+                    P::RSHARED
+                ),
+            ]
+        );
+        task.mounts = vec![mount("relative", false, MountPropagation::Private)];
+        let err = build_container_spec(&task, &cfg, &PluginConfig::default()).unwrap_err();
+        assert!(matches!(err, SpecError::InvalidMount(_)), "{err}");
     }
 
     #[test]

@@ -155,8 +155,13 @@ impl ExecDriver {
             config.user.as_str()
         };
         let run_as = resolve_user(user).map_err(|e| start_failed(false)(e.to_string()))?;
-        let root = TaskRoot::prepare(&config.task_dir, &config.alloc_dir, &plugin.chroot_env)
-            .map_err(|e| start_failed(false)(format!("preparing the task root: {e}")))?;
+        let root = TaskRoot::prepare(
+            &config.task_dir,
+            &config.alloc_dir,
+            &plugin.chroot_env,
+            &config.mounts,
+        )
+        .map_err(|e| start_failed(false)(format!("preparing the task root: {e}")))?;
         // The client passes host paths; inside the root the task has Nomad's /local, /alloc...
         let rewrite = PathRewrite::for_task(config);
         let env = rewrite.apply_env(&config.env);
@@ -277,7 +282,7 @@ impl Driver for ExecDriver {
             // Tasks see their task directory as `/`, with chroot_env bound read-only in it.
             fs_isolation: FsIsolation::Chroot,
             network_isolation: false,
-            mount_configs: false,
+            mount_configs: true,
         }
     }
 

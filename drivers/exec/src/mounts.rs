@@ -4,6 +4,7 @@
 //! parent must.
 
 use std::ffi::{CStr, CString, c_char};
+use std::os::fd::{AsRawFd, OwnedFd};
 
 /// mount_setattr(2)'s argument (linux/mount.h), defined here as libc does not export it for
 /// every target.
@@ -16,6 +17,8 @@ struct MountAttr {
 }
 
 const MOUNT_ATTR_RDONLY: u64 = 0x1;
+/// move_mount(2)'s flag: the source is the detached tree `from_fd` refers to (linux/mount.h).
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
 
 /// One operation, run with the child's credentials (root, every capability).
 #[derive(Debug)]
@@ -47,6 +50,14 @@ pub enum MountOp {
     Symlink {
         target: CString,
         link: CString,
+    },
+    /// Attaches a detached mount tree (open_tree(2) with OPEN_TREE_CLONE, made by the parent in
+    /// the host's namespace) at `target` with move_mount(2). Unlike a bind made in the child
+    /// after its mounts went private, the tree keeps the host mount's peer group, which is what
+    /// lets mounts propagate between the host and the task.
+    Attach {
+        tree: OwnedFd,
+        target: CString,
     },
 }
 
@@ -179,6 +190,16 @@ unsafe fn run_op(op: &MountOp) -> bool {
                 ) == 0
             }
             MountOp::Symlink { target, link } => libc::symlink(target.as_ptr(), link.as_ptr()) == 0,
+            MountOp::Attach { tree, target } => {
+                libc::syscall(
+                    libc::SYS_move_mount,
+                    tree.as_raw_fd(),
+                    c"".as_ptr(),
+                    libc::AT_FDCWD,
+                    target.as_ptr(),
+                    MOVE_MOUNT_F_EMPTY_PATH,
+                ) == 0
+            }
         }
     }
 }

@@ -105,6 +105,7 @@ mod tests {
             task_dir: PathBuf::from("/data/alloc/a/web"),
             stdout_path: PathBuf::new(),
             stderr_path: PathBuf::new(),
+            ..Default::default()
         };
         PathRewrite::for_task(&task)
     }

@@ -15,9 +15,13 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
+use drover_abi::{MountConfig, MountPropagation};
 use thiserror::Error;
 
 use crate::mounts::{MountOp, MountPlan};
+
+/// open_tree(2)'s flags (linux/mount.h): a detached copy rather than the mount itself.
+const OPEN_TREE_CLONE: libc::c_uint = 1;
 
 /// Where the allocation's shared directory appears in the task (Nomad's `/alloc`).
 pub const ALLOC_IN_TASK: &str = "/alloc";
@@ -65,6 +69,14 @@ pub enum RootError {
     NulByte(PathBuf),
     #[error("binary \"{0}\" could not be found")]
     NotFound(String),
+    #[error("mount {task_path}: {reason}")]
+    BadMount { task_path: String, reason: String },
+    #[error("mount {}: {action}: {source}", path.display())]
+    Propagation {
+        action: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
 }
 
 fn io_err(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> RootError {
@@ -102,6 +114,89 @@ pub fn clean_task_path(path: &Path) -> PathBuf {
     out
 }
 
+/// Whether `path` is exactly a mount point in this (the host's) mount table, and whether that
+/// mount is shared.
+fn mount_point_state(path: &Path) -> Result<Option<bool>, RootError> {
+    let table = std::fs::read_to_string("/proc/self/mountinfo")
+        .map_err(io_err("reading", Path::new("/proc/self/mountinfo")))?;
+    let wanted = path.as_os_str().as_bytes();
+    for line in table.lines() {
+        let mut fields = line.split(' ');
+        let Some(mount_point) = fields.nth(4) else {
+            continue;
+        };
+        // mountinfo escapes spaces and the like as octal; paths with them never match, and
+        // then the path is bound onto itself again, which only stacks an identical layer.
+        if mount_point.as_bytes() == wanted {
+            let shared = fields
+                .take_while(|f| *f != "-")
+                .any(|f| f.starts_with("shared:"));
+            return Ok(Some(shared));
+        }
+    }
+    Ok(None)
+}
+
+/// "rshared on the host source side": a propagating mount must come from a shared mount, or
+/// its copy in the task joins no peer group. A source that is not a mount point of its own is
+/// bound onto itself first; that mount stays for the owner of the path to remove.
+fn make_shared_source(source: &Path) -> Result<(), RootError> {
+    let source = std::fs::canonicalize(source).map_err(io_err("resolving", source))?;
+    let failed = |action: &'static str| {
+        let path = source.clone();
+        move |errno: nix::Error| RootError::Propagation {
+            action,
+            path,
+            source: io::Error::from(errno),
+        }
+    };
+    match mount_point_state(&source)? {
+        Some(true) => return Ok(()),
+        Some(false) => {}
+        None => nix::mount::mount(
+            Some(&source),
+            &source,
+            None::<&str>,
+            nix::mount::MsFlags::MS_BIND,
+            None::<&str>,
+        )
+        .map_err(failed("binding the host path onto itself"))?,
+    }
+    nix::mount::mount(
+        None::<&str>,
+        &source,
+        None::<&str>,
+        nix::mount::MsFlags::MS_SHARED | nix::mount::MsFlags::MS_REC,
+        None::<&str>,
+    )
+    .map_err(failed("making the host path shared"))
+}
+
+/// A detached copy of the mount tree at `source`, in the host's namespace, for the child to
+/// attach (see [`MountOp::Attach`]).
+fn open_tree_clone(source: &Path) -> Result<std::os::fd::OwnedFd, RootError> {
+    use std::os::fd::FromRawFd;
+    let path = c_path(source)?;
+    // SAFETY: a raw syscall on a NUL-terminated path; the returned descriptor is owned here.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | libc::AT_RECURSIVE as libc::c_uint,
+        )
+    };
+    if fd < 0 {
+        return Err(RootError::Propagation {
+            action: "cloning the host mount (open_tree)",
+            path: source.to_path_buf(),
+            source: io::Error::last_os_error(),
+        });
+    }
+    // SAFETY: open_tree returned a fresh descriptor nobody else owns.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
+}
+
 /// A host directory or file shown inside the task root.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Bind {
@@ -112,6 +207,8 @@ pub struct Bind {
     pub is_dir: bool,
     /// The source's nosuid/nodev/noexec, kept when a read-only remount must replace its flags.
     keep_flags: libc::c_ulong,
+    /// Private for the root's own binds; an agent mount may ask for more.
+    propagation: MountPropagation,
 }
 
 /// The root of one task: the task directory, and the binds laid over it.
@@ -145,12 +242,40 @@ impl TaskRoot {
     /// Works out the binds for a task whose directory is `task_dir` in the allocation
     /// `alloc_dir`, and creates their mount points in the task directory. Host paths of
     /// `chroot_env` that do not exist are skipped, as in Nomad.
+    ///
+    /// `mounts` are the agent's (`TaskConfig::mounts`): each host path must exist; its mount
+    /// point is created in the task directory.
     pub fn prepare(
         task_dir: &Path,
         alloc_dir: &Path,
         chroot_env: &BTreeMap<String, String>,
+        mounts: &[MountConfig],
     ) -> Result<TaskRoot, RootError> {
         let mut binds = Vec::new();
+        for m in mounts {
+            let bad = |reason: String| RootError::BadMount {
+                task_path: m.task_path.clone(),
+                reason,
+            };
+            if !m.task_path.starts_with('/') || !m.host_path.starts_with('/') {
+                return Err(bad("both paths must be absolute".into()));
+            }
+            let source = PathBuf::from(&m.host_path);
+            let meta = std::fs::metadata(&source)
+                .map_err(|e| bad(format!("host path {}: {e}", m.host_path)))?;
+            let dest = clean_task_path(Path::new(&m.task_path));
+            if dest == Path::new("/") {
+                return Err(bad("cannot replace the task root".into()));
+            }
+            binds.push(Bind {
+                keep_flags: mount_flags_of(&source),
+                source,
+                dest,
+                read_only: m.readonly,
+                is_dir: meta.is_dir(),
+                propagation: m.propagation_mode,
+            });
+        }
         for (host, dest) in chroot_env {
             let source = PathBuf::from(host);
             match std::fs::metadata(&source) {
@@ -160,6 +285,7 @@ impl TaskRoot {
                     dest: clean_task_path(Path::new(dest)),
                     read_only: true,
                     is_dir: meta.is_dir(),
+                    propagation: MountPropagation::Private,
                 }),
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                 Err(e) => return Err(io_err("reading", &source)(e)),
@@ -173,6 +299,7 @@ impl TaskRoot {
                 read_only: false,
                 is_dir: true,
                 keep_flags: 0,
+                propagation: MountPropagation::Private,
             });
         }
         binds.sort_by(|a, b| {
@@ -319,20 +446,46 @@ impl TaskRoot {
         for bind in &self.binds {
             let target_path = self.within_root(&bind.dest);
             let target = c_path(&target_path)?;
-            plan.push(
-                MountOp::Mount {
-                    source: Some(c_path(&bind.source)?),
-                    target: target.clone(),
-                    fstype: None,
-                    flags: libc::MS_BIND | libc::MS_REC,
-                    data: None,
-                },
-                format!(
-                    "mounting {} at {} in the task",
-                    bind.source.display(),
-                    bind.dest.display()
-                ),
+            let description = format!(
+                "mounting {} at {} in the task",
+                bind.source.display(),
+                bind.dest.display()
             );
+            match bind.propagation {
+                MountPropagation::Private => plan.push(
+                    MountOp::Mount {
+                        source: Some(c_path(&bind.source)?),
+                        target: target.clone(),
+                        fstype: None,
+                        flags: libc::MS_BIND | libc::MS_REC,
+                        data: None,
+                    },
+                    description,
+                ),
+                propagation => {
+                    make_shared_source(&bind.source)?;
+                    let tree = open_tree_clone(&bind.source)?;
+                    plan.push(
+                        MountOp::Attach {
+                            tree,
+                            target: target.clone(),
+                        },
+                        description,
+                    );
+                    if propagation == MountPropagation::HostToTask {
+                        plan.push(
+                            MountOp::Mount {
+                                source: None,
+                                target: target.clone(),
+                                fstype: None,
+                                flags: libc::MS_REC | libc::MS_SLAVE,
+                                data: None,
+                            },
+                            format!("making {} receive host mounts only", bind.dest.display()),
+                        );
+                    }
+                }
+            }
             if bind.read_only {
                 plan.push(
                     MountOp::ReadOnly {
@@ -347,6 +500,15 @@ impl TaskRoot {
         self.plan_proc(&mut plan)?;
         self.plan_sys(&mut plan)?;
         Ok(plan)
+    }
+
+    /// The agent mounts with propagation that the root carries (for tests).
+    #[cfg(test)]
+    pub fn propagating_binds(&self) -> usize {
+        self.binds
+            .iter()
+            .filter(|b| b.propagation != MountPropagation::Private)
+            .count()
     }
 
     fn task_c_path(&self, task_path: &str) -> Result<CString, RootError> {
@@ -608,6 +770,7 @@ mod tests {
                 &self.path("alloc/web"),
                 &self.path("alloc"),
                 &self.env(pairs),
+                &[],
             )
         }
     }

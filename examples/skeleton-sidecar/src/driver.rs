@@ -203,6 +203,7 @@ mod tests {
             task_dir: dir.to_path_buf(),
             stdout_path: PathBuf::new(),
             stderr_path: PathBuf::new(),
+            ..Default::default()
         }
     }
 

@@ -80,6 +80,7 @@ impl TaskDirs {
             task_dir: self.task_dir.clone(),
             stdout_path: self.stdout.path.clone(),
             stderr_path: self.stderr.path.clone(),
+            ..Default::default()
         }
     }
 }

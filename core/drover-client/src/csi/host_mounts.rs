@@ -71,6 +71,45 @@ pub fn bind_dir(source: &Path, target: &Path, read_only: bool) -> Result<(), Hos
     Ok(())
 }
 
+/// Makes `path` (a directory) a shared mount point on the host, binding it onto itself when it
+/// is not one yet, so that a driver's "bidirectional" bind of it joins its peer group and mounts
+/// made inside the task reach the host (Docker refuses `rshared` binds of unshared sources).
+/// Idempotent.
+pub fn make_shared_mount_point(path: &Path) -> Result<(), HostMountError> {
+    let bind_err = |e: nix::Error| HostMountError::Bind {
+        source_path: path.to_path_buf(),
+        target: path.to_path_buf(),
+        source: e,
+    };
+    if !is_mount_point(path)? {
+        nix::mount::mount(
+            Some(path),
+            path,
+            None::<&str>,
+            MsFlags::MS_BIND,
+            None::<&str>,
+        )
+        .map_err(bind_err)?;
+    }
+    nix::mount::mount(
+        None::<&str>,
+        path,
+        None::<&str>,
+        MsFlags::MS_SHARED | MsFlags::MS_REC,
+        None::<&str>,
+    )
+    .map_err(bind_err)
+}
+
+/// Whether anything is mounted strictly below `path`.
+pub fn has_mounts_below(path: &Path) -> Result<bool, HostMountError> {
+    let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let mounts = crate::mountinfo::read_self().map_err(HostMountError::MountTable)?;
+    Ok(mounts
+        .iter()
+        .any(|m| m.mount_point != canonical && m.mount_point.starts_with(&canonical)))
+}
+
 /// Unmounts whatever is mounted at `target` (every stacked layer). A path that is not a mount
 /// point, or does not exist, is not an error.
 pub fn unmount(target: &Path) -> Result<(), HostMountError> {
@@ -113,6 +152,39 @@ mod tests {
         assert_eq!(path_in_task_dir(dir, "/csi"), dir.join("csi"));
         assert_eq!(path_in_task_dir(dir, "/local/csi/"), dir.join("local/csi"));
         assert_eq!(path_in_task_dir(dir, "../../etc"), dir.join("etc"));
+    }
+
+    #[test]
+    fn a_directory_becomes_a_shared_mount_point_once() {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipping: needs root to mount");
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("drover-hm-shared-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("sub")).unwrap();
+        make_shared_mount_point(&dir).unwrap();
+        make_shared_mount_point(&dir).unwrap();
+        let canonical = dir.canonicalize().unwrap();
+        let layers: Vec<_> = crate::mountinfo::read_self()
+            .unwrap()
+            .into_iter()
+            .filter(|m| m.mount_point == canonical)
+            .collect();
+        assert_eq!(layers.len(), 1, "bound onto itself once");
+        let line = std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .lines()
+            .find(|l| l.split(' ').nth(4) == Some(&*canonical.to_string_lossy()))
+            .unwrap()
+            .to_string();
+        assert!(line.contains("shared:"), "{line}");
+        assert!(!has_mounts_below(&dir).unwrap());
+        bind_dir(&dir.join("sub"), &dir.join("sub"), false).unwrap();
+        assert!(has_mounts_below(&dir).unwrap());
+        unmount(&dir.join("sub")).unwrap();
+        unmount(&dir).unwrap();
+        assert!(!is_mount_point(&dir).unwrap());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -5,22 +5,24 @@
 //! [`PROBE_INTERVAL`] and report health changes. When it stops: deregister.
 //!
 //! Drivers without filesystem isolation (raw_exec) see host paths, so the plugin is told the
-//! host paths. Isolating drivers (exec) get the directory bound into the task directory, which
-//! is their root; their own mount namespace is private, so volumes such a plugin mounts do not
-//! reach the host: plugins that mount must run without isolation for now.
+//! host paths. Isolating drivers (exec, docker) get driver mounts, as Nomad's hook asks for
+//! them: the root at `mount_dir` (private: only the socket matters there) and at
+//! `stage_publish_base_dir` with "bidirectional" propagation, from a root made a shared mount
+//! point on the host, so the volumes the plugin stages and publishes inside its own mount
+//! namespace appear on the host where the client binds them into other tasks.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use drover_abi::FsIsolation;
+use drover_abi::{FsIsolation, MountConfig, MountPropagation};
 use drover_csi::{CallOptions, CsiClient, CsiPluginConfig, SOCKET_NAME};
 use drover_structs::csi::CsiPluginType;
 use drover_structs::{Task, TaskEvent};
 use tokio::sync::{mpsc, watch};
 
 use super::fingerprint::{fingerprint, unhealthy};
-use super::host_mounts::{bind_dir, path_in_task_dir, unmount};
+use super::host_mounts::{has_mounts_below, is_mount_point, make_shared_mount_point, unmount};
 use super::{CsiManager, PluginInstance};
 
 /// How often a healthy plugin is probed again (Nomad: 30 s).
@@ -45,8 +47,13 @@ pub struct PluginTask {
     pub host_root: PathBuf,
     /// The root as the plugin sees it (set by [`PluginTask::prepare`]).
     pub plugin_root: PathBuf,
-    /// Mount points made in the task directory, to undo when the task ends.
-    binds: Vec<PathBuf>,
+}
+
+/// What a plugin task gets at its start: `CSI_ENDPOINT` and the driver's mounts.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PluginSetup {
+    pub env: BTreeMap<String, String>,
+    pub mounts: Vec<MountConfig>,
 }
 
 impl PluginTask {
@@ -83,51 +90,57 @@ impl PluginTask {
             kind,
             alloc_id: alloc_id.to_string(),
             host_root,
-            binds: Vec::new(),
         })
     }
 
-    /// Creates the plugin's root and makes it visible to the task; answers the environment the
-    /// task gets (`CSI_ENDPOINT`). Idempotent: runs before every start of the task.
-    pub fn prepare(
-        &mut self,
-        task_dir: &Path,
-        isolation: FsIsolation,
-    ) -> Result<BTreeMap<String, String>, String> {
+    /// Creates the plugin's root and says how the task sees it: the environment it gets
+    /// (`CSI_ENDPOINT`) and, for isolating drivers, the mounts. Idempotent: runs before every
+    /// start of the task.
+    pub fn prepare(&mut self, isolation: FsIsolation) -> Result<PluginSetup, String> {
         create_private_dir(&self.host_root)?;
-        let mut env = BTreeMap::new();
+        let mut setup = PluginSetup::default();
         if isolation == FsIsolation::None {
             self.plugin_root = self.host_root.clone();
-            env.insert(
+            setup.env.insert(
                 "CSI_ENDPOINT".into(),
                 format!("unix://{}", self.host_root.join(SOCKET_NAME).display()),
             );
-            return Ok(env);
+            return Ok(setup);
         }
-        for dest in [
-            self.config.mount_dir.clone(),
-            self.config.stage_publish_base_dir.clone(),
-        ] {
-            let target = path_in_task_dir(task_dir, &dest);
-            bind_dir(&self.host_root, &target, false).map_err(|e| e.to_string())?;
-            if !self.binds.contains(&target) {
-                self.binds.push(target);
-            }
+        make_shared_mount_point(&self.host_root).map_err(|e| e.to_string())?;
+        let host_path = self.host_root.display().to_string();
+        let stage_dir = &self.config.stage_publish_base_dir;
+        if self.config.mount_dir != *stage_dir {
+            setup.mounts.push(MountConfig {
+                task_path: self.config.mount_dir.clone(),
+                host_path: host_path.clone(),
+                readonly: false,
+                propagation_mode: MountPropagation::Private,
+            });
         }
-        self.plugin_root = PathBuf::from(&self.config.stage_publish_base_dir);
-        env.insert(
+        setup.mounts.push(MountConfig {
+            task_path: stage_dir.clone(),
+            host_path,
+            readonly: false,
+            propagation_mode: MountPropagation::Bidirectional,
+        });
+        self.plugin_root = PathBuf::from(stage_dir);
+        setup.env.insert(
             "CSI_ENDPOINT".into(),
             format!("unix://{}", self.config.socket_path_in_task()),
         );
-        Ok(env)
+        Ok(setup)
     }
 
-    /// Undoes the binds [`PluginTask::prepare`] made.
+    /// Undoes the shared mount point [`PluginTask::prepare`] made of the root, once nothing is
+    /// mounted below it any more (volumes still published stay reachable on the host).
     pub fn release_mounts(&self) {
-        for target in self.binds.iter().rev() {
-            if let Err(e) = unmount(target) {
-                tracing::warn!(error = %e, "unmounting the CSI plugin directory");
-            }
+        let busy = has_mounts_below(&self.host_root).unwrap_or(true);
+        if busy || !is_mount_point(&self.host_root).unwrap_or(false) {
+            return;
+        }
+        if let Err(e) = unmount(&self.host_root) {
+            tracing::warn!(error = %e, "unmounting the CSI plugin directory");
         }
     }
 
@@ -305,4 +318,76 @@ async fn supervise(
     }
     manager.deregister(&id, &task.alloc_id);
     tracing::info!(plugin = %id, "CSI plugin deregistered");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plugin(host_root: PathBuf) -> PluginTask {
+        PluginTask {
+            config: CsiPluginConfig {
+                id: "hostpath".into(),
+                plugin_type: "monolith".into(),
+                mount_dir: "/csi".into(),
+                stage_publish_base_dir: DEFAULT_STAGE_PUBLISH_BASE_DIR.into(),
+                health_timeout: 0,
+            },
+            kind: CsiPluginType::Monolith,
+            alloc_id: "a1".into(),
+            plugin_root: host_root.clone(),
+            host_root,
+        }
+    }
+
+    #[test]
+    fn a_plugin_without_isolation_gets_the_host_socket_and_no_mounts() {
+        let root = std::env::temp_dir().join(format!("drover-sup-none-{}", std::process::id()));
+        let mut p = plugin(root.clone());
+        let setup = p.prepare(FsIsolation::None).unwrap();
+        assert!(setup.mounts.is_empty());
+        assert_eq!(
+            setup.env["CSI_ENDPOINT"],
+            format!("unix://{}", root.join(SOCKET_NAME).display())
+        );
+        assert!(!is_mount_point(&root).unwrap());
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn an_isolated_plugin_gets_its_socket_dir_and_a_bidirectional_stage_dir() {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipping: needs root to mount");
+            return;
+        }
+        let root = std::env::temp_dir().join(format!("drover-sup-iso-{}", std::process::id()));
+        let mut p = plugin(root.clone());
+        let setup = p.prepare(FsIsolation::Chroot).unwrap();
+        let host_path = root.display().to_string();
+        assert_eq!(
+            setup.mounts,
+            vec![
+                MountConfig {
+                    task_path: "/csi".into(),
+                    host_path: host_path.clone(),
+                    readonly: false,
+                    propagation_mode: MountPropagation::Private,
+                },
+                MountConfig {
+                    task_path: "/local/csi".into(),
+                    host_path,
+                    readonly: false,
+                    propagation_mode: MountPropagation::Bidirectional,
+                },
+            ]
+        );
+        assert_eq!(setup.env["CSI_ENDPOINT"], "unix:///csi/csi.sock");
+        assert_eq!(p.plugin_root, PathBuf::from("/local/csi"));
+        // The root is a shared mount point until the task lets it go.
+        assert!(is_mount_point(&root).unwrap());
+        p.prepare(FsIsolation::Chroot).unwrap();
+        p.release_mounts();
+        assert!(!is_mount_point(&root).unwrap());
+        let _ = std::fs::remove_dir_all(&root);
+    }
 }

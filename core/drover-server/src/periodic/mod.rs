@@ -8,11 +8,10 @@
 //!
 //! The periodic parent itself never gets an evaluation, so it never gets allocations.
 
-mod cron;
 mod schedule;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use drover_state::{StateSnapshot, Table};
@@ -20,10 +19,10 @@ use drover_structs::time::now_nanos;
 use drover_structs::{
     Evaluation, Job, MultiError, PeriodicConfig, TRIGGER_PERIODIC_JOB, periodic_child_id,
 };
-use tokio::task::JoinHandle;
 
 use crate::ServerError;
 use crate::fsm::LogEntry;
+use crate::leader_task::LeaderTask;
 use crate::rpc::{Reply, Request};
 use crate::server::{Inner, Server};
 
@@ -33,29 +32,19 @@ const MAX_SLEEP: Duration = Duration::from_secs(60);
 /// The dispatcher task of this server, running while it leads.
 #[derive(Default)]
 pub(crate) struct PeriodicDispatcher {
-    task: Mutex<Option<JoinHandle<()>>>,
+    task: LeaderTask,
 }
 
 impl PeriodicDispatcher {
     /// Starts (or restarts) dispatching from the current state. On the leader.
     pub(crate) fn start(&self, inner: Arc<Inner>) {
-        let handle = tokio::spawn(run(inner));
-        let old = self
-            .task
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .replace(handle);
-        if let Some(old) = old {
-            old.abort();
-        }
+        self.task.start(run(inner));
     }
 
     /// Stops dispatching (leadership lost, or shutdown). A launch being proposed may still
     /// commit; the launch record then tells the next leader it happened.
     pub(crate) fn stop(&self) {
-        if let Some(task) = self.task.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            task.abort();
-        }
+        self.task.stop();
     }
 }
 

@@ -7,7 +7,7 @@ use jiff::Timestamp;
 use jiff::civil::DateTime;
 use jiff::tz::TimeZone;
 
-use super::cron::{Civil, CronExpr};
+use drover_structs::cron::{Civil, CronExpr};
 
 /// The zone a periodic block names (empty: UTC), with Go's error text for an unknown one.
 pub(crate) fn zone(name: &str) -> Result<TimeZone, String> {

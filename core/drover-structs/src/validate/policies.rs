@@ -3,9 +3,9 @@
 
 use serde_json::Value;
 
-use super::cron;
 use super::gofmt::{duration, quote, quoted_list, string_list};
 use super::json::{bool_of, str_of, strs};
+use crate::cron;
 use crate::job::*;
 use crate::multierror::MultiError;
 
@@ -355,7 +355,7 @@ pub(crate) fn validate_periodic(p: &Value) -> Result<(), MultiError> {
         "cron" => {
             let all = (!spec.is_empty()).then_some(spec).into_iter().chain(specs);
             for spec in all {
-                if let Err(e) = cron::parse(spec) {
+                if let Err(e) = cron::CronExpr::parse(spec) {
                     m.push(format!("Invalid cron spec {}: {e}", quote(spec)));
                 }
             }

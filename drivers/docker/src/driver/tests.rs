@@ -162,6 +162,7 @@ impl Fixture {
             task_dir: self.task_dir.clone(),
             stdout_path: self.stdout_path.clone(),
             stderr_path: self.stderr_path.clone(),
+            ..Default::default()
         }
     }
 
@@ -251,6 +252,45 @@ fn the_task_directories_are_mounted_where_nomad_puts_them() {
     assert_eq!(
         std::fs::read_to_string(f.root.join("alloc/out.txt")).unwrap(),
         "shared\n"
+    );
+    d.destroy_task(&cfg.id, true).unwrap();
+}
+
+#[test]
+fn agent_mounts_are_visible_in_the_container_and_read_only_is_honoured() {
+    require_docker!();
+    let f = Fixture::new("mounts");
+    let shared = f.root.join("volume");
+    std::fs::create_dir_all(&shared).unwrap();
+    std::fs::write(shared.join("data.txt"), "through-the-mount").unwrap();
+    let writable = f.root.join("writable");
+    std::fs::create_dir_all(&writable).unwrap();
+    let d = driver();
+    let mut cfg = f.config(sh("cat /vol/data.txt; echo; \
+         if echo x > /vol/new.txt; then echo ro-broken; else echo ro-refused; fi; \
+         echo written > /rw/out.txt"));
+    cfg.mounts = vec![
+        drover_abi::MountConfig {
+            task_path: "/vol".into(),
+            host_path: shared.display().to_string(),
+            readonly: true,
+            ..Default::default()
+        },
+        drover_abi::MountConfig {
+            task_path: "/rw".into(),
+            host_path: writable.display().to_string(),
+            ..Default::default()
+        },
+    ];
+    d.start_task(&cfg).unwrap();
+    assert!(wait_exit(&d, &cfg.id).successful());
+    let out = f.stdout.wait_for("ro-", WAIT);
+    assert!(out.contains("through-the-mount"), "{out:?}");
+    assert!(out.contains("ro-refused"), "{out:?}");
+    assert!(!shared.join("new.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(writable.join("out.txt")).unwrap(),
+        "written\n"
     );
     d.destroy_task(&cfg.id, true).unwrap();
 }

@@ -758,3 +758,86 @@ fn the_exec_driver_passes_the_conformance_kit() {
     );
     Kit::new("exec", || Arc::new(ExecDriver::new()), configs).assert_conforms();
 }
+
+fn agent_mount(task_path: &str, host: &std::path::Path, readonly: bool) -> drover_abi::MountConfig {
+    drover_abi::MountConfig {
+        task_path: task_path.into(),
+        host_path: host.display().to_string(),
+        readonly,
+        propagation_mode: drover_abi::MountPropagation::Private,
+    }
+}
+
+#[test]
+fn agent_mounts_appear_at_their_task_path_and_read_only_holds() {
+    let dirs = TaskDirs::new("exec-mounts");
+    let volume = dirs.root.join("volume");
+    let writable = dirs.root.join("writable");
+    std::fs::create_dir_all(&volume).unwrap();
+    std::fs::create_dir_all(&writable).unwrap();
+    std::fs::write(volume.join("f"), "from-host\n").unwrap();
+    let driver = ExecDriver::new();
+    let mut config = dirs.config(
+        "mounts",
+        sh(
+            "cat /data/f; if echo x > /data/new 2>/dev/null; then echo rw; else echo ro; fi; \
+            echo out > /local/csi/out",
+        ),
+    );
+    config.user = "root".into();
+    config.mounts = vec![
+        agent_mount("/data", &volume, true),
+        agent_mount("/local/csi", &writable, false),
+    ];
+    let (out, exit) = run(&driver, &dirs, &config);
+    assert!(exit.successful(), "{exit:?} {out}");
+    assert_eq!(out, "from-host\nro\n");
+    assert!(!volume.join("new").exists());
+    assert_eq!(
+        std::fs::read_to_string(writable.join("out")).unwrap(),
+        "out\n"
+    );
+    // Nothing of it is left mounted on the host.
+    assert!(
+        !std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .contains(&*dirs.task_dir.to_string_lossy())
+    );
+}
+
+#[test]
+fn a_bidirectional_mount_carries_a_mount_made_in_the_task_to_the_host() {
+    let dirs = TaskDirs::new("exec-bidi");
+    let plugin_root = dirs.root.join("plugin-root");
+    std::fs::create_dir_all(plugin_root.join("inner")).unwrap();
+    let driver = ExecDriver::new();
+    driver
+        .set_config(&json!({"allow_caps": ["sys_admin"]}))
+        .unwrap();
+    let mut config = dirs.config(
+        "bidi",
+        json!({
+            "command": "/bin/sh",
+            "args": ["-c", "mount -t tmpfs tmpfs /local/csi/inner && echo from-task > /local/csi/inner/f"],
+            "cap_drop": ["all"],
+            "cap_add": ["sys_admin"],
+        }),
+    );
+    config.user = "root".into();
+    let mut mount = agent_mount("/local/csi", &plugin_root, false);
+    mount.propagation_mode = drover_abi::MountPropagation::Bidirectional;
+    config.mounts = vec![mount];
+    let errors = dirs.stderr_reader();
+    let (out, exit) = run(&driver, &dirs, &config);
+    let inner = plugin_root.join("inner");
+    let seen = std::fs::read_to_string(inner.join("f"));
+    // Undo the host side before asserting, so a failure leaves no mount behind.
+    let _ = nix::mount::umount2(&inner, nix::mount::MntFlags::MNT_DETACH);
+    let _ = nix::mount::umount2(&plugin_root, nix::mount::MntFlags::MNT_DETACH);
+    assert!(
+        exit.successful(),
+        "{exit:?} {out} {}",
+        errors.read_until_writers_close()
+    );
+    assert_eq!(seen.unwrap(), "from-task\n");
+}

@@ -81,6 +81,7 @@ impl Fifos {
             task_dir: self.root.clone(),
             stdout_path: self.stdout.clone(),
             stderr_path: self.stderr.clone(),
+            ..Default::default()
         }
     }
 }

@@ -84,6 +84,7 @@ impl TaskDirs {
             task_dir: self.task_dir.clone(),
             stdout_path: self.stdout.clone(),
             stderr_path: self.stderr.clone(),
+            ..Default::default()
         }
     }
 }

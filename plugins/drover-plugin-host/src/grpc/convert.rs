@@ -127,6 +127,17 @@ pub fn task_config(c: &TaskConfig, msgpack_driver_config: Vec<u8>) -> pb::TaskCo
             }),
             ports: Vec::new(),
         }),
+        mounts: c
+            .mounts
+            .iter()
+            .map(|m| pb::Mount {
+                task_path: m.task_path.clone(),
+                host_path: m.host_path.clone(),
+                readonly: m.readonly,
+                propagation_mode: m.propagation_mode.as_str().to_string(),
+                selinux_label: String::new(),
+            })
+            .collect(),
         user: c.user.clone(),
         alloc_dir: path(&c.alloc_dir),
         stdout_path: path(&c.stdout_path),
@@ -328,6 +339,47 @@ mod tests {
         assert_eq!(
             e("validate", Status::invalid_argument("bad \"x\"")),
             DriverError::InvalidConfig("bad \"x\"".into())
+        );
+    }
+
+    #[test]
+    fn mounts_travel_with_nomads_propagation_names() {
+        let config = TaskConfig {
+            mounts: vec![
+                drover_abi::MountConfig {
+                    task_path: "/csi".into(),
+                    host_path: "/data/csi/plugin".into(),
+                    readonly: false,
+                    propagation_mode: drover_abi::MountPropagation::Bidirectional,
+                },
+                drover_abi::MountConfig {
+                    task_path: "/data".into(),
+                    host_path: "/published/vol".into(),
+                    readonly: true,
+                    propagation_mode: drover_abi::MountPropagation::Private,
+                },
+            ],
+            ..Default::default()
+        };
+        let wire = task_config(&config, Vec::new());
+        let seen: Vec<_> = wire
+            .mounts
+            .iter()
+            .map(|m| {
+                (
+                    m.task_path.as_str(),
+                    m.host_path.as_str(),
+                    m.readonly,
+                    m.propagation_mode.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            vec![
+                ("/csi", "/data/csi/plugin", false, "bidirectional"),
+                ("/data", "/published/vol", true, "private"),
+            ]
         );
     }
 

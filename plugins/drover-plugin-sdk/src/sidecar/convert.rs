@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use drover_abi::{
     Capabilities, DriverError, ExecOutput, ExitResult, Fingerprint, FsIsolation, HealthState,
-    TaskConfig, TaskHandle, TaskResourceUsage, TaskResources, TaskState, TaskStatus,
+    MountConfig, MountPropagation, TaskConfig, TaskHandle, TaskResourceUsage, TaskResources,
+    TaskState, TaskStatus,
 };
 use drover_plugin_proto::drivers as pb;
 use drover_plugin_proto::hcl;
@@ -69,6 +70,7 @@ pub fn task_config(c: &pb::TaskConfig) -> Result<TaskConfig, Status> {
         .and_then(|r| r.allocated_resources.as_ref());
     let memory = allocated.and_then(|a| a.memory.as_ref());
     let non_negative = |n: i64| u64::try_from(n).unwrap_or(0);
+    let mounts = c.mounts.iter().map(mount).collect::<Result<Vec<_>, _>>()?;
     Ok(TaskConfig {
         id: c.id.clone(),
         name: c.name.clone(),
@@ -92,6 +94,24 @@ pub fn task_config(c: &pb::TaskConfig) -> Result<TaskConfig, Status> {
         task_dir,
         stdout_path: PathBuf::from(&c.stdout_path),
         stderr_path: PathBuf::from(&c.stderr_path),
+        mounts,
+    })
+}
+
+/// One of Nomad's `Mount`s. An unknown propagation mode is refused rather than guessed: a CSI
+/// plugin given "private" instead of "bidirectional" would publish volumes nobody sees.
+fn mount(m: &pb::Mount) -> Result<MountConfig, Status> {
+    let propagation_mode = MountPropagation::from_name(&m.propagation_mode).ok_or_else(|| {
+        Status::invalid_argument(format!(
+            "mount {}: unknown propagation mode {:?}",
+            m.task_path, m.propagation_mode
+        ))
+    })?;
+    Ok(MountConfig {
+        task_path: m.task_path.clone(),
+        host_path: m.host_path.clone(),
+        readonly: m.readonly,
+        propagation_mode,
     })
 }
 
@@ -328,6 +348,32 @@ mod tests {
                 c.resources.memory_max_mb
             ),
             (250, 64, 128)
+        );
+        assert!(c.mounts.is_empty());
+        let with_mount = pb::TaskConfig {
+            mounts: vec![pb::Mount {
+                task_path: "/csi".into(),
+                host_path: "/host/csi".into(),
+                readonly: true,
+                propagation_mode: "bidirectional".into(),
+                selinux_label: String::new(),
+            }],
+            ..wire.clone()
+        };
+        assert_eq!(
+            task_config(&with_mount).unwrap().mounts,
+            vec![MountConfig {
+                task_path: "/csi".into(),
+                host_path: "/host/csi".into(),
+                readonly: true,
+                propagation_mode: MountPropagation::Bidirectional,
+            }]
+        );
+        let mut bad_mode = with_mount.clone();
+        bad_mode.mounts[0].propagation_mode = "sideways".into();
+        assert_eq!(
+            task_config(&bad_mode).unwrap_err().code(),
+            tonic::Code::InvalidArgument
         );
         let with_dir = pb::TaskConfig {
             drover_task_dir: "/elsewhere".into(),

@@ -1,0 +1,292 @@
+//! How an allocation is written out (API, log entries, snapshots), and its legacy resource
+//! fields.
+//!
+//! Nomad still shows `Resources`, `SharedResources` and `TaskResources` beside
+//! `AllocatedResources`, from which they follow. A server holding a million allocations does
+//! not keep them: `Allocation::drop_derivable_legacy_resources` leaves `Resources` and
+//! `SharedResources` empty and `TaskResources` an empty map (which allocates nothing), and
+//! serialization derives the three again, so the JSON is the same either way.
+
+use std::collections::BTreeMap;
+
+use serde::ser::{Serialize, SerializeStruct, Serializer};
+
+use super::Allocation;
+use crate::resources::{AllocatedResources, NetworkResource, Resources};
+
+/// The legacy resource fields of an allocation, as Nomad derives them from its
+/// `AllocatedResources`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LegacyResources {
+    /// `Resources`: the tasks' cpu and memory summed, the shared disk, every network.
+    pub total: Resources,
+    /// `SharedResources`: the group's disk and networks.
+    pub shared: Resources,
+    /// `TaskResources`: each task's cpu, memory and networks.
+    pub tasks: BTreeMap<String, Resources>,
+}
+
+/// Derives the legacy resource fields from what was allocated.
+pub fn legacy_resources(ar: &AllocatedResources) -> LegacyResources {
+    let shared_networks = ar.shared.networks.clone().filter(|n| !n.is_empty());
+    let mut total = Resources {
+        disk_mb: ar.shared.disk_mb,
+        ..Default::default()
+    };
+    let mut networks: Vec<NetworkResource> = shared_networks.clone().unwrap_or_default();
+    let mut tasks = BTreeMap::new();
+    for (name, t) in &ar.tasks {
+        total.cpu += t.cpu.cpu_shares;
+        total.memory_mb += t.memory.memory_mb;
+        total.memory_max_mb += t.memory.memory_max_mb.max(t.memory.memory_mb);
+        networks.extend(t.networks.iter().flatten().cloned());
+        tasks.insert(
+            name.clone(),
+            Resources {
+                cpu: t.cpu.cpu_shares,
+                memory_mb: t.memory.memory_mb,
+                memory_max_mb: t.memory.memory_max_mb,
+                networks: t.networks.clone(),
+                ..Default::default()
+            },
+        );
+    }
+    total.networks = (!networks.is_empty()).then_some(networks);
+    LegacyResources {
+        total,
+        shared: Resources {
+            disk_mb: ar.shared.disk_mb,
+            networks: shared_networks,
+            ..Default::default()
+        },
+        tasks,
+    }
+}
+
+impl Allocation {
+    /// Drops the legacy resource fields when they hold exactly what `AllocatedResources`
+    /// derives (what the scheduler sets): serialization writes them again, so the JSON does
+    /// not change, and the server keeps about 1.5 KB less per allocation.
+    pub fn drop_derivable_legacy_resources(&mut self) {
+        let Some(ar) = &self.allocated_resources else {
+            return;
+        };
+        let (Some(total), Some(shared), Some(tasks)) = (
+            &self.resources,
+            &self.shared_resources,
+            &self.task_resources,
+        ) else {
+            return;
+        };
+        if tasks.is_empty() {
+            return;
+        }
+        let derived = legacy_resources(ar);
+        if *total == derived.total && *shared == derived.shared && *tasks == derived.tasks {
+            self.resources = None;
+            self.shared_resources = None;
+            self.task_resources = Some(BTreeMap::new());
+        }
+    }
+
+    /// The legacy fields were dropped by `drop_derivable_legacy_resources`: derive them.
+    fn dropped_legacy_resources(&self) -> Option<LegacyResources> {
+        let ar = self.allocated_resources.as_ref()?;
+        let dropped = self.resources.is_none()
+            && self.shared_resources.is_none()
+            && self.task_resources.as_ref().is_some_and(BTreeMap::is_empty)
+            && !ar.tasks.is_empty();
+        dropped.then(|| legacy_resources(ar))
+    }
+}
+
+impl Serialize for Allocation {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let legacy = self.dropped_legacy_resources();
+        let (resources, shared_resources, task_resources) = match &legacy {
+            Some(l) => (Some(&l.total), Some(&l.shared), Some(&l.tasks)),
+            None => (
+                self.resources.as_ref(),
+                self.shared_resources.as_ref(),
+                self.task_resources.as_ref(),
+            ),
+        };
+        let mut st = serializer.serialize_struct("Allocation", 36)?;
+        st.serialize_field("ID", &self.id)?;
+        st.serialize_field("Namespace", &self.namespace)?;
+        st.serialize_field("EvalID", &self.eval_id)?;
+        st.serialize_field("Name", &self.name)?;
+        st.serialize_field("NodeID", &self.node_id)?;
+        st.serialize_field("NodeName", &self.node_name)?;
+        st.serialize_field("JobID", &self.job_id)?;
+        st.serialize_field("Job", &self.job)?;
+        st.serialize_field("TaskGroup", &self.task_group)?;
+        st.serialize_field("Resources", &resources)?;
+        st.serialize_field("SharedResources", &shared_resources)?;
+        st.serialize_field("TaskResources", &task_resources)?;
+        st.serialize_field("AllocatedResources", &self.allocated_resources)?;
+        st.serialize_field("Metrics", &self.metrics)?;
+        st.serialize_field("DesiredStatus", &self.desired_status)?;
+        st.serialize_field("DesiredDescription", &self.desired_description)?;
+        st.serialize_field("DesiredTransition", &self.desired_transition)?;
+        st.serialize_field("ClientStatus", &self.client_status)?;
+        st.serialize_field("ClientDescription", &self.client_description)?;
+        st.serialize_field("TaskStates", &self.task_states)?;
+        st.serialize_field("DeploymentID", &self.deployment_id)?;
+        st.serialize_field("DeploymentStatus", &self.deployment_status)?;
+        st.serialize_field("FollowupEvalID", &self.followup_eval_id)?;
+        st.serialize_field("RescheduleTracker", &self.reschedule_tracker)?;
+        st.serialize_field("PreemptedAllocations", &self.preempted_allocations)?;
+        st.serialize_field("PreemptedByAllocation", &self.preempted_by_allocation)?;
+        if self.previous_allocation.is_empty() {
+            st.skip_field("PreviousAllocation")?;
+        } else {
+            st.serialize_field("PreviousAllocation", &self.previous_allocation)?;
+        }
+        if self.next_allocation.is_empty() {
+            st.skip_field("NextAllocation")?;
+        } else {
+            st.serialize_field("NextAllocation", &self.next_allocation)?;
+        }
+        st.serialize_field("NetworkStatus", &self.network_status)?;
+        st.serialize_field("CreateIndex", &self.create_index)?;
+        st.serialize_field("ModifyIndex", &self.modify_index)?;
+        st.serialize_field("AllocModifyIndex", &self.alloc_modify_index)?;
+        st.serialize_field("CreateTime", &self.create_time)?;
+        st.serialize_field("ModifyTime", &self.modify_time)?;
+        st.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::{
+        AllocatedCpuResources, AllocatedMemoryResources, AllocatedSharedResources,
+        AllocatedTaskResources,
+    };
+    use serde::de::{self, Deserialize, Deserializer, Visitor};
+
+    /// The field names `Deserialize` knows: serde hands them to `deserialize_struct`.
+    fn deserialized_fields() -> Vec<&'static str> {
+        struct Capture;
+        #[derive(Debug)]
+        struct Fields(Vec<&'static str>);
+        impl std::fmt::Display for Fields {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "{:?}", self.0)
+            }
+        }
+        impl std::error::Error for Fields {}
+        impl de::Error for Fields {
+            fn custom<T: std::fmt::Display>(_: T) -> Self {
+                Fields(Vec::new())
+            }
+        }
+        impl<'de> Deserializer<'de> for Capture {
+            type Error = Fields;
+            fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Fields> {
+                Err(Fields(Vec::new()))
+            }
+            fn deserialize_struct<V: Visitor<'de>>(
+                self,
+                _: &'static str,
+                fields: &'static [&'static str],
+                _: V,
+            ) -> Result<V::Value, Fields> {
+                Err(Fields(fields.to_vec()))
+            }
+            serde::forward_to_deserialize_any! {
+                bool i8 i16 i32 i64 u8 u16 u32 u64 f32 f64 char str string bytes byte_buf
+                option unit unit_struct newtype_struct seq tuple tuple_struct map enum
+                identifier ignored_any
+            }
+        }
+        match Allocation::deserialize(Capture) {
+            Err(Fields(f)) => f,
+            Ok(_) => Vec::new(),
+        }
+    }
+
+    fn placed() -> Allocation {
+        let ar = AllocatedResources {
+            tasks: BTreeMap::from([(
+                "web".to_string(),
+                AllocatedTaskResources {
+                    cpu: AllocatedCpuResources {
+                        cpu_shares: 500,
+                        ..Default::default()
+                    },
+                    memory: AllocatedMemoryResources {
+                        memory_mb: 256,
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                },
+            )]),
+            shared: AllocatedSharedResources {
+                disk_mb: 150,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let legacy = legacy_resources(&ar);
+        Allocation {
+            id: "a1".into(),
+            resources: Some(legacy.total),
+            shared_resources: Some(legacy.shared),
+            task_resources: Some(legacy.tasks),
+            allocated_resources: Some(ar),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn every_field_deserialize_knows_is_serialized() {
+        let mut a = placed();
+        a.previous_allocation = "p".into();
+        a.next_allocation = "n".into();
+        let v = serde_json::to_value(&a).unwrap();
+        let mut written: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        let mut known = deserialized_fields();
+        written.sort_unstable();
+        known.sort_unstable();
+        assert!(!known.is_empty());
+        assert_eq!(written, known);
+    }
+
+    #[test]
+    fn dropped_legacy_resources_serialize_as_before() {
+        let full = placed();
+        let mut stored = full.clone();
+        stored.drop_derivable_legacy_resources();
+        assert_eq!(stored.resources, None);
+        assert_eq!(stored.task_resources, Some(BTreeMap::new()));
+        assert_eq!(
+            serde_json::to_string(&stored).unwrap(),
+            serde_json::to_string(&full).unwrap()
+        );
+        let v = serde_json::to_value(&stored).unwrap();
+        assert_eq!(v["Resources"]["CPU"], 500);
+        assert_eq!(v["SharedResources"]["DiskMB"], 150);
+        assert_eq!(v["TaskResources"]["web"]["MemoryMB"], 256);
+    }
+
+    #[test]
+    fn legacy_resources_that_differ_are_kept() {
+        let mut a = placed();
+        if let Some(r) = a.resources.as_mut() {
+            r.cpu = 1;
+        }
+        let before = a.clone();
+        a.drop_derivable_legacy_resources();
+        assert_eq!(a, before);
+        // Absent legacy fields stay absent in the JSON.
+        let mut bare = placed();
+        bare.resources = None;
+        bare.shared_resources = None;
+        bare.task_resources = None;
+        let v = serde_json::to_value(&bare).unwrap();
+        assert!(v["Resources"].is_null() && v["TaskResources"].is_null());
+    }
+}
