@@ -25,7 +25,7 @@ mod test_support;
 #[cfg(test)]
 mod tests;
 
-pub use config::{DEFAULT_MAX_ENTRY_BYTES, RaftConfig};
+pub use config::{DEFAULT_LOG_MEMORY_BYTES, DEFAULT_MAX_ENTRY_BYTES, RaftConfig};
 pub use error::RaftError;
 pub use node::{Applied, LeaderState, NoTransport, RaftNode, RaftStatus, StateMachine, Transport};
 pub use peers::{PEERS_JSON, PeerBook, PeerInfo};

@@ -825,7 +825,8 @@ mod tests {
             store.stats(),
             StorageStats {
                 commits: 2,
-                durable_commits: 1
+                durable_commits: 1,
+                log_bytes_in_memory: 1
             }
         );
         store.write(None, &[], true).unwrap();

@@ -302,6 +302,61 @@ mod tests {
     }
 
     #[test]
+    fn placed_allocations_are_stored_without_legacy_resources_and_written_out_the_same() {
+        use drover_structs::{
+            AllocatedCpuResources, AllocatedResources, AllocatedTaskResources, legacy_resources,
+        };
+        let s = StateStore::new();
+        s.upsert_job(5, job("a"));
+        let ar = AllocatedResources {
+            tasks: std::collections::BTreeMap::from([(
+                "t".to_string(),
+                AllocatedTaskResources {
+                    cpu: AllocatedCpuResources {
+                        cpu_shares: 100,
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                },
+            )]),
+            ..Default::default()
+        };
+        let legacy = legacy_resources(&ar);
+        let placed = Allocation {
+            id: "al1".into(),
+            namespace: "default".into(),
+            job_id: "a".into(),
+            node_id: "n1".into(),
+            task_group: "g".into(),
+            resources: Some(legacy.total),
+            shared_resources: Some(legacy.shared),
+            task_resources: Some(legacy.tasks),
+            allocated_resources: Some(ar),
+            ..Default::default()
+        };
+        let jv = s.snapshot().job("default", "a");
+        s.upsert_plan_results(7, jv, vec![], vec![placed.clone()], vec![]);
+        let stored = s.snapshot().alloc("al1").unwrap();
+        assert_eq!(stored.resources, None, "kept in memory only as AllocatedResources");
+        // The linked job is not the allocation's own data: compare without it.
+        let json = |a: &Allocation| {
+            let mut v = serde_json::to_value(a).unwrap();
+            v["Job"] = serde_json::Value::Null;
+            v
+        };
+        assert_eq!(json(&stored)["TaskResources"], json(&placed)["TaskResources"]);
+        assert_eq!(json(&stored)["Resources"]["CPU"], 100);
+
+        // Snapshots are written allocation by allocation and read back the same.
+        let data = s.snapshot().encode();
+        let restored = StateStore::new();
+        restored.restore(&data).unwrap();
+        let back = restored.snapshot().alloc("al1").unwrap();
+        assert_eq!(back.resources, None);
+        assert_eq!(json(&back), json(&stored));
+    }
+
+    #[test]
     fn unknown_snapshot_version_is_refused_and_changes_nothing() {
         let s = StateStore::new();
         s.upsert_job(3, job("keep"));

@@ -502,15 +502,6 @@ impl TaskRoot {
         Ok(plan)
     }
 
-    /// The agent mounts with propagation that the root carries (for tests).
-    #[cfg(test)]
-    pub fn propagating_binds(&self) -> usize {
-        self.binds
-            .iter()
-            .filter(|b| b.propagation != MountPropagation::Private)
-            .count()
-    }
-
     fn task_c_path(&self, task_path: &str) -> Result<CString, RootError> {
         c_path(&self.within_root(Path::new(task_path)))
     }

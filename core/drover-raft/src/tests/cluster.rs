@@ -24,8 +24,19 @@ impl Cluster {
     }
 
     fn start(&mut self, id: u64, voters: Vec<u64>, snapshot_threshold: u64) {
+        self.start_with(id, voters, snapshot_threshold, |_| {});
+    }
+
+    fn start_with(
+        &mut self,
+        id: u64,
+        voters: Vec<u64>,
+        snapshot_threshold: u64,
+        tune: impl FnOnce(&mut crate::RaftConfig),
+    ) {
         let mut cfg = fast_config(id, &self.dir(id), voters.clone());
         cfg.snapshot_threshold = snapshot_threshold;
+        tune(&mut cfg);
         cfg.initial_peers = book(&voters);
         let sm = RecordingSm::default();
         let node = RaftNode::start(cfg, sm.clone(), self.net.clone()).unwrap();
@@ -109,6 +120,34 @@ async fn three_nodes_elect_one_leader_and_replicate_entries() {
         (1..=3).all(|id| cluster.sm(id).entries() == expected)
     })
     .await;
+    cluster.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_follower_catches_up_from_entries_the_leader_released_from_memory() {
+    let mut cluster = Cluster::new("cluster-released");
+    // No snapshots, and no applied payload kept in memory: the leader serves node 3 from redb.
+    let no_tail = |cfg: &mut crate::RaftConfig| cfg.log_memory_bytes = 0;
+    cluster.start_with(1, vec![1, 2, 3], 0, no_tail);
+    cluster.start_with(2, vec![1, 2, 3], 0, no_tail);
+    let leader = cluster.leader_among(&[1, 2]).await;
+    propose_n(cluster.node(leader), 0..30).await;
+    eventually("the leader released applied payloads", WAIT, || {
+        cluster.node(leader).status().storage.log_bytes_in_memory == 0
+    })
+    .await;
+
+    cluster.start_with(3, vec![1, 2, 3], 0, no_tail);
+    let expected = cluster.sm(leader).entries();
+    assert_eq!(expected.len(), 30);
+    eventually("node 3 caught up", WAIT, || {
+        cluster.sm(3).entries() == expected
+    })
+    .await;
+    assert!(
+        cluster.sm(3).restored_at.lock().unwrap().is_empty(),
+        "node 3 got there through log entries, not a snapshot"
+    );
     cluster.shutdown();
 }
 
