@@ -31,7 +31,16 @@ const KEY_FORMAT: &str = "format";
 const KEY_HARD_STATE: &str = "hard_state";
 const KEY_CONF_STATE: &str = "conf_state";
 const KEY_SNAPSHOT_META: &str = "snapshot_meta";
+/// The snapshot payload as one value, as files written before `SNAPSHOT_CHUNKS` hold it.
 const KEY_SNAPSHOT_DATA: &str = "snapshot_data";
+/// The snapshot payload in pieces, by position: redb refuses values over 3 GiB, and the state
+/// of a million allocations comes close to that.
+const SNAPSHOT_CHUNKS: TableDefinition<u32, &[u8]> = TableDefinition::new("raft_snapshot_chunks");
+/// Size of one piece of the snapshot payload (tiny in tests, so every snapshot there has many).
+#[cfg(not(test))]
+const SNAPSHOT_CHUNK_BYTES: usize = 256 * 1024 * 1024;
+#[cfg(test)]
+const SNAPSHOT_CHUNK_BYTES: usize = 4;
 /// The peer book (raft id -> RPC address), JSON.
 const KEY_PEERS: &str = "peers";
 
@@ -426,10 +435,13 @@ impl RedbStore {
         let meta = txn
             .open_table(META)
             .map_err(|e| RaftError::storage("open meta table", e))?;
-        let data = meta
+        let data = match meta
             .get(KEY_SNAPSHOT_DATA)
             .map_err(|e| RaftError::storage("read snapshot", e))?
-            .map(|v| v.value().to_vec());
+        {
+            Some(v) => Some(v.value().to_vec()),
+            None => read_snapshot_chunks(&txn)?,
+        };
         data.ok_or_else(|| {
             RaftError::CorruptStorage(format!(
                 "snapshot {} has metadata but no payload",
@@ -514,8 +526,22 @@ impl RedbStore {
                     .map_err(|e| RaftError::storage("compact log", e))?;
                 meta.insert(KEY_SNAPSHOT_META, encode(&snap.meta)?.as_slice())
                     .map_err(|e| RaftError::storage("write snapshot metadata", e))?;
-                meta.insert(KEY_SNAPSHOT_DATA, snap.data)
-                    .map_err(|e| RaftError::storage("write snapshot", e))?;
+                meta.remove(KEY_SNAPSHOT_DATA)
+                    .map_err(|e| RaftError::storage("drop old snapshot", e))?;
+                let mut chunks = txn
+                    .open_table(SNAPSHOT_CHUNKS)
+                    .map_err(|e| RaftError::storage("open snapshot table", e))?;
+                chunks
+                    .retain(|_, _| false)
+                    .map_err(|e| RaftError::storage("drop old snapshot", e))?;
+                // An empty payload is still one (empty) piece, so "no snapshot" stays distinct.
+                let pieces = snap.data.chunks(SNAPSHOT_CHUNK_BYTES);
+                let pieces = pieces.chain((snap.data.is_empty()).then_some(&[][..]));
+                for (i, piece) in (0u32..).zip(pieces) {
+                    chunks
+                        .insert(i, piece)
+                        .map_err(|e| RaftError::storage("write snapshot", e))?;
+                }
             }
             if let Some(first) = entries.first()
                 && first.index <= last_index
@@ -582,6 +608,31 @@ impl RedbStore {
         self.peers_dirty = false;
         Ok(())
     }
+}
+
+/// The snapshot payload from its pieces; `None` when there are none.
+fn read_snapshot_chunks(txn: &redb::ReadTransaction) -> Result<Option<Vec<u8>>, RaftError> {
+    let chunks = match txn.open_table(SNAPSHOT_CHUNKS) {
+        Ok(t) => t,
+        // A file that never stored a snapshot in pieces has no such table.
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+        Err(e) => return Err(RaftError::storage("open snapshot table", e)),
+    };
+    let mut data: Option<Vec<u8>> = None;
+    let rows = chunks
+        .range::<u32>(..)
+        .map_err(|e| RaftError::storage("read snapshot", e))?;
+    for (expected, row) in (0u32..).zip(rows) {
+        let (key, value) = row.map_err(|e| RaftError::storage("read snapshot", e))?;
+        if key.value() != expected {
+            return Err(RaftError::CorruptStorage(format!(
+                "snapshot piece {expected} is missing"
+            )));
+        }
+        data.get_or_insert_with(Vec::new)
+            .extend_from_slice(value.value());
+    }
+    Ok(data)
 }
 
 fn encode(msg: &impl protobuf::Message) -> Result<Vec<u8>, RaftError> {
@@ -683,12 +734,10 @@ pub(crate) fn overwrite_snapshot_payload(path: &Path, data: &[u8]) {
     let db = Database::create(path).unwrap();
     let txn = db.begin_write().unwrap();
     {
-        let mut meta = txn.open_table(META).unwrap();
-        assert!(
-            meta.get(KEY_SNAPSHOT_DATA).unwrap().is_some(),
-            "no snapshot to corrupt"
-        );
-        meta.insert(KEY_SNAPSHOT_DATA, data).unwrap();
+        let mut chunks = txn.open_table(SNAPSHOT_CHUNKS).unwrap();
+        assert!(chunks.get(0).unwrap().is_some(), "no snapshot to corrupt");
+        chunks.retain(|_, _| false).unwrap();
+        chunks.insert(0, data).unwrap();
     }
     txn.commit().unwrap();
 }
@@ -757,6 +806,46 @@ mod tests {
             .map(|e| e.data.to_vec())
             .collect();
         assert_eq!(datas, vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]);
+    }
+
+    #[test]
+    fn snapshot_payloads_are_stored_in_pieces_and_old_single_values_still_read() {
+        let dir = TempDir::new("store-snapshot-pieces");
+        let path = dir.path().join("raft.redb");
+        {
+            let mut store = RedbStore::open(&path).unwrap();
+            // 4-byte pieces in tests: 11 bytes are three of them.
+            store
+                .bootstrap(&[1], PeerBook::new(), b"state at 1!")
+                .unwrap();
+            assert_eq!(store.snapshot_data().unwrap(), b"state at 1!".to_vec());
+            store
+                .write(
+                    Some(SnapshotToSave {
+                        meta: snapshot_meta(1, 1, vec![1]),
+                        data: b"",
+                    }),
+                    &[],
+                    true,
+                )
+                .unwrap();
+            assert_eq!(store.snapshot_data().unwrap(), Vec::<u8>::new());
+        }
+        // A file written before the pieces: the payload is one value of the meta table.
+        {
+            let db = Database::create(&path).unwrap();
+            let txn = db.begin_write().unwrap();
+            {
+                let mut chunks = txn.open_table(SNAPSHOT_CHUNKS).unwrap();
+                chunks.retain(|_, _| false).unwrap();
+                let mut meta = txn.open_table(META).unwrap();
+                meta.insert(KEY_SNAPSHOT_DATA, b"old layout".as_slice())
+                    .unwrap();
+            }
+            txn.commit().unwrap();
+        }
+        let store = RedbStore::open(&path).unwrap();
+        assert_eq!(store.snapshot_data().unwrap(), b"old layout".to_vec());
     }
 
     #[test]
@@ -852,7 +941,10 @@ mod tests {
         let store = RedbStore::open(&path).unwrap();
         assert_eq!(store.last_index(), 2);
         assert_eq!(store.term_of(2), Some(2));
-        assert_eq!(store.entries_between(2, 3, None).unwrap()[0].data.to_vec(), b"B".to_vec());
+        assert_eq!(
+            store.entries_between(2, 3, None).unwrap()[0].data.to_vec(),
+            b"B".to_vec()
+        );
     }
 
     #[test]

@@ -66,8 +66,10 @@ impl Serialize for EncodedAllocs {
             EncodedAllocs::Table(table) => {
                 let mut seq = serializer.serialize_seq(Some(table.len()))?;
                 for a in table.values() {
-                    // Stored without its job: restore links the shared job version again.
+                    // Stored without its job: restore links the shared job version again. What
+                    // the store derives from the job is written out in full first.
                     let mut alloc = (**a).clone();
+                    alloc.restore_derivable_fields();
                     let job_version = alloc.job.take().map(|j| j.version);
                     seq.serialize_element(&EncodedAlloc { alloc, job_version })?;
                 }
@@ -91,6 +93,7 @@ impl EncodedAllocs {
                 .values()
                 .map(|a| {
                     let mut alloc = (**a).clone();
+                    alloc.restore_derivable_fields();
                     let job_version = alloc.job.take().map(|j| j.version);
                     EncodedAlloc { alloc, job_version }
                 })
@@ -183,9 +186,9 @@ fn decode(data: &[u8]) -> Result<Tables, SnapshotError> {
         job_version,
     } in enc.allocs.into_list()
     {
-        alloc.drop_derivable_legacy_resources();
         let k = (alloc.namespace.clone(), alloc.job_id.clone());
         alloc.job = job_version.and_then(|v| t.job_versions.get(&(k.clone(), v)).cloned());
+        alloc.drop_derivable_legacy_resources();
         t.allocs_by_node
             .entry(alloc.node_id.clone())
             .or_default()
@@ -337,14 +340,20 @@ mod tests {
         let jv = s.snapshot().job("default", "a");
         s.upsert_plan_results(7, jv, vec![], vec![placed.clone()], vec![]);
         let stored = s.snapshot().alloc("al1").unwrap();
-        assert_eq!(stored.resources, None, "kept in memory only as AllocatedResources");
+        assert_eq!(
+            stored.resources, None,
+            "kept in memory only as AllocatedResources"
+        );
         // The linked job is not the allocation's own data: compare without it.
         let json = |a: &Allocation| {
             let mut v = serde_json::to_value(a).unwrap();
             v["Job"] = serde_json::Value::Null;
             v
         };
-        assert_eq!(json(&stored)["TaskResources"], json(&placed)["TaskResources"]);
+        assert_eq!(
+            json(&stored)["TaskResources"],
+            json(&placed)["TaskResources"]
+        );
         assert_eq!(json(&stored)["Resources"]["CPU"], 100);
 
         // Snapshots are written allocation by allocation and read back the same.

@@ -90,6 +90,10 @@ struct Args {
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 600)]
     timeout: u64,
+    /// Raft snapshot (and log compaction) every this many applied entries; the server's
+    /// default when absent.
+    #[arg(long)]
+    snapshot_threshold: Option<u64>,
     /// Count live heap bytes (slower): reports the heap grown while placing, per allocation,
     /// and the heap of one stored allocation (a deep copy of 1,000 of them).
     #[arg(long)]
@@ -220,6 +224,9 @@ async fn main() -> anyhow::Result<()> {
     };
     let mut config = ServerConfig::new(&dir);
     config.num_schedulers = args.schedulers;
+    if let Some(n) = args.snapshot_threshold {
+        config.snapshot_threshold = n;
+    }
     // Simulated nodes do not heartbeat; keep them ready for the whole run.
     config.heartbeat_ttl = Duration::from_secs(24 * 3600);
     let server = Server::start(config).await?;
@@ -292,6 +299,8 @@ async fn main() -> anyhow::Result<()> {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let sample: Vec<_> = snap.allocs().into_iter().take(1000).collect();
     let breakdown = heap_breakdown(&sample);
+    // The Raft snapshot this state would take (one redb value, at most 3 GiB).
+    let snapshot_bytes = if args.heap { snap.encode().len() } else { 0 };
     if temp {
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -315,9 +324,13 @@ async fn main() -> anyhow::Result<()> {
     });
     let mut line = line;
     if args.heap {
-        line["heap_grown_per_alloc_bytes"] =
-            ((heap_placed as f64) / placements.max(1) as f64).round().into();
+        line["heap_grown_per_alloc_bytes"] = ((heap_placed as f64) / placements.max(1) as f64)
+            .round()
+            .into();
         line["heap_of_one_alloc_bytes"] = breakdown;
+        line["state_snapshot_bytes_per_alloc"] = (snapshot_bytes as f64 / placements.max(1) as f64)
+            .round()
+            .into();
     }
     println!("{line}");
     Ok(())
