@@ -753,3 +753,34 @@ job "{name}" {{
     );
     String::from_utf8_lossy(&logs.stdout).to_string()
 }
+
+/// The task's event of type "Driver" (a driver's task event), from the allocation's API.
+pub fn driver_event(agent: &Agent, alloc_id: &str, task: &str) -> Option<Value> {
+    let alloc = agent.get(&format!("/v1/allocation/{alloc_id}")).ok()?;
+    alloc["TaskStates"][task]["Events"]
+        .as_array()?
+        .iter()
+        .find(|e| e["Type"] == "Driver")
+        .cloned()
+}
+
+/// The skeleton drivers (cdylib and sidecar) report each task's pid as a task event when it starts: it shows in the
+/// allocation's task events (Nomad's shape) and in `drover alloc status`.
+pub fn assert_start_event_shown(agent: &Agent, alloc_id: &str, pid: i32) {
+    agent.eventually("the driver's task event", Duration::from_secs(60), || {
+        driver_event(agent, alloc_id, "sleep").is_some()
+    });
+    let event = driver_event(agent, alloc_id, "sleep").unwrap();
+    let message = format!("started as host process {pid}");
+    assert_eq!(event["DriverMessage"], message.as_str(), "{event}");
+    assert_eq!(event["DisplayMessage"], message.as_str(), "{event}");
+    assert_eq!(event["Details"]["pid"], pid.to_string().as_str(), "{event}");
+    let status = agent.cli(&["alloc", "status", alloc_id]);
+    let text = output_text(&status);
+    assert!(status.status.success(), "alloc status failed: {text}");
+    assert!(
+        text.lines()
+            .any(|l| l.contains("Driver") && l.contains(&message)),
+        "no Driver event in alloc status:\n{text}"
+    );
+}

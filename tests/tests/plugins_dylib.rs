@@ -3,13 +3,12 @@
 //! skeleton task survives an agent restart still managed (`job stop` ends its process). The
 //! task event the skeleton emits on start shows among the task's events (type "Driver").
 
-use drover_tests::{allocs, find_process, is_alive};
+use drover_tests::{allocs, assert_start_event_shown, find_process, is_alive};
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
 use drover_tests::{Agent, TempDir, output_text, run_batch_script, workspace_root};
-use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -51,37 +50,6 @@ fn node_has_skeleton(agent: &Agent) -> bool {
         .get(&format!("/v1/node/{id}"))
         .map(|n| n["Attributes"]["driver.skeleton"] == "1")
         .unwrap_or(false)
-}
-
-/// The task's event of type "Driver" (a driver's task event), from the allocation's API.
-fn driver_event(agent: &Agent, alloc_id: &str, task: &str) -> Option<Value> {
-    let alloc = agent.get(&format!("/v1/allocation/{alloc_id}")).ok()?;
-    alloc["TaskStates"][task]["Events"]
-        .as_array()?
-        .iter()
-        .find(|e| e["Type"] == "Driver")
-        .cloned()
-}
-
-/// The skeleton reports each task's pid as a task event when it starts: it shows in the
-/// allocation's task events (Nomad's shape) and in `drover alloc status`.
-fn assert_start_event_shown(agent: &Agent, alloc_id: &str, pid: i32) {
-    agent.eventually("the driver's task event", WAIT, || {
-        driver_event(agent, alloc_id, "sleep").is_some()
-    });
-    let event = driver_event(agent, alloc_id, "sleep").unwrap();
-    let message = format!("started as host process {pid}");
-    assert_eq!(event["DriverMessage"], message.as_str(), "{event}");
-    assert_eq!(event["DisplayMessage"], message.as_str(), "{event}");
-    assert_eq!(event["Details"]["pid"], pid.to_string().as_str(), "{event}");
-    let status = agent.cli(&["alloc", "status", alloc_id]);
-    let text = output_text(&status);
-    assert!(status.status.success(), "alloc status failed: {text}");
-    assert!(
-        text.lines()
-            .any(|l| l.contains("Driver") && l.contains(&message)),
-        "no Driver event in alloc status:\n{text}"
-    );
 }
 
 #[test]

@@ -6,7 +6,7 @@
 //! task's usage comes through the plugin's TaskStats to `/v1/client/allocation/:id/stats`, and
 //! the task event it streams on start shows among the task's events (type "Driver").
 
-use drover_tests::{allocs, find_process, is_alive};
+use drover_tests::{allocs, assert_start_event_shown, find_process, is_alive};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -123,37 +123,6 @@ fn node_has_driver(agent: &Agent) -> bool {
 
 fn plugin_args(plugins: &Path) -> [&str; 2] {
     ["--plugin-dir", plugins.to_str().unwrap()]
-}
-
-/// The task's event of type "Driver" (a driver's task event), from the allocation's API.
-fn driver_event(agent: &Agent, alloc_id: &str, task: &str) -> Option<Value> {
-    let alloc = agent.get(&format!("/v1/allocation/{alloc_id}")).ok()?;
-    alloc["TaskStates"][task]["Events"]
-        .as_array()?
-        .iter()
-        .find(|e| e["Type"] == "Driver")
-        .cloned()
-}
-
-/// The skeleton reports each task's pid as a task event when it starts: it shows in the
-/// allocation's task events (Nomad's shape) and in `drover alloc status`.
-fn assert_start_event_shown(agent: &Agent, alloc_id: &str, pid: i32) {
-    agent.eventually("the driver's task event", WAIT, || {
-        driver_event(agent, alloc_id, "sleep").is_some()
-    });
-    let event = driver_event(agent, alloc_id, "sleep").unwrap();
-    let message = format!("started as host process {pid}");
-    assert_eq!(event["DriverMessage"], message.as_str(), "{event}");
-    assert_eq!(event["DisplayMessage"], message.as_str(), "{event}");
-    assert_eq!(event["Details"]["pid"], pid.to_string().as_str(), "{event}");
-    let status = agent.cli(&["alloc", "status", alloc_id]);
-    let text = output_text(&status);
-    assert!(status.status.success(), "alloc status failed: {text}");
-    assert!(
-        text.lines()
-            .any(|l| l.contains("Driver") && l.contains(&message)),
-        "no Driver event in alloc status:\n{text}"
-    );
 }
 
 #[test]
