@@ -5,7 +5,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use drover_structs::{Affinity, Constraint, Job, NODE_STATUS_DOWN, Node, Spread, TaskGroup};
+use drover_structs::{
+    Affinity, Constraint, Job, NODE_STATUS_DOWN, Node, Spread, TaskGroup, VecMap,
+};
 
 use crate::State;
 use crate::constraints::{DISTINCT_HOSTS, DISTINCT_PROPERTY, constraint_escapes};
@@ -37,8 +39,8 @@ pub(crate) fn tainted(node: Option<&Node>) -> bool {
 pub(crate) fn ready_nodes_in_dcs(
     state: &dyn State,
     dcs: &[String],
-) -> (Vec<Arc<Node>>, BTreeMap<String, i64>) {
-    let mut by_dc: BTreeMap<String, i64> = dcs.iter().map(|dc| (dc.clone(), 0)).collect();
+) -> (Vec<Arc<Node>>, VecMap<String, i64>) {
+    let mut by_dc: VecMap<String, i64> = dcs.iter().map(|dc| (dc.clone(), 0)).collect();
     let mut out = Vec::new();
     for node in state.nodes() {
         if !schedulable(&node) {

@@ -19,7 +19,7 @@ use crate::reconcile::{
 };
 use crate::reschedule::{next_tracker, policy};
 use crate::stack::{SelectOptions, Selected, Stack, StackKind};
-use crate::util::{Rng, legacy_resources, tasks_updated};
+use crate::util::{Rng, tasks_updated};
 use crate::{Planner, SchedulerConfig, SchedulerError, State};
 
 /// Attempts without progress before giving up (Nomad's `maxServiceScheduleAttempts`).
@@ -404,8 +404,9 @@ impl GenericScheduler<'_> {
     }
 }
 
-/// A new allocation `name` of the group on the selected node, with its resources (and the
-/// legacy resource fields Nomad still fills) and the placement's metrics.
+/// A new allocation `name` of the group on the selected node, with its resources and the
+/// placement's metrics. The legacy resource fields and `TaskLifecycles` Nomad still fills are
+/// derived from those and the job when the allocation is written out.
 pub(crate) fn new_allocation(
     eval_id: &str,
     job: &Arc<Job>,
@@ -417,15 +418,14 @@ pub(crate) fn new_allocation(
 ) -> Allocation {
     let allocated = AllocatedResources {
         tasks: sel.tasks,
-        task_lifecycles: sel.task_lifecycles,
+        task_lifecycles: BTreeMap::new(),
         shared: AllocatedSharedResources {
             networks: sel.shared_networks,
             disk_mb: tg.ephemeral_disk.as_ref().map(|d| d.size_mb).unwrap_or(0),
             ports: sel.shared_ports,
         },
     };
-    let legacy = legacy_resources(&allocated);
-    Allocation {
+    let mut alloc = Allocation {
         id: generate_id(),
         namespace: job.namespace.clone(),
         eval_id: eval_id.to_string(),
@@ -435,17 +435,15 @@ pub(crate) fn new_allocation(
         job_id: job.id.clone(),
         job: Some(job.clone()),
         task_group: tg.name.clone(),
-        resources: Some(legacy.total),
-        shared_resources: Some(legacy.shared),
-        task_resources: Some(legacy.tasks),
-        allocated_resources: Some(allocated),
         metrics: Some(metric),
         desired_status: ALLOC_DESIRED_RUN.to_string(),
         client_status: ALLOC_CLIENT_PENDING.to_string(),
         create_time: now,
         modify_time: now,
         ..Default::default()
-    }
+    };
+    alloc.set_allocated_resources(allocated);
+    alloc
 }
 
 /// Adds a placement and the preemptions it needs to the plan.
@@ -576,21 +574,17 @@ pub(crate) fn in_place_decision<'j>(
     }
     let allocated = AllocatedResources {
         tasks,
-        task_lifecycles: sel.task_lifecycles,
+        task_lifecycles: BTreeMap::new(),
         shared: AllocatedSharedResources {
             networks: old.and_then(|o| o.shared.networks.clone()),
             disk_mb: tg.ephemeral_disk.as_ref().map(|d| d.size_mb).unwrap_or(0),
             ports: old.and_then(|o| o.shared.ports.clone()),
         },
     };
-    let legacy = legacy_resources(&allocated);
     let mut updated = existing.clone();
     updated.eval_id = eval_id.to_string();
     updated.job = Some(job.clone());
-    updated.resources = Some(legacy.total);
-    updated.shared_resources = Some(legacy.shared);
-    updated.task_resources = Some(legacy.tasks);
-    updated.allocated_resources = Some(allocated);
+    updated.set_allocated_resources(allocated);
     updated.modify_time = now_nanos();
     UpdateDecision::InPlace(Box::new(updated))
 }

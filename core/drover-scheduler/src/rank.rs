@@ -2,10 +2,9 @@
 //! the reschedule penalty, node affinities, the spread block and preemption, averaged into one
 //! normalized score; and the top-scoring candidates kept for `ScoreMetaData`.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use drover_structs::{ComparableResources, Node, NodeScoreMeta};
+use drover_structs::{ComparableResources, Node, NodeScoreMeta, VecMap};
 
 use crate::Algorithm;
 
@@ -67,9 +66,7 @@ pub(crate) struct NodeScores {
 }
 
 impl NodeScores {
-    fn named(&self) -> BTreeMap<String, f64> {
-        let mut m = BTreeMap::new();
-        m.insert(SCORE_BINPACK.to_string(), self.binpack);
+    fn named(&self) -> VecMap<String, f64> {
         let optional = [
             (SCORE_JOB_ANTI_AFFINITY, self.anti_affinity),
             (SCORE_RESCHEDULE_PENALTY, self.penalty),
@@ -77,6 +74,10 @@ impl NodeScores {
             (SCORE_SPREAD, self.spread),
             (SCORE_PREEMPTION, self.preemption),
         ];
+        // Sized exactly: every placement keeps five of these maps.
+        let present = optional.iter().filter(|(_, v)| v.is_some()).count();
+        let mut m = VecMap::with_capacity(1 + present);
+        m.insert(SCORE_BINPACK.to_string(), self.binpack);
         for (name, score) in optional {
             if let Some(v) = score {
                 m.insert(name.to_string(), v);
@@ -136,16 +137,19 @@ impl TopScores {
     /// The retained scores; `nodes` are the nodes visited, by position.
     pub(crate) fn finish(mut self, nodes: &[Arc<Node>]) -> Option<Vec<NodeScoreMeta>> {
         self.trim();
-        let out: Vec<NodeScoreMeta> = self
-            .items
-            .into_iter()
-            .filter_map(|(pos, s)| nodes.get(pos).map(|n| (n, s)))
-            .map(|(node, s)| NodeScoreMeta {
-                node_id: node.id.clone(),
-                scores: s.named(),
-                norm_score: s.norm,
-            })
-            .collect();
+        // Collected into a vector of its own size: collecting in place would keep the
+        // candidates' larger buffer alive in every allocation's metrics.
+        let mut out: Vec<NodeScoreMeta> = Vec::with_capacity(self.items.len());
+        out.extend(
+            self.items
+                .into_iter()
+                .filter_map(|(pos, s)| nodes.get(pos).map(|n| (n, s)))
+                .map(|(node, s)| NodeScoreMeta {
+                    node_id: node.id.clone(),
+                    scores: s.named(),
+                    norm_score: s.norm,
+                }),
+        );
         (!out.is_empty()).then_some(out)
     }
 }

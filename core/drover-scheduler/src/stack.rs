@@ -9,13 +9,13 @@
 //! class verdicts and the node's usage, and builds the allocation's resources only for the
 //! winner.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
 
 use drover_structs::{
     AllocMetric, AllocatedPortMapping, AllocatedTaskResources, Allocation, ComparableResources,
-    Job, NetworkResource, Node, Opaque, TaskGroup,
+    Job, NetworkResource, Node, TaskGroup, VecMap,
 };
 
 use crate::SchedulerConfig;
@@ -78,8 +78,7 @@ pub(crate) struct SelectOptions {
 /// The chosen node and the resources the placement gets there.
 pub(crate) struct Selected {
     pub node: Arc<Node>,
-    pub tasks: BTreeMap<String, AllocatedTaskResources>,
-    pub task_lifecycles: BTreeMap<String, Opaque>,
+    pub tasks: VecMap<String, AllocatedTaskResources>,
     pub shared_networks: Option<Vec<NetworkResource>>,
     pub shared_ports: Option<Vec<AllocatedPortMapping>>,
     /// Allocations to preempt for this placement.
@@ -463,34 +462,14 @@ impl Skipped {
     }
 }
 
-fn bump(map: &mut Option<BTreeMap<String, i64>>, key: &str) {
-    let m = map.get_or_insert_with(BTreeMap::new);
-    match m.get_mut(key) {
-        Some(n) => *n += 1,
-        None => {
-            m.insert(key.to_string(), 1);
-        }
-    }
-}
-
 /// Nomad's `AllocMetric.FilterNode`, without allocating for keys already counted.
 fn filter_node(metric: &mut AllocMetric, node: &Node, reason: &str) {
-    metric.nodes_filtered += 1;
-    if !node.node_class.is_empty() {
-        bump(&mut metric.class_filtered, &node.node_class);
-    }
-    bump(&mut metric.constraint_filtered, reason);
+    metric.filter_node(&node.node_class, Some(reason));
 }
 
 /// Nomad's `AllocMetric.ExhaustedNode`, without allocating for keys already counted.
 fn exhaust_node(metric: &mut AllocMetric, node: &Node, dimension: &str) {
-    metric.nodes_exhausted += 1;
-    if !node.node_class.is_empty() {
-        bump(&mut metric.class_exhausted, &node.node_class);
-    }
-    if !dimension.is_empty() {
-        bump(&mut metric.dimension_exhausted, dimension);
-    }
+    metric.exhausted_node(&node.node_class, dimension);
 }
 
 /// One placement's walk over the nodes.
@@ -837,8 +816,7 @@ impl Pass<'_, '_, '_, '_> {
     /// The winner's resources, built once.
     fn materialize(&self, r: Ranked) -> Selected {
         let tg = self.g.tg;
-        let mut tasks = BTreeMap::new();
-        let mut task_lifecycles = BTreeMap::new();
+        let mut tasks = VecMap::with_capacity(tg.tasks.len());
         let (shared, mut task_nets) = match r.ports {
             Some(p) => (p.shared, p.tasks),
             None => (None, Vec::new()),
@@ -849,7 +827,6 @@ impl Pass<'_, '_, '_, '_> {
             tr.memory.memory_mb = task.resources.memory_mb;
             tr.networks = task_nets.get_mut(i).and_then(Option::take).map(|n| vec![n]);
             tasks.insert(task.name.clone(), tr);
-            task_lifecycles.insert(task.name.clone(), task.lifecycle.clone());
         }
         let (shared_ports, shared_networks) = match shared {
             Some((ports, net)) => (Some(ports), Some(vec![net])),
@@ -858,7 +835,6 @@ impl Pass<'_, '_, '_, '_> {
         Selected {
             node: self.view.nodes[r.pos].clone(),
             tasks,
-            task_lifecycles,
             shared_networks,
             shared_ports,
             preempted: r.preempted,

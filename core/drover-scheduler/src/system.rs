@@ -14,7 +14,7 @@ use std::sync::Arc;
 use drover_structs::{
     ALLOC_CLIENT_LOST, AllocMetric, Allocation, EVAL_STATUS_BLOCKED, EVAL_STATUS_COMPLETE,
     EVAL_STATUS_FAILED, EVAL_STATUS_PENDING, Evaluation, JOB_TYPE_SYSBATCH, Job, NODE_STATUS_DOWN,
-    Node, Plan, TRIGGER_QUEUED_ALLOCS, TaskGroup, generate_id, time::now_nanos,
+    Node, Plan, TRIGGER_QUEUED_ALLOCS, TaskGroup, VecMap, generate_id, time::now_nanos,
 };
 
 use crate::context::EvalContext;
@@ -386,7 +386,7 @@ impl SystemScheduler<'_> {
         stack: &mut Stack<'j>,
         job: &'j Arc<Job>,
         ready: &HashMap<&str, &Arc<Node>>,
-        by_dc: &BTreeMap<String, i64>,
+        by_dc: &VecMap<String, i64>,
         place: Vec<SysPlacement<'j>>,
         out: &mut Outcome,
     ) {
@@ -553,7 +553,7 @@ fn merge_filtered(acc: &mut AllocMetric, m: &AllocMetric) {
         (&mut acc.class_filtered, &m.class_filtered),
         (&mut acc.constraint_filtered, &m.constraint_filtered),
     ] {
-        let into = target.get_or_insert_with(BTreeMap::new);
+        let into = target.get_or_insert_with(VecMap::new);
         for (k, v) in source.iter().flatten() {
             *into.entry(k.clone()).or_insert(0) += v;
         }

@@ -219,9 +219,6 @@ fn port_shape(n: &NetworkResource) -> Vec<(&str, i64, i64, &str)> {
     statics.chain(dynamics).collect()
 }
 
-/// Nomad's legacy resource fields, derived from the allocated resources.
-pub(crate) use drover_structs::legacy_resources;
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -84,7 +84,7 @@ fn failure(h: &Harness) -> AllocMetric {
 }
 
 fn filtered(m: &AllocMetric) -> BTreeMap<String, i64> {
-    m.constraint_filtered.clone().unwrap_or_default()
+    m.constraint_filtered.clone().unwrap_or_default().into()
 }
 
 #[test]

@@ -54,18 +54,22 @@ fn service_job_places_its_count_across_nodes() {
         assert_eq!(ar.tasks["web"].cpu.cpu_shares, 500);
         assert_eq!(ar.tasks["web"].memory.memory_mb, 256);
         assert_eq!(ar.shared.disk_mb, 150);
-        let legacy = a.resources.as_ref().unwrap();
+        // The legacy fields are derived from the allocated resources when written out.
+        let legacy = a.legacy_resource_fields().unwrap();
         assert_eq!(
             (
-                legacy.cpu,
-                legacy.memory_mb,
-                legacy.memory_max_mb,
-                legacy.disk_mb
+                legacy.total.cpu,
+                legacy.total.memory_mb,
+                legacy.total.memory_max_mb,
+                legacy.total.disk_mb
             ),
             (500, 256, 256, 150)
         );
-        assert_eq!(a.shared_resources.as_ref().unwrap().disk_mb, 150);
-        assert_eq!(a.task_resources.as_ref().unwrap()["web"].cpu, 500);
+        assert_eq!(legacy.shared.disk_mb, 150);
+        assert_eq!(legacy.tasks["web"].cpu, 500);
+        let json = serde_json::to_value(a.as_ref()).unwrap();
+        assert_eq!(json["Resources"]["CPU"], 500);
+        assert_eq!(json["TaskResources"]["web"]["MemoryMB"], 256);
         let m = a.metrics.as_ref().unwrap();
         assert_eq!(m.nodes_available.as_ref().unwrap()["dc1"], 10);
         assert!(
@@ -293,9 +297,9 @@ fn static_port_collisions_exhaust_nodes_and_dynamic_ports_are_assigned() {
         assert_eq!(net.ip, "192.168.0.100");
         assert_eq!(net.dynamic_ports.as_ref().unwrap()[0].value, admin.value);
         assert_eq!(
-            a.shared_resources
-                .as_ref()
+            a.legacy_resource_fields()
                 .unwrap()
+                .shared
                 .networks
                 .as_ref()
                 .unwrap()
@@ -407,7 +411,7 @@ fn task_network_ports_are_assigned_on_the_node_network() {
     );
     let port = net.dynamic_ports.as_ref().unwrap()[0].value;
     assert!((20000..=32000).contains(&port));
-    let legacy = &a.task_resources.as_ref().unwrap()["web"];
+    let legacy = &a.legacy_resource_fields().unwrap().tasks["web"];
     assert_eq!(
         legacy.networks.as_ref().unwrap()[0]
             .dynamic_ports
@@ -1018,7 +1022,7 @@ fn nodes_outside_the_datacenters_or_not_ready_are_not_considered() {
         .unwrap();
     assert_eq!(
         available,
-        BTreeMap::from([("dc1".to_string(), 1), ("dc3".to_string(), 0)])
+        drover_structs::VecMap::from([("dc1".to_string(), 1), ("dc3".to_string(), 0)])
     );
 }
 

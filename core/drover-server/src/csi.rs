@@ -32,7 +32,7 @@ pub const CSI_PLUGIN_GC_INTERVAL: Duration = Duration::from_secs(5 * 60);
 // Log entries
 
 /// The CSI log entries (carried in `LogEntry::Csi`).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum CsiEntry {
     /// Nomad's `CSIVolumeRegisterRequest`: all or none.
     VolumeRegister { volumes: Vec<CsiVolume> },

@@ -6,7 +6,9 @@
 use std::sync::Arc;
 
 use drover_state::StateStore;
-use drover_structs::{AllocClientUpdate, Allocation, Evaluation, Job, Node};
+use drover_structs::{
+    AllocClientUpdate, Allocation, Evaluation, Job, Node, serialize_allocations_as_held,
+};
 use serde::{Deserialize, Serialize};
 
 /// 2: externally tagged entries (`{"V":2,"E":{"JobRegister":{...}}}`).
@@ -15,7 +17,7 @@ pub const LOG_ENTRY_VERSION: u32 = 2;
 // Entries are built once per proposal and encoded right away; boxing the large variants would
 // buy nothing.
 #[allow(clippy::large_enum_variant)]
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum LogEntry {
     /// A job (new or a new version) and the evaluation it triggers. With `enforce_index`
     /// (Nomad's check-and-set), the entry applies only if the job's `JobModifyIndex` is still
@@ -42,9 +44,13 @@ pub enum LogEntry {
     },
     /// The committed part of a plan. Placements carry no job: they run the job version named
     /// here, which the FSM links from the job versions table.
+    /// Allocations are written as held (`AllocationAsHeld`): decoding gives back exactly what
+    /// was encoded, which lets the leader apply its own entry without decoding it.
     PlanResults {
         job: Option<(String, String, u64)>,
+        #[serde(serialize_with = "serialize_allocations_as_held")]
         stopped: Vec<Allocation>,
+        #[serde(serialize_with = "serialize_allocations_as_held")]
         placed: Vec<Allocation>,
         evals: Vec<Evaluation>,
     },
@@ -154,10 +160,12 @@ pub fn enforce_index_error(want: u64, have: u64) -> String {
 
 /// One plan's committed part inside a [`LogEntry::PlanResultsBatch`]; the fields mean what
 /// they mean in [`LogEntry::PlanResults`].
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PlanResultsPart {
     pub job: Option<(String, String, u64)>,
+    #[serde(serialize_with = "serialize_allocations_as_held")]
     pub stopped: Vec<Allocation>,
+    #[serde(serialize_with = "serialize_allocations_as_held")]
     pub placed: Vec<Allocation>,
     pub evals: Vec<Evaluation>,
 }
@@ -295,6 +303,8 @@ pub fn apply_entry(state: &StateStore, index: u64, entry: LogEntry) -> Result<()
 /// The state machine Raft drives.
 pub struct Fsm {
     pub state: Arc<StateStore>,
+    /// Entries this server proposed, already decoded (see `crate::proposed`).
+    pub(crate) proposed: Arc<crate::proposed::ProposedEntries>,
 }
 
 impl drover_raft::StateMachine for Fsm {
@@ -316,7 +326,11 @@ impl drover_raft::StateMachine for Fsm {
                 }
             };
         }
-        let result = LogEntry::decode(data).and_then(|e| apply_entry(&self.state, index, e));
+        let entry = match self.proposed.take(data) {
+            Some(entry) => Ok(entry),
+            None => LogEntry::decode(data),
+        };
+        let result = entry.and_then(|e| apply_entry(&self.state, index, e));
         match result {
             Ok(()) => Vec::new(),
             Err(FsmError::Rejected(why)) => {

@@ -22,6 +22,7 @@ mod leader_task;
 mod operator;
 mod periodic;
 pub mod plan_apply;
+mod proposed;
 mod routing;
 pub mod rpc;
 mod sched_config;

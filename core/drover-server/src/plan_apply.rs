@@ -3,7 +3,7 @@
 //! scheduler took its snapshot), commits the part that still fits through Raft, and tells the
 //! scheduler to refresh and retry the rest.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use drover_scheduler::fit::usage_fits;
@@ -22,7 +22,8 @@ pub(crate) struct PlanRequest {
 
 /// Decides what of `plan` fits on `snap`. Pure: no IO.
 pub fn evaluate_plan(snap: &StateSnapshot, plan: &Plan) -> PlanResult {
-    evaluate_plan_over(snap, &mut UsageOverlay::default(), plan)
+    let verdict = evaluate_plan_over(snap, &mut UsageOverlay::default(), plan);
+    verdict.result_stubs(plan)
 }
 
 /// Node usage as it will be once the plans accepted earlier in the same batch are committed:
@@ -44,20 +45,74 @@ impl UsageOverlay {
     }
 }
 
+/// What the applier decided about one plan: which nodes' placements (and the preemptions that
+/// go with them) are committed, and whether the scheduler must refresh. Stops are committed on
+/// every node unless an all-at-once plan was refused.
+#[derive(Debug, Default)]
+pub struct PlanVerdict {
+    /// Nodes whose placements and preemptions fit.
+    placing_nodes: BTreeSet<String>,
+    /// An all-at-once plan did not fit everywhere: nothing is committed.
+    nothing: bool,
+    /// Non-zero when part of the plan was refused.
+    refresh_index: u64,
+}
+
+impl PlanVerdict {
+    fn commits_stops(&self) -> bool {
+        !self.nothing
+    }
+
+    fn commits_node(&self, node_id: &str) -> bool {
+        !self.nothing && self.placing_nodes.contains(node_id)
+    }
+
+    /// The result the scheduler is told: what was committed, as stubs (ID, Name, Namespace,
+    /// JobID, TaskGroup, NodeID): the full allocations went to the log, and the scheduler
+    /// needs no more than which of its allocations made it.
+    pub fn result_stubs(&self, plan: &Plan) -> PlanResult {
+        let stubs = |m: &BTreeMap<String, Vec<Allocation>>, keep: &dyn Fn(&str) -> bool| {
+            m.iter()
+                .filter(|(node, allocs)| keep(node) && !allocs.is_empty())
+                .map(|(node, allocs)| (node.clone(), allocs.iter().map(stub).collect()))
+                .collect()
+        };
+        PlanResult {
+            node_update: stubs(&plan.node_update, &|_| self.commits_stops()),
+            node_allocation: stubs(&plan.node_allocation, &|n| self.commits_node(n)),
+            node_preemptions: stubs(&plan.node_preemptions, &|n| self.commits_node(n)),
+            refresh_index: self.refresh_index,
+            alloc_index: 0,
+        }
+    }
+}
+
+/// What the scheduler needs to know of a committed allocation.
+fn stub(a: &Allocation) -> Allocation {
+    Allocation {
+        id: a.id.clone(),
+        name: a.name.clone(),
+        namespace: a.namespace.clone(),
+        job_id: a.job_id.clone(),
+        task_group: a.task_group.clone(),
+        node_id: a.node_id.clone(),
+        ..Default::default()
+    }
+}
+
 /// As [`evaluate_plan`], against `snap` plus what earlier plans of the batch committed to
 /// `overlay`; records this plan's accepted changes in `overlay`.
 pub fn evaluate_plan_over(
     snap: &StateSnapshot,
     overlay: &mut UsageOverlay,
     plan: &Plan,
-) -> PlanResult {
-    let mut result = PlanResult::default();
+) -> PlanVerdict {
+    let mut verdict = PlanVerdict::default();
     let mut refused = false;
     let mut accepted: Vec<(String, NodeAllocUsage)> = Vec::new();
-    let nodes: std::collections::BTreeSet<&String> = plan
-        .node_update
+    let nodes: BTreeSet<&String> = plan
+        .node_allocation
         .keys()
-        .chain(plan.node_allocation.keys())
         .chain(plan.node_preemptions.keys())
         .collect();
     for node_id in nodes {
@@ -66,36 +121,25 @@ pub fn evaluate_plan_over(
         let preempts = plan.node_preemptions.get(node_id);
         match fits_node(snap, overlay, node_id, stops, preempts, places) {
             Fit::Fits(usage) => {
-                if let Some(p) = places {
-                    result.node_allocation.insert(node_id.clone(), p.clone());
-                }
-                if let Some(p) = preempts {
-                    result.node_preemptions.insert(node_id.clone(), p.clone());
-                }
+                verdict.placing_nodes.insert(node_id.clone());
                 if let Some(u) = usage {
                     accepted.push((node_id.clone(), u));
                 }
             }
             Fit::Refused => refused = true,
         }
-        // Stops always apply: freeing resources can't overcommit a node.
-        if let Some(s) = stops {
-            result.node_update.insert(node_id.clone(), s.clone());
-        }
     }
     if refused {
         if plan.all_at_once {
-            result.node_update.clear();
-            result.node_allocation.clear();
-            result.node_preemptions.clear();
+            verdict.nothing = true;
             accepted.clear();
         }
-        result.refresh_index = snap.latest_index().max(1);
+        verdict.refresh_index = snap.latest_index().max(1);
     }
     // Stops that placed nothing leave the overlay alone: counting their freed capacity early
     // could only make a later plan of the batch look tighter than it is, never overcommit.
     overlay.nodes.extend(accepted);
-    result
+    verdict
 }
 
 enum Fit {
@@ -156,6 +200,8 @@ struct Committing {
     reply: oneshot::Sender<Result<PlanResult, String>>,
     result: PlanResult,
     part: Option<PlanCommit>,
+    /// Part of the entry being proposed.
+    committed: bool,
 }
 
 /// Runs until the channel closes: applies plans in order. Plans that queued up while the
@@ -182,38 +228,59 @@ pub(crate) async fn run_plan_applier(inner: Arc<Inner>, mut rx: mpsc::Receiver<P
         let mut overlay = UsageOverlay::default();
         let mut committing = Vec::with_capacity(batch.len());
         for req in batch {
-            let result = evaluate_plan_over(&snap, &mut overlay, &req.plan);
-            let part = plan_commit(&snap, &req.plan, &result);
+            let verdict = evaluate_plan_over(&snap, &mut overlay, &req.plan);
+            let result = verdict.result_stubs(&req.plan);
+            let part = plan_commit(&snap, req.plan, &verdict);
             committing.push(Committing {
                 reply: req.reply,
                 result,
                 part,
+                committed: false,
             });
         }
-        let parts: Vec<&PlanCommit> = committing.iter().filter_map(|c| c.part.as_ref()).collect();
-        let outcome = match parts.len() {
-            0 => Ok(0),
-            1 => inner.apply(parts[0].entry()).await,
-            _ => {
-                let plans = parts.iter().map(|p| p.results.clone()).collect();
-                inner.apply(LogEntry::PlanResultsBatch { plans }).await
+        let frees_capacity = committing
+            .iter()
+            .any(|c| c.part.as_ref().is_some_and(|p| p.frees_capacity));
+        // The evaluations an entry creates are enqueued once it is applied; the entry itself
+        // moves into the log (and, here, straight into the FSM) without a copy.
+        let mut evals = Vec::new();
+        let mut parts = Vec::new();
+        for c in committing.iter_mut() {
+            if let Some(part) = c.part.take() {
+                evals.extend(part.results.evals.iter().cloned());
+                parts.push(part.results);
+                c.committed = true;
             }
+        }
+        let entry = match <[PlanResultsPart; 1]>::try_from(parts) {
+            Ok([p]) => Some(LogEntry::PlanResults {
+                job: p.job,
+                stopped: p.stopped,
+                placed: p.placed,
+                evals: p.evals,
+            }),
+            Err(parts) if parts.is_empty() => None,
+            Err(parts) => Some(LogEntry::PlanResultsBatch { plans: parts }),
+        };
+        let outcome = match entry {
+            Some(entry) => inner.apply_kept(entry).await,
+            None => Ok(0),
         };
         match outcome {
             Ok(index) => {
-                if parts.iter().any(|p| p.frees_capacity) {
+                if frees_capacity {
                     inner.unblock_evals();
+                }
+                for mut e in evals {
+                    e.modify_index = index;
+                    inner.enqueue_when_due(e);
                 }
                 for c in committing {
                     let mut result = c.result;
-                    if let Some(part) = c.part {
+                    if c.committed {
                         result.alloc_index = index;
                         if result.refresh_index != 0 {
                             result.refresh_index = index;
-                        }
-                        for mut e in part.results.evals {
-                            e.modify_index = index;
-                            inner.enqueue_when_due(e);
                         }
                     }
                     let _ = c.reply.send(Ok(result));
@@ -229,61 +296,50 @@ pub(crate) async fn run_plan_applier(inner: Arc<Inner>, mut rx: mpsc::Receiver<P
     }
 }
 
-/// The log entry part of one plan's result; `None` when it changes nothing.
+/// The log entry part of one plan's result.
 struct PlanCommit {
     results: PlanResultsPart,
     frees_capacity: bool,
 }
 
-impl PlanCommit {
-    fn entry(&self) -> LogEntry {
-        let p = self.results.clone();
-        LogEntry::PlanResults {
-            job: p.job,
-            stopped: p.stopped,
-            placed: p.placed,
-            evals: p.evals,
-        }
-    }
-}
-
-fn plan_commit(snap: &StateSnapshot, plan: &Plan, result: &PlanResult) -> Option<PlanCommit> {
-    let stopped: Vec<Allocation> = result
-        .node_update
-        .values()
-        .chain(result.node_preemptions.values())
-        .flatten()
-        .cloned()
-        .collect();
+/// Moves what `verdict` commits of `plan` into a log entry part; `None` when it changes
+/// nothing.
+fn plan_commit(snap: &StateSnapshot, plan: Plan, verdict: &PlanVerdict) -> Option<PlanCommit> {
+    let job = plan
+        .job
+        .as_ref()
+        .map(|j| (j.namespace.clone(), j.id.clone(), j.version));
+    let committed = |m: BTreeMap<String, Vec<Allocation>>| {
+        m.into_iter()
+            .filter(|(node, _)| verdict.commits_node(node))
+            .flat_map(|(_, allocs)| allocs)
+            .collect::<Vec<_>>()
+    };
+    let preempted = committed(plan.node_preemptions);
     // Jobs that lost allocations to preemption are evaluated again, as in Nomad.
     let evals: Vec<drover_structs::Evaluation> = {
-        let mut seen = std::collections::BTreeSet::new();
-        result
-            .node_preemptions
-            .values()
-            .flatten()
+        let mut seen = BTreeSet::new();
+        preempted
+            .iter()
             .filter(|a| seen.insert((a.namespace.clone(), a.job_id.clone())))
             .filter_map(|a| snap.job(&a.namespace, &a.job_id))
             .map(|job| drover_structs::Evaluation::for_job(&job, "preemption"))
             .collect()
     };
-    let placed: Vec<Allocation> = result
-        .node_allocation
-        .values()
-        .flatten()
-        .map(|a| {
-            let mut a = a.clone();
-            a.job = None;
-            a
-        })
-        .collect();
+    let mut stopped: Vec<Allocation> = if verdict.commits_stops() {
+        plan.node_update.into_values().flatten().collect()
+    } else {
+        Vec::new()
+    };
+    stopped.extend(preempted);
+    let mut placed = committed(plan.node_allocation);
+    for a in &mut placed {
+        // The entry names the job version once; the FSM links it back.
+        a.job = None;
+    }
     if stopped.is_empty() && placed.is_empty() {
         return None;
     }
-    let job = plan
-        .job
-        .as_ref()
-        .map(|j| (j.namespace.clone(), j.id.clone(), j.version));
     Some(PlanCommit {
         frees_capacity: !stopped.is_empty(),
         results: PlanResultsPart {
@@ -326,17 +382,24 @@ mod tests {
         plan
     }
 
+    /// What the scheduler is told of a verdict: (placed, stopped).
+    fn counts(verdict: &PlanVerdict, plan: &Plan) -> (usize, usize) {
+        result_counts(&verdict.result_stubs(plan))
+    }
+
     #[test]
     fn a_later_plan_of_a_batch_sees_the_placements_of_the_earlier_ones() {
         let (store, node) = store_with_small_node();
         let snap = store.snapshot();
         let mut overlay = UsageOverlay::default();
-        let first = evaluate_plan_over(&snap, &mut overlay, &plan_placing(&node));
-        assert_eq!(result_counts(&first), (1, 0));
+        let plan = plan_placing(&node);
+        let first = evaluate_plan_over(&snap, &mut overlay, &plan);
+        assert_eq!(counts(&first, &plan), (1, 0));
         assert_eq!(first.refresh_index, 0);
-        let second = evaluate_plan_over(&snap, &mut overlay, &plan_placing(&node));
+        let plan = plan_placing(&node);
+        let second = evaluate_plan_over(&snap, &mut overlay, &plan);
         assert_eq!(
-            result_counts(&second),
+            counts(&second, &plan),
             (0, 0),
             "the node is full after the first"
         );
@@ -371,9 +434,98 @@ mod tests {
             .unwrap()
             .push(mock_alloc(&job, &node, 1));
         let refused = evaluate_plan_over(&snap, &mut overlay, &greedy);
-        assert_eq!(result_counts(&refused), (0, 0));
-        let after = evaluate_plan_over(&snap, &mut overlay, &plan_placing(&node));
-        assert_eq!(result_counts(&after), (1, 0));
+        assert_eq!(counts(&refused, &greedy), (0, 0));
+        assert!(plan_commit(&snap, greedy, &refused).is_none());
+        let plan = plan_placing(&node);
+        let after = evaluate_plan_over(&snap, &mut overlay, &plan);
+        assert_eq!(counts(&after, &plan), (1, 0));
+    }
+
+    #[test]
+    fn the_commit_carries_the_allocations_without_their_job_and_the_result_only_stubs() {
+        let (store, node) = store_with_small_node();
+        let snap = store.snapshot();
+        let plan = plan_placing(&node);
+        let placed = plan.node_allocation[&node.id][0].clone();
+        let verdict = evaluate_plan(&snap, &plan);
+        let stub = &verdict.node_allocation[&node.id][0];
+        assert_eq!(
+            (&stub.id, &stub.task_group),
+            (&placed.id, &placed.task_group)
+        );
+        assert!(stub.metrics.is_none() && stub.allocated_resources.is_none());
+        let verdict = evaluate_plan_over(&snap, &mut UsageOverlay::default(), &plan);
+        let commit = plan_commit(&snap, plan, &verdict).expect("the placement commits");
+        let mut want = placed;
+        want.job = None;
+        assert_eq!(commit.results.placed, vec![want]);
+        assert!(!commit.frees_capacity);
+    }
+
+    /// The leader applies the plan entries it proposed without decoding them
+    /// (`crate::proposed`): that is only sound if decoding gives back exactly what was encoded,
+    /// for allocations as the scheduler builds them (metrics with score metadata, ports,
+    /// resources) and for stops and preemptions.
+    #[test]
+    fn plan_entries_built_by_the_scheduler_decode_to_exactly_themselves() {
+        use drover_scheduler::harness::{Harness, register_eval};
+        let mut h = Harness::new();
+        for i in 0..6 {
+            h.upsert_node(NodeBuilder::new().name(&format!("n{i}")).build());
+        }
+        let mut job = mock_job();
+        job.task_groups[0].count = 8;
+        job.task_groups[0].tasks[0].resources.networks =
+            Some(vec![drover_structs::NetworkResource {
+                dynamic_ports: Some(vec![drover_structs::Port {
+                    label: "http".into(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }]);
+        let job = h.upsert_job(job);
+        h.process(&register_eval(&job)).unwrap();
+        let plan = h.plans.last().unwrap().clone();
+        let mut stop = plan
+            .node_allocation
+            .values()
+            .flatten()
+            .next()
+            .unwrap()
+            .clone();
+        stop.desired_status = drover_structs::ALLOC_DESIRED_STOP.into();
+        let part = PlanResultsPart {
+            job: Some((job.namespace.clone(), job.id.clone(), job.version)),
+            stopped: vec![stop],
+            placed: plan
+                .node_allocation
+                .into_values()
+                .flatten()
+                .map(|mut a| {
+                    a.job = None;
+                    a
+                })
+                .collect(),
+            evals: vec![drover_structs::Evaluation::for_job(&job, "preemption")],
+        };
+        assert!(part.placed.iter().all(|a| {
+            a.metrics
+                .as_ref()
+                .is_some_and(|m| m.score_meta_data.is_some())
+        }));
+        for entry in [
+            LogEntry::PlanResultsBatch {
+                plans: vec![part.clone(), part.clone()],
+            },
+            LogEntry::PlanResults {
+                job: part.job,
+                stopped: part.stopped,
+                placed: part.placed,
+                evals: part.evals,
+            },
+        ] {
+            assert_eq!(LogEntry::decode(&entry.encode()).unwrap(), entry);
+        }
     }
 
     #[test]

@@ -20,6 +20,7 @@ use crate::cluster::{RpcEndpoint, StartPlan};
 use crate::fsm::{Fsm, LogEntry};
 use crate::heartbeat::HeartbeatTimers;
 use crate::plan_apply::{PlanRequest, run_plan_applier};
+use crate::proposed::ProposedEntries;
 
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -109,6 +110,8 @@ pub(crate) struct Inner {
     pub csi: crate::csi::CsiServerState,
     /// Frees the CSI volume claims of ended allocations; runs while leading.
     pub volume_watcher: crate::volume_watcher::VolumeWatcher,
+    /// Plan entries proposed here, which this server's FSM applies without decoding them.
+    pub proposed: Arc<ProposedEntries>,
 }
 
 impl Inner {
@@ -116,6 +119,17 @@ impl Inner {
     pub async fn apply(&self, entry: LogEntry) -> Result<u64, ServerError> {
         let index = self.raft.propose(entry.encode()).await?;
         Ok(index)
+    }
+
+    /// As `apply`, for entries whose decoding reproduces them exactly (plan results): the
+    /// entry itself waits for this server's FSM, which then skips decoding it.
+    pub async fn apply_kept(&self, entry: LogEntry) -> Result<u64, ServerError> {
+        let bytes = entry.encode();
+        let ticket = self.proposed.keep(&bytes, entry);
+        self.raft.propose(bytes).await.map_err(|e| {
+            self.proposed.forget(ticket);
+            e.into()
+        })
     }
 
     /// As `apply`, failing with `Conflict` when the FSM refused the entry's condition.
@@ -285,8 +299,10 @@ impl Server {
         }
 
         let state = Arc::new(StateStore::new());
+        let proposed = Arc::new(ProposedEntries::default());
         let fsm = Fsm {
             state: state.clone(),
+            proposed: proposed.clone(),
         };
         let raft = RaftNode::start(raft_config, fsm, net.raft_transport())?;
         net.attach(raft.clone());
@@ -308,6 +324,7 @@ impl Server {
             shutdown_rx,
             csi: Default::default(),
             volume_watcher: Default::default(),
+            proposed,
         });
         tokio::spawn(run_plan_applier(inner.clone(), plan_rx));
         for id in 0..inner.config.num_schedulers.max(1) {

@@ -312,7 +312,7 @@ mod tests {
         let s = StateStore::new();
         s.upsert_job(5, job("a"));
         let ar = AllocatedResources {
-            tasks: std::collections::BTreeMap::from([(
+            tasks: drover_structs::VecMap::from([(
                 "t".to_string(),
                 AllocatedTaskResources {
                     cpu: AllocatedCpuResources {

@@ -7,9 +7,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::job::{Job, Opaque};
 use crate::resources::{AllocatedResources, Resources};
+use crate::vec_map::VecMap;
 
 mod json;
-pub use json::{LegacyResources, legacy_resources};
+pub use json::{
+    AllocationAsHeld, LegacyResources, legacy_resources, serialize_allocations_as_held,
+};
 
 pub const ALLOC_DESIRED_RUN: &str = "run";
 pub const ALLOC_DESIRED_STOP: &str = "stop";
@@ -441,23 +444,23 @@ pub struct AllocMetric {
     #[serde(rename = "NodesFiltered")]
     pub nodes_filtered: i64,
     #[serde(rename = "NodesAvailable")]
-    pub nodes_available: Option<BTreeMap<String, i64>>,
+    pub nodes_available: Option<VecMap<String, i64>>,
     #[serde(rename = "ClassFiltered")]
-    pub class_filtered: Option<BTreeMap<String, i64>>,
+    pub class_filtered: Option<VecMap<String, i64>>,
     #[serde(rename = "ConstraintFiltered")]
-    pub constraint_filtered: Option<BTreeMap<String, i64>>,
+    pub constraint_filtered: Option<VecMap<String, i64>>,
     #[serde(rename = "NodesExhausted")]
     pub nodes_exhausted: i64,
     #[serde(rename = "ClassExhausted")]
-    pub class_exhausted: Option<BTreeMap<String, i64>>,
+    pub class_exhausted: Option<VecMap<String, i64>>,
     #[serde(rename = "DimensionExhausted")]
-    pub dimension_exhausted: Option<BTreeMap<String, i64>>,
+    pub dimension_exhausted: Option<VecMap<String, i64>>,
     #[serde(rename = "QuotaExhausted")]
     pub quota_exhausted: Option<Vec<String>>,
     #[serde(rename = "ResourcesExhausted")]
     pub resources_exhausted: Option<serde_json::Value>,
     #[serde(rename = "Scores")]
-    pub scores: Option<BTreeMap<String, f64>>,
+    pub scores: Option<VecMap<String, f64>>,
     #[serde(rename = "ScoreMetaData")]
     pub score_meta_data: Option<Vec<NodeScoreMeta>>,
     /// Nanoseconds spent placing.
@@ -467,10 +470,14 @@ pub struct AllocMetric {
     pub coalesced_failures: i64,
 }
 
-fn bump(map: &mut Option<BTreeMap<String, i64>>, key: &str) {
-    *map.get_or_insert_with(BTreeMap::new)
-        .entry(key.to_string())
-        .or_insert(0) += 1;
+fn bump(map: &mut Option<VecMap<String, i64>>, key: &str) {
+    let map = map.get_or_insert_with(VecMap::new);
+    match map.get_mut(key) {
+        Some(n) => *n += 1,
+        None => {
+            map.insert(key.to_string(), 1);
+        }
+    }
 }
 
 impl AllocMetric {
@@ -502,7 +509,7 @@ pub struct NodeScoreMeta {
     #[serde(rename = "NodeID")]
     pub node_id: String,
     #[serde(rename = "Scores")]
-    pub scores: BTreeMap<String, f64>,
+    pub scores: VecMap<String, f64>,
     #[serde(rename = "NormScore")]
     pub norm_score: f64,
 }

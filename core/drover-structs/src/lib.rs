@@ -22,6 +22,7 @@ pub mod summary;
 pub mod time;
 pub mod usage;
 pub mod validate;
+pub mod vec_map;
 
 pub use alloc::*;
 pub use csi::*;
@@ -35,6 +36,7 @@ pub use periodic::*;
 pub use plan::*;
 pub use resources::*;
 pub use summary::*;
+pub use vec_map::VecMap;
 
 /// Namespace every object lives in unless told otherwise.
 pub const DEFAULT_NAMESPACE: &str = "default";

@@ -79,7 +79,7 @@ pub struct Port {
 #[serde(default)]
 pub struct AllocatedResources {
     #[serde(rename = "Tasks")]
-    pub tasks: BTreeMap<String, AllocatedTaskResources>,
+    pub tasks: crate::vec_map::VecMap<String, AllocatedTaskResources>,
     #[serde(rename = "TaskLifecycles")]
     pub task_lifecycles: BTreeMap<String, Option<serde_json::Value>>,
     #[serde(rename = "Shared")]

@@ -145,6 +145,30 @@ impl Allocation {
         }
     }
 
+    /// Sets what the allocation holds. The legacy `Resources`, `SharedResources` and
+    /// `TaskResources` Nomad still writes are left to be derived from it when the allocation
+    /// is written out, and `TaskLifecycles`, when `ar` has none, from the job's tasks: the
+    /// form `drop_derivable_legacy_resources` leaves, built directly.
+    pub fn set_allocated_resources(&mut self, ar: AllocatedResources) {
+        self.allocated_resources = Some(ar);
+        self.resources = None;
+        self.shared_resources = None;
+        self.task_resources = Some(BTreeMap::new());
+    }
+
+    /// The legacy resource fields as the allocation is written out: stored, or derived from
+    /// `AllocatedResources`. `None` when it has neither.
+    pub fn legacy_resource_fields(&self) -> Option<LegacyResources> {
+        if let Some(derived) = self.dropped_legacy_resources() {
+            return Some(derived);
+        }
+        Some(LegacyResources {
+            total: self.resources.clone()?,
+            shared: self.shared_resources.clone()?,
+            tasks: self.task_resources.clone()?,
+        })
+    }
+
     /// The legacy fields were dropped by `drop_derivable_legacy_resources`: derive them.
     fn dropped_legacy_resources(&self) -> Option<LegacyResources> {
         let ar = self.allocated_resources.as_ref()?;
@@ -158,7 +182,47 @@ impl Allocation {
 
 impl Serialize for Allocation {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let legacy = self.dropped_legacy_resources();
+        self.serialize_fields(serializer, Derived::WrittenOut)
+    }
+}
+
+/// An allocation serialized as it is held, without the fields `Serialize` derives again (the
+/// legacy resources, `TaskLifecycles`): what the Raft log carries, so that decoding gives back
+/// exactly the allocation that was encoded, and smaller. Decoded with `Allocation`'s own
+/// `Deserialize`.
+pub struct AllocationAsHeld<'a>(pub &'a Allocation);
+
+impl Serialize for AllocationAsHeld<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize_fields(serializer, Derived::Omitted)
+    }
+}
+
+/// `serialize_with` for a list of allocations to be written as held ([`AllocationAsHeld`]).
+pub fn serialize_allocations_as_held<S: Serializer>(
+    allocs: &[Allocation],
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_seq(allocs.iter().map(AllocationAsHeld))
+}
+
+/// Whether serialization writes the fields dropped from a held allocation.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Derived {
+    WrittenOut,
+    Omitted,
+}
+
+impl Allocation {
+    fn serialize_fields<S: Serializer>(
+        &self,
+        serializer: S,
+        derived: Derived,
+    ) -> Result<S::Ok, S::Error> {
+        let legacy = match derived {
+            Derived::WrittenOut => self.dropped_legacy_resources(),
+            Derived::Omitted => None,
+        };
         let (resources, shared_resources, task_resources) = match &legacy {
             Some(l) => (Some(&l.total), Some(&l.shared), Some(&l.tasks)),
             None => (
@@ -180,7 +244,10 @@ impl Serialize for Allocation {
         st.serialize_field("Resources", &resources)?;
         st.serialize_field("SharedResources", &shared_resources)?;
         st.serialize_field("TaskResources", &task_resources)?;
-        match self.allocated_with_lifecycles() {
+        match self
+            .allocated_with_lifecycles()
+            .filter(|_| derived == Derived::WrittenOut)
+        {
             Some(full) => st.serialize_field("AllocatedResources", &Some(full))?,
             None => st.serialize_field("AllocatedResources", &self.allocated_resources)?,
         }
@@ -269,7 +336,7 @@ mod tests {
 
     fn placed() -> Allocation {
         let ar = AllocatedResources {
-            tasks: BTreeMap::from([(
+            tasks: crate::vec_map::VecMap::from([(
                 "web".to_string(),
                 AllocatedTaskResources {
                     cpu: AllocatedCpuResources {

@@ -499,7 +499,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     fn sample_alloc() -> Allocation {
-        let mut tasks = BTreeMap::new();
+        let mut tasks = drover_structs::VecMap::new();
         let mut r = AllocatedTaskResources::default();
         r.cpu.cpu_shares = 100;
         r.memory.memory_mb = 300;

@@ -128,12 +128,12 @@ pub fn failed_placement_lines(failed: &BTreeMap<String, AllocMetric>) -> Vec<Str
 #[cfg(test)]
 mod tests {
     use super::*;
-    use drover_structs::NodeScoreMeta;
+    use drover_structs::{NodeScoreMeta, VecMap};
 
     fn missing_driver_metric() -> AllocMetric {
         let mut m = AllocMetric {
             nodes_evaluated: 1,
-            nodes_available: Some(BTreeMap::from([("dc1".to_string(), 1)])),
+            nodes_available: Some(VecMap::from([("dc1".to_string(), 1)])),
             ..Default::default()
         };
         m.filter_node("", Some("missing drivers"));
@@ -164,7 +164,7 @@ mod tests {
     #[test]
     fn no_evaluated_nodes_and_empty_datacenter_are_explained() {
         let m = AllocMetric {
-            nodes_available: Some(BTreeMap::from([("dc2".to_string(), 0)])),
+            nodes_available: Some(VecMap::from([("dc2".to_string(), 0)])),
             ..Default::default()
         };
         assert_eq!(
@@ -195,7 +195,7 @@ mod tests {
             nodes_evaluated: 1,
             score_meta_data: Some(vec![NodeScoreMeta {
                 node_id: "0d816e8c-19bd-2066-474e-6f7e52291a4c".into(),
-                scores: BTreeMap::from([
+                scores: VecMap::from([
                     ("binpack".to_string(), 0.07663658455308327),
                     ("job-anti-affinity".to_string(), -0.28),
                 ]),
