@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use drover_structs::{ComparableResources, Node, NodeScoreMeta, VecMap};
+use drover_structs::{ComparableResources, Node, NodeScoreMeta, ScorerName, VecMap};
 
 use crate::Algorithm;
 
@@ -13,12 +13,10 @@ const BINPACK_MAX_FIT_SCORE: f64 = 18.0;
 /// How many candidates `ScoreMetaData` keeps (Nomad's `MaxRetainedNodeScores`).
 const MAX_RETAINED_NODE_SCORES: usize = 5;
 
-pub(crate) const SCORE_BINPACK: &str = "binpack";
-pub(crate) const SCORE_JOB_ANTI_AFFINITY: &str = "job-anti-affinity";
-pub(crate) const SCORE_RESCHEDULE_PENALTY: &str = "node-reschedule-penalty";
-pub(crate) const SCORE_NODE_AFFINITY: &str = "node-affinity";
-pub(crate) const SCORE_SPREAD: &str = "allocation-spread";
-pub(crate) const SCORE_PREEMPTION: &str = "preemption";
+pub(crate) use drover_structs::{
+    SCORE_BINPACK, SCORE_JOB_ANTI_AFFINITY, SCORE_NODE_AFFINITY, SCORE_PREEMPTION,
+    SCORE_RESCHEDULE_PENALTY, SCORE_SPREAD,
+};
 
 /// The fitness of placing onto `node` so that it uses `util` in total, normalized to [0, 1]
 /// (Nomad's `ScoreFitBinPack` / `ScoreFitSpread` divided by 18).
@@ -66,7 +64,7 @@ pub(crate) struct NodeScores {
 }
 
 impl NodeScores {
-    fn named(&self) -> VecMap<String, f64> {
+    fn named(&self) -> VecMap<ScorerName, f64> {
         let optional = [
             (SCORE_JOB_ANTI_AFFINITY, self.anti_affinity),
             (SCORE_RESCHEDULE_PENALTY, self.penalty),
@@ -77,10 +75,10 @@ impl NodeScores {
         // Sized exactly: every placement keeps five of these maps.
         let present = optional.iter().filter(|(_, v)| v.is_some()).count();
         let mut m = VecMap::with_capacity(1 + present);
-        m.insert(SCORE_BINPACK.to_string(), self.binpack);
+        m.insert(ScorerName::from_static(SCORE_BINPACK), self.binpack);
         for (name, score) in optional {
             if let Some(v) = score {
-                m.insert(name.to_string(), v);
+                m.insert(ScorerName::from_static(name), v);
             }
         }
         m
@@ -268,7 +266,7 @@ mod tests {
             ..Default::default()
         };
         let named = s.named();
-        let keys: Vec<&str> = named.keys().map(String::as_str).collect();
+        let keys: Vec<&str> = named.keys().map(|k| k.as_str()).collect();
         assert_eq!(keys, ["allocation-spread", "binpack", "job-anti-affinity"]);
     }
 

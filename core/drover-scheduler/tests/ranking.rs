@@ -224,7 +224,7 @@ fn the_reserved_resources_example_scores_all_four_nodes() {
     assert!(meta.iter().all(|s| s.node_id != n4.id));
     for s in meta {
         // As in Nomad: an affinity that matches nothing records no node-affinity score.
-        let names: Vec<&str> = s.scores.keys().map(String::as_str).collect();
+        let names: Vec<&str> = s.scores.keys().map(|k| k.as_str()).collect();
         assert_eq!(
             names,
             ["binpack", "job-anti-affinity", "node-reschedule-penalty"]

@@ -10,8 +10,13 @@ use crate::resources::{AllocatedResources, Resources};
 use crate::vec_map::VecMap;
 
 mod json;
+mod scorer;
 pub use json::{
     AllocationAsHeld, LegacyResources, legacy_resources, serialize_allocations_as_held,
+};
+pub use scorer::{
+    SCORE_BINPACK, SCORE_JOB_ANTI_AFFINITY, SCORE_NODE_AFFINITY, SCORE_PREEMPTION,
+    SCORE_RESCHEDULE_PENALTY, SCORE_SPREAD, ScorerName,
 };
 
 pub const ALLOC_DESIRED_RUN: &str = "run";
@@ -509,7 +514,7 @@ pub struct NodeScoreMeta {
     #[serde(rename = "NodeID")]
     pub node_id: String,
     #[serde(rename = "Scores")]
-    pub scores: VecMap<String, f64>,
+    pub scores: VecMap<ScorerName, f64>,
     #[serde(rename = "NormScore")]
     pub norm_score: f64,
 }

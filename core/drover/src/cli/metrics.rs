@@ -74,7 +74,7 @@ fn score_table(m: &AllocMetric) -> String {
     if !metas.is_empty() {
         let mut names: Vec<&str> = metas
             .iter()
-            .flat_map(|meta| meta.scores.keys().map(String::as_str))
+            .flat_map(|meta| meta.scores.keys().map(|k| k.as_str()))
             .collect();
         names.sort_unstable();
         names.dedup();
@@ -196,8 +196,8 @@ mod tests {
             score_meta_data: Some(vec![NodeScoreMeta {
                 node_id: "0d816e8c-19bd-2066-474e-6f7e52291a4c".into(),
                 scores: VecMap::from([
-                    ("binpack".to_string(), 0.07663658455308327),
-                    ("job-anti-affinity".to_string(), -0.28),
+                    ("binpack".into(), 0.07663658455308327),
+                    ("job-anti-affinity".into(), -0.28),
                 ]),
                 norm_score: -0.1016817077234583,
             }]),
