@@ -175,7 +175,12 @@ fn fits_node(
         .chain(preempts.into_iter().flatten())
         .chain(places.iter());
     for a in leaving {
-        // The stored version is what the usage counted (in-place updates replace it).
+        // The stored version is what the usage counted (in-place updates replace it). A new
+        // placement (never stored, so `CreateIndex` 0) has none: no lookup among the
+        // million allocations a large cluster holds.
+        if a.create_index == 0 && a.modify_index == 0 {
+            continue;
+        }
         if let Some(existing) = snap.alloc(&a.id)
             && existing.node_id == node_id
         {

@@ -134,7 +134,7 @@ impl StateSnapshot {
         let stubs: Vec<AllocListStub> = p
             .alloc_ids()
             .iter()
-            .filter_map(|id| self.t.allocs.get(id).map(|a| a.stub()))
+            .filter_map(|id| self.t.allocs.get(id.as_str()).map(|a| a.stub()))
             .collect();
         p.allocations = Some(stubs);
         Some(p)
@@ -254,7 +254,7 @@ impl StateStore {
                 return Err(CsiStateError::VolumeNotFound(volume_id.to_string()));
             };
             let alloc = if claim.state == CsiClaimState::Taken && !claim.allocation_id.is_empty() {
-                match t.allocs.get(&claim.allocation_id) {
+                match t.allocs.get(claim.allocation_id.as_str()) {
                     Some(a) => Some(a.clone()),
                     None => {
                         return Err(CsiStateError::UnknownAllocation(
@@ -316,7 +316,7 @@ fn holders_ended(t: &Tables, v: &CsiVolume) -> bool {
     v.read_allocs
         .keys()
         .chain(v.write_allocs.keys())
-        .all(|id| t.allocs.get(id).is_none_or(|a| a.terminal()))
+        .all(|id| t.allocs.get(id.as_str()).is_none_or(|a| a.terminal()))
 }
 
 /// Stored volumes name their holders only; the API fills the stubs when it reads.

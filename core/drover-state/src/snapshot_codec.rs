@@ -54,7 +54,7 @@ struct EncodedAlloc {
 /// The allocations of a snapshot: written one by one straight from the table (a million
 /// allocations copied at once for encoding would double the server's memory), read as a list.
 enum EncodedAllocs {
-    Table(imbl::OrdMap<String, Arc<Allocation>>),
+    Table(imbl::OrdMap<crate::tables::AllocKey, Arc<Allocation>>),
     Decoded(Vec<EncodedAlloc>),
 }
 
@@ -189,19 +189,17 @@ fn decode(data: &[u8]) -> Result<Tables, SnapshotError> {
         let k = (alloc.namespace.clone(), alloc.job_id.clone());
         alloc.job = job_version.and_then(|v| t.job_versions.get(&(k.clone(), v)).cloned());
         alloc.drop_derivable_legacy_resources();
+        let id = crate::tables::AllocKey::from(alloc.id.as_str());
         t.allocs_by_node
             .entry(alloc.node_id.clone())
             .or_default()
-            .insert(alloc.id.clone());
-        t.allocs_by_job
-            .entry(k)
-            .or_default()
-            .insert(alloc.id.clone());
+            .insert(id.clone());
+        t.allocs_by_job.entry(k).or_default().insert(id.clone());
         if !alloc.terminal() {
             let u = t.node_usage.entry(alloc.node_id.clone()).or_default();
             Arc::make_mut(u).add(&alloc);
         }
-        t.allocs.insert(alloc.id.clone(), Arc::new(alloc));
+        t.allocs.insert(id, Arc::new(alloc));
     }
     for n in enc.nodes {
         t.nodes.insert(n.id.clone(), Arc::new(n));

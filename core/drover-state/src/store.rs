@@ -12,7 +12,7 @@ use drover_structs::*;
 use tokio::sync::watch;
 
 use crate::StateError;
-use crate::tables::{NsKey, StateSnapshot, Table, Tables};
+use crate::tables::{AllocKey, NsKey, StateSnapshot, Table, Tables};
 
 pub struct StateStore {
     tables: RwLock<Tables>,
@@ -227,7 +227,7 @@ impl StateStore {
                 let now = now_nanos();
                 let mut jobs_touched = BTreeSet::new();
                 for stop in stopped {
-                    let Some(existing) = t.allocs.get(&stop.id).cloned() else {
+                    let Some(existing) = t.allocs.get(stop.id.as_str()).cloned() else {
                         continue;
                     };
                     let mut a = (*existing).clone();
@@ -249,7 +249,7 @@ impl StateStore {
                     put_alloc(t, &mut usage, a);
                 }
                 for mut a in placed {
-                    match t.allocs.get(&a.id).cloned() {
+                    match t.allocs.get(a.id.as_str()).cloned() {
                         Some(existing) => {
                             // In-place update: the server's fields change, the client's stay.
                             a.create_index = existing.create_index;
@@ -295,7 +295,7 @@ impl StateStore {
                 let now = now_nanos();
                 let mut jobs_touched = BTreeSet::new();
                 for u in updates {
-                    let Some(existing) = t.allocs.get(&u.id).cloned() else {
+                    let Some(existing) = t.allocs.get(u.id.as_str()).cloned() else {
                         continue;
                     };
                     let mut a = (*existing).clone();
@@ -324,7 +324,7 @@ impl StateStore {
             let mut usage = UsagePending::default();
             let mut jobs = BTreeSet::new();
             for id in ids {
-                if let Some(existing) = t.allocs.get(id).cloned() {
+                if let Some(existing) = t.allocs.get(id.as_str()).cloned() {
                     let mut a = (*existing).clone();
                     a.desired_status = desired.to_string();
                     a.desired_description = desc.to_string();
@@ -490,23 +490,32 @@ impl UsagePending {
 fn put_alloc(t: &mut Tables, usage: &mut UsagePending, mut a: Allocation) {
     // Serialization derives them again; a million stored allocations would hold 1.5 GB of them.
     a.drop_derivable_legacy_resources();
-    let old = t.allocs.get(&a.id).cloned();
+    let old = t.allocs.get(a.id.as_str()).cloned();
     usage.track(t, old.as_deref(), &a);
     let a = Arc::new(a);
-    t.allocs.insert(a.id.clone(), a.clone());
+    t.allocs.insert(alloc_key(t, &a.id), a.clone());
     // Every caller stamps `ModifyIndex` with the write's index before storing.
     crate::csi::alloc_written(t, old.as_deref(), &a);
 }
 
 fn index_alloc(t: &mut Tables, a: &Allocation) {
+    let id = alloc_key(t, &a.id);
     t.allocs_by_node
         .entry(a.node_id.clone())
         .or_default()
-        .insert(a.id.clone());
+        .insert(id.clone());
     t.allocs_by_job
         .entry(key(&a.namespace, &a.job_id))
         .or_default()
-        .insert(a.id.clone());
+        .insert(id);
+}
+
+/// The tables' shared copy of an allocation id: the one already stored, else a new one.
+fn alloc_key(t: &Tables, id: &str) -> AllocKey {
+    match t.allocs.get_key_value(id) {
+        Some((k, _)) => k.clone(),
+        None => AllocKey::from(id),
+    }
 }
 
 fn upsert_evals_in(t: &mut Tables, index: u64, evals: Vec<Evaluation>) {

@@ -7,6 +7,8 @@ use imbl::{OrdMap, OrdSet};
 
 /// Key of namespaced objects: (namespace, id).
 pub type NsKey = (String, String);
+/// An allocation's id as the tables key it.
+pub type AllocKey = Arc<str>;
 
 /// The tables, for index tracking and blocking queries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -60,9 +62,12 @@ pub(crate) struct Tables {
     pub job_summaries: OrdMap<NsKey, Arc<JobSummary>>,
     pub evals: OrdMap<String, Arc<Evaluation>>,
     pub evals_by_job: OrdMap<NsKey, OrdSet<String>>,
-    pub allocs: OrdMap<String, Arc<Allocation>>,
-    pub allocs_by_node: OrdMap<String, OrdSet<String>>,
-    pub allocs_by_job: OrdMap<NsKey, OrdSet<String>>,
+    /// Keyed by a shared copy of the id: the by-node and by-job indexes hold the same
+    /// `Arc`, and the copy-on-write of a tree node (each write after a snapshot was taken)
+    /// copies pointers rather than allocating every id again.
+    pub allocs: OrdMap<AllocKey, Arc<Allocation>>,
+    pub allocs_by_node: OrdMap<String, OrdSet<AllocKey>>,
+    pub allocs_by_job: OrdMap<NsKey, OrdSet<AllocKey>>,
     pub nodes: OrdMap<String, Arc<Node>>,
     /// What each node's live allocations hold, kept in step with `allocs` by every write, so
     /// schedulers and the plan applier never sum a node's allocations themselves.
@@ -246,7 +251,10 @@ impl StateSnapshot {
     pub fn allocs_by_prefix(&self, prefix: &str) -> Vec<Arc<Allocation>> {
         self.t
             .allocs
-            .range(prefix.to_string()..)
+            .range::<_, str>((
+                std::ops::Bound::Included(prefix),
+                std::ops::Bound::Unbounded,
+            ))
             .take_while(|(k, _)| k.starts_with(prefix))
             .map(|(_, a)| a.clone())
             .collect()
