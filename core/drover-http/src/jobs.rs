@@ -94,7 +94,9 @@ pub(crate) async fn list(
             .iter()
             .filter(|j| j.id.starts_with(&opts.prefix))
             .map(|j| {
-                let summary = snap.job_summary(&j.namespace, &j.id).map(|s| (*s).clone());
+                let summary = snap
+                    .job_summary_with_children(&j.namespace, &j.id)
+                    .map(|(s, _)| s);
                 j.stub(summary)
             })
             .collect();
@@ -155,18 +157,18 @@ pub(crate) async fn job_get(
             respond_json(&evals, Some(meta), opts.pretty)
         }
         JobPath::Summary(id) => {
-            let (meta, summary) = blocking(&s, &[Table::JobSummary], &opts, |snap| {
-                let summary = snap.job_summary(&ns, id);
-                let index = summary
-                    .as_ref()
-                    .map(|s| s.modify_index)
-                    .unwrap_or_else(|| snap.table_index(Table::JobSummary));
-                (index, summary)
+            // Jobs too: the children counts change with the child jobs' statuses.
+            let tables = [Table::JobSummary, Table::Jobs];
+            let (meta, summary) = blocking(&s, &tables, &opts, |snap| {
+                match snap.job_summary_with_children(&ns, id) {
+                    Some((summary, index)) => (index, Some(summary)),
+                    None => (snap.table_index(Table::JobSummary), None),
+                }
             })
             .await;
             let summary =
                 summary.ok_or_else(|| ApiError::not_found("job not found").with_meta(meta))?;
-            respond_json(&*summary, Some(meta), opts.pretty)
+            respond_json(&summary, Some(meta), opts.pretty)
         }
         JobPath::Versions(id) => {
             let (meta, versions) = blocking(&s, &[Table::JobVersions], &opts, |snap| {
@@ -283,6 +285,12 @@ async fn dispatch(
         return Err(ApiError::bad_request("Job ID does not match"));
     }
     let payload = request.payload_bytes().map_err(ApiError::bad_request)?;
+    // As Nomad's `parseWriteRequest`: the `idempotency_token` query parameter (what Nomad's
+    // API client sends) wins over the body's field.
+    let idempotency_token = params
+        .get("idempotency_token")
+        .cloned()
+        .unwrap_or(request.idempotency_token);
     let result = s
         .server
         .dispatch_job(drover_server::DispatchRequest {
@@ -291,6 +299,7 @@ async fn dispatch(
             payload,
             meta: request.meta.unwrap_or_default(),
             id_prefix_template: request.id_prefix_template,
+            idempotency_token,
         })
         .await?;
     let meta = QueryMeta::new(s, result.index);
@@ -692,6 +701,119 @@ mod tests {
             json!({"Payload": "required", "MetaRequired": ["frame"], "MetaOptional": ["note"]});
         job["TaskGroups"][0]["Tasks"][0]["DispatchPayload"] = json!({"File": "input.txt"});
         job
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_repeated_idempotency_token_returns_the_existing_child_without_an_evaluation() {
+        let api = TestApi::start().await;
+        api.register(parameterized_job("render")).await;
+        let body = json!({"Payload": "eA==", "Meta": {"frame": "1"}, "IdempotencyToken": "t1"});
+        let first = api.put("/v1/job/render/dispatch", &body).await;
+        assert_eq!(first.status, StatusCode::OK, "{}", first.text());
+        let first = first.json();
+        let child_id = first["DispatchedJobID"].as_str().unwrap().to_string();
+        assert!(!first["EvalID"].as_str().unwrap().is_empty());
+        let child = api.get(&format!("/v1/job/{child_id}")).await.json();
+        assert_eq!(child["DispatchIdempotencyToken"], "t1");
+
+        // The same token again, in the body or as Nomad's client sends it (query): same child.
+        let again = api.put("/v1/job/render/dispatch", &body).await;
+        assert_eq!(again.status, StatusCode::OK, "{}", again.text());
+        let again_index = again.index();
+        let again = again.json();
+        assert_eq!(again["DispatchedJobID"], child_id.as_str());
+        assert_eq!(again["EvalID"], "");
+        assert_eq!(again["EvalCreateIndex"], 0);
+        assert_eq!(again["JobCreateIndex"], child["CreateIndex"]);
+        assert_eq!(again["Index"], child["ModifyIndex"]);
+        assert_eq!(again_index, child["ModifyIndex"].as_u64().unwrap());
+        let by_query = api
+            .put(
+                "/v1/job/render/dispatch?idempotency_token=t1",
+                &json!({"Payload": "eA==", "Meta": {"frame": "1"}}),
+            )
+            .await
+            .json();
+        assert_eq!(by_query["DispatchedJobID"], child_id.as_str());
+
+        // Another token, or none, dispatches anew.
+        let other = api
+            .put(
+                "/v1/job/render/dispatch",
+                &json!({"Payload": "eA==", "Meta": {"frame": "1"}, "IdempotencyToken": "t2"}),
+            )
+            .await
+            .json();
+        assert_ne!(other["DispatchedJobID"], child_id.as_str());
+        let plain = json!({"Payload": "eA==", "Meta": {"frame": "1"}});
+        let a = api.put("/v1/job/render/dispatch", &plain).await.json();
+        let b = api.put("/v1/job/render/dispatch", &plain).await.json();
+        assert_ne!(a["DispatchedJobID"], b["DispatchedJobID"]);
+        let children: Vec<Value> = api
+            .get("/v1/jobs?prefix=render/")
+            .await
+            .json()
+            .as_array()
+            .unwrap()
+            .clone();
+        assert_eq!(children.len(), 4);
+        // A failed validation is reported even when the token's child exists.
+        let r = api
+            .put(
+                "/v1/job/render/dispatch",
+                &json!({"Meta": {"frame": "1"}, "IdempotencyToken": "t1"}),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_parents_summary_counts_its_children_by_status() {
+        let api = TestApi::start().await;
+        api.register(parameterized_job("render")).await;
+        let summary = api.get("/v1/job/render/summary").await.json();
+        assert_eq!(
+            summary["Children"],
+            json!({"Pending": 0, "Running": 0, "Dead": 0})
+        );
+        let body = json!({"Payload": "eA==", "Meta": {"frame": "1"}});
+        let mut ids = Vec::new();
+        for _ in 0..2 {
+            let out = api.put("/v1/job/render/dispatch", &body).await.json();
+            ids.push(out["DispatchedJobID"].as_str().unwrap().to_string());
+        }
+        let r = api
+            .call(Method::DELETE, &format!("/v1/job/{}", ids[0]), None)
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+        // The counts follow the children's statuses, which the stop moves on asynchronously.
+        let mut last = Value::Null;
+        for _ in 0..100 {
+            let mut expected = json!({"Pending": 0, "Running": 0, "Dead": 0});
+            for id in &ids {
+                let status = api.get(&format!("/v1/job/{id}")).await.json()["Status"].clone();
+                let key = match status.as_str() {
+                    Some("running") => "Running",
+                    Some("dead") => "Dead",
+                    _ => "Pending",
+                };
+                expected[key] = json!(expected[key].as_i64().unwrap() + 1);
+            }
+            last = api.get("/v1/job/render/summary").await.json()["Children"].clone();
+            if last == expected && expected["Dead"] == 1 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        assert_eq!(last["Dead"], 1, "{last}");
+        assert_eq!(
+            last["Pending"].as_i64().unwrap() + last["Running"].as_i64().unwrap(),
+            1,
+            "{last}"
+        );
+        let stub = &api.get("/v1/jobs?prefix=render").await.json()[0];
+        assert_eq!(stub["ID"], "render");
+        assert_eq!(stub["JobSummary"]["Children"], last);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,6 +2,11 @@
 //! parent's `parameterized` block, and a child `<parent>/dispatch-<unix>-<8 hex>` carrying the
 //! payload (snappy + base64 in `Job.Payload`, as Nomad) and the merged meta is registered with
 //! its evaluation in one log entry. The parameterized parent itself never gets an evaluation.
+//!
+//! A dispatch with an idempotency token returns the parent's child that carries the same
+//! token, whatever its status, as long as it is not garbage collected (Nomad's rule): no new
+//! child and no evaluation. The check and the registration of token-carrying dispatches are
+//! serialized on the leader, so two concurrent retries cannot both create a child.
 
 use std::collections::BTreeMap;
 
@@ -35,6 +40,24 @@ pub struct DispatchRequest {
     pub payload: Vec<u8>,
     pub meta: BTreeMap<String, String>,
     pub id_prefix_template: String,
+    /// Empty: every dispatch creates a child.
+    pub idempotency_token: String,
+}
+
+/// Serializes token-carrying dispatches between the token check and the registration of the
+/// child (Nomad checks only in the RPC handler, which lets concurrent retries both dispatch).
+/// One per process: leadership is per process, and dispatches without a token never wait.
+static TOKEN_DISPATCH_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// What a dispatch answers when the token's child already exists (Nomad's reply: its id,
+/// create index and modify index; no evaluation).
+fn existing_dispatch(child: &Job) -> DispatchResult {
+    DispatchResult {
+        dispatched_job_id: child.id.clone(),
+        job_create_index: child.create_index,
+        index: child.modify_index,
+        ..Default::default()
+    }
 }
 
 /// The child a dispatch registers (Nomad's copy of the parent with a derived id).
@@ -57,6 +80,7 @@ fn derive_child(parent: &Job, request: &DispatchRequest, now: i64) -> Job {
         status_description: String::new(),
         meta: (!meta.is_empty()).then_some(meta),
         payload: Some(encode_job_payload(&request.payload)),
+        dispatch_idempotency_token: request.idempotency_token.clone(),
         stable: false,
         version: 0,
         create_index: 0,
@@ -111,6 +135,19 @@ impl Server {
         validate_dispatch(&config, &request.payload, &request.meta)
             .map_err(ServerError::BadRequest)?;
 
+        let _serialized = if request.idempotency_token.is_empty() {
+            None
+        } else {
+            let guard = TOKEN_DISPATCH_LOCK.lock().await;
+            if let Some(existing) = self.snapshot().dispatched_child_with_token(
+                &parent.namespace,
+                &parent.id,
+                &request.idempotency_token,
+            ) {
+                return Ok(Reply::Dispatched(existing_dispatch(&existing)));
+            }
+            Some(guard)
+        };
         let child = derive_child(&parent, &request, now_nanos());
         // A periodic parameterized job's children are periodic: their launches get the
         // evaluations.
@@ -163,6 +200,7 @@ mod tests {
             payload: b"frame-42".to_vec(),
             meta: [("frame".to_string(), "42".to_string())].into(),
             id_prefix_template: "batch".into(),
+            idempotency_token: "retry-7".into(),
         };
         let child = derive_child(&parent, &request, 1_700_000_000_123_000_000);
         assert!(
@@ -179,11 +217,32 @@ mod tests {
         assert!(child.dispatched);
         assert!(!child.is_parameterized());
         assert_eq!(child.version, 0);
+        assert_eq!(child.dispatch_idempotency_token, "retry-7");
         let meta = child.meta.clone().unwrap();
         assert_eq!((meta["team"].as_str(), meta["frame"].as_str()), ("a", "42"));
         assert_eq!(
             decode_job_payload(child.payload.as_ref().unwrap()).unwrap(),
             b"frame-42"
+        );
+    }
+
+    #[test]
+    fn an_existing_child_answers_with_its_indexes_and_no_evaluation() {
+        let child = Job {
+            id: "render/dispatch-1-abcd0123".into(),
+            create_index: 7,
+            modify_index: 12,
+            ..Default::default()
+        };
+        assert_eq!(
+            existing_dispatch(&child),
+            DispatchResult {
+                dispatched_job_id: "render/dispatch-1-abcd0123".into(),
+                eval_id: String::new(),
+                eval_create_index: 0,
+                job_create_index: 7,
+                index: 12,
+            }
         );
     }
 }

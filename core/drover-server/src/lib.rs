@@ -35,6 +35,7 @@ mod worker;
 pub use broker::{BrokerError, BrokerStats, EvalBroker};
 pub use dispatch::{DispatchRequest, DispatchResult};
 pub use operator::{RaftMember, StateDigest};
+pub use periodic::{NextLaunch, next_periodic_launch};
 pub use routing::RPC_HOLD_TIMEOUT;
 pub use server::{RegisterResult, Server, ServerConfig};
 

@@ -49,6 +49,10 @@ pub struct JobDispatchRequest {
     pub meta: Option<BTreeMap<String, String>>,
     #[serde(rename = "IdPrefixTemplate")]
     pub id_prefix_template: String,
+    /// Nomad's `WriteRequest.IdempotencyToken`: a dispatch carrying the token of a child that
+    /// still exists returns that child instead of creating one.
+    #[serde(rename = "IdempotencyToken")]
+    pub idempotency_token: String,
 }
 
 impl JobDispatchRequest {

@@ -62,6 +62,11 @@ pub struct Job {
     pub dispatched: bool,
     #[serde(rename = "Payload")]
     pub payload: Opaque,
+    /// The token the dispatch that created this child carried (Nomad's
+    /// `DispatchIdempotencyToken`): a later dispatch of the same parent with the same token
+    /// returns this child instead of creating another.
+    #[serde(rename = "DispatchIdempotencyToken")]
+    pub dispatch_idempotency_token: String,
     #[serde(rename = "Meta")]
     pub meta: Meta,
     #[serde(rename = "ConsulToken")]

@@ -4,6 +4,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::job::{JOB_STATUS_DEAD, JOB_STATUS_RUNNING};
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct JobSummary {
@@ -47,4 +49,37 @@ pub struct JobChildrenSummary {
     pub running: i64,
     #[serde(rename = "Dead")]
     pub dead: i64,
+}
+
+impl JobChildrenSummary {
+    /// Counts one child job by its status, as Nomad's state store does: `running` and `dead`
+    /// are themselves, anything else (`pending`, or no status yet) is pending.
+    pub fn count(&mut self, status: &str) {
+        match status {
+            JOB_STATUS_RUNNING => self.running += 1,
+            JOB_STATUS_DEAD => self.dead += 1,
+            _ => self.pending += 1,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn children_are_counted_by_status_with_unknown_as_pending() {
+        let mut c = JobChildrenSummary::default();
+        for status in ["running", "dead", "dead", "pending", ""] {
+            c.count(status);
+        }
+        assert_eq!(
+            c,
+            JobChildrenSummary {
+                pending: 2,
+                running: 1,
+                dead: 2
+            }
+        );
+    }
 }

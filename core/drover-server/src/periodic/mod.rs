@@ -48,6 +48,33 @@ impl PeriodicDispatcher {
     }
 }
 
+/// When a periodic job launches next, as `job status` shows it (Nomad's `PeriodicConfig.Next`
+/// on the job's clock).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NextLaunch {
+    /// Unix nanoseconds.
+    pub at: i64,
+    /// Seconds east of UTC of the job's time zone at `at`.
+    pub utc_offset_secs: i32,
+}
+
+/// The next launch after `after` (unix nanoseconds) of a job with periodic block `config`,
+/// computed as the dispatcher computes it (its cron expressions in its time zone). `None`
+/// when the schedule matches no later time; an error for an unknown zone or a bad expression.
+pub fn next_periodic_launch(
+    config: &PeriodicConfig,
+    after: i64,
+) -> Result<Option<NextLaunch>, String> {
+    let Some(at) = schedule::next_launch(config, after)? else {
+        return Ok(None);
+    };
+    let utc_offset_secs = schedule::utc_offset_secs(config.zone_name(), at)?;
+    Ok(Some(NextLaunch {
+        at,
+        utc_offset_secs,
+    }))
+}
+
 /// Refuses a periodic job whose `time_zone` is unknown (Nomad checks it in
 /// `PeriodicConfig.Validate`; the model crate does no IO, so it is checked here).
 pub(crate) fn validate_time_zone(job: &Job) -> Result<(), ServerError> {
@@ -345,6 +372,37 @@ mod tests {
             })),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn the_next_launch_is_on_the_jobs_clock() {
+        let paris = PeriodicConfig {
+            enabled: true,
+            spec: "0 1 * * *".into(),
+            spec_type: "cron".into(),
+            time_zone: "Europe/Paris".into(),
+            ..Default::default()
+        };
+        // 2024-01-15T12:00:00Z: the next 01:00 in Paris (UTC+1) is 2024-01-16T00:00:00Z.
+        let after = 1_705_320_000 * 1_000_000_000;
+        assert_eq!(
+            next_periodic_launch(&paris, after),
+            Ok(Some(NextLaunch {
+                at: 1_705_363_200 * 1_000_000_000,
+                utc_offset_secs: 3600,
+            }))
+        );
+        let never = PeriodicConfig {
+            spec: "0 0 1 1 * 2000".into(),
+            time_zone: String::new(),
+            ..paris.clone()
+        };
+        assert_eq!(next_periodic_launch(&never, after), Ok(None));
+        let nowhere = PeriodicConfig {
+            time_zone: "Mars/Olympus_Mons".into(),
+            ..paris
+        };
+        assert!(next_periodic_launch(&nowhere, after).is_err());
     }
 
     #[test]

@@ -86,6 +86,14 @@ pub(crate) fn next_launch(p: &PeriodicConfig, after: i64) -> Result<Option<i64>,
     Ok(earliest)
 }
 
+/// The offset from UTC, in seconds, of `zone_name` (empty: UTC) at `unix_nanos`: what the
+/// launch time reads as on the job's wall clock.
+pub(crate) fn utc_offset_secs(zone_name: &str, unix_nanos: i64) -> Result<i32, String> {
+    let tz = zone(zone_name)?;
+    let ts = Timestamp::from_nanosecond(i128::from(unix_nanos)).map_err(|e| e.to_string())?;
+    Ok(tz.to_offset(ts).seconds())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -193,5 +201,23 @@ mod tests {
             next_launch(&p, 0).unwrap_err(),
             "failed parsing cron expression * *: missing field(s)"
         );
+    }
+
+    #[test]
+    fn offsets_follow_the_zone_and_its_daylight_saving() {
+        assert_eq!(utc_offset_secs("", at("2024-01-15T15:00:00Z")), Ok(0));
+        assert_eq!(
+            utc_offset_secs("America/New_York", at("2024-01-15T15:00:00Z")),
+            Ok(-5 * 3600)
+        );
+        assert_eq!(
+            utc_offset_secs("America/New_York", at("2024-07-15T15:00:00Z")),
+            Ok(-4 * 3600)
+        );
+        assert_eq!(
+            utc_offset_secs("Asia/Kolkata", at("2024-07-15T15:00:00Z")),
+            Ok(5 * 3600 + 1800)
+        );
+        assert!(utc_offset_secs("Mars/Olympus_Mons", 0).is_err());
     }
 }

@@ -206,6 +206,10 @@ pub fn serialize_allocations_as_held<S: Serializer>(
     serializer.collect_seq(allocs.iter().map(AllocationAsHeld))
 }
 
+fn is_default<T: Default + PartialEq>(value: &T) -> bool {
+    *value == T::default()
+}
+
 /// Whether serialization writes the fields dropped from a held allocation.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Derived {
@@ -232,18 +236,31 @@ impl Allocation {
             ),
         };
         let mut st = serializer.serialize_struct("Allocation", 36)?;
-        st.serialize_field("ID", &self.id)?;
-        st.serialize_field("Namespace", &self.namespace)?;
-        st.serialize_field("EvalID", &self.eval_id)?;
-        st.serialize_field("Name", &self.name)?;
-        st.serialize_field("NodeID", &self.node_id)?;
-        st.serialize_field("NodeName", &self.node_name)?;
-        st.serialize_field("JobID", &self.job_id)?;
-        st.serialize_field("Job", &self.job)?;
-        st.serialize_field("TaskGroup", &self.task_group)?;
-        st.serialize_field("Resources", &resources)?;
-        st.serialize_field("SharedResources", &shared_resources)?;
-        st.serialize_field("TaskResources", &task_resources)?;
+        // Written out, every field is present, as in Nomad's JSON. Held (the Raft log), a
+        // field at its default is left out: `Deserialize` defaults it back to the same value,
+        // and a placement's entry shrinks by a fifth.
+        macro_rules! field {
+            ($name:literal, $value:expr) => {{
+                let value = $value;
+                if derived == Derived::Omitted && is_default(value) {
+                    st.skip_field($name)?;
+                } else {
+                    st.serialize_field($name, value)?;
+                }
+            }};
+        }
+        field!("ID", &self.id);
+        field!("Namespace", &self.namespace);
+        field!("EvalID", &self.eval_id);
+        field!("Name", &self.name);
+        field!("NodeID", &self.node_id);
+        field!("NodeName", &self.node_name);
+        field!("JobID", &self.job_id);
+        field!("Job", &self.job);
+        field!("TaskGroup", &self.task_group);
+        field!("Resources", &resources);
+        field!("SharedResources", &shared_resources);
+        field!("TaskResources", &task_resources);
         match self
             .allocated_with_lifecycles()
             .filter(|_| derived == Derived::WrittenOut)
@@ -251,35 +268,35 @@ impl Allocation {
             Some(full) => st.serialize_field("AllocatedResources", &Some(full))?,
             None => st.serialize_field("AllocatedResources", &self.allocated_resources)?,
         }
-        st.serialize_field("Metrics", &self.metrics)?;
-        st.serialize_field("DesiredStatus", &self.desired_status)?;
-        st.serialize_field("DesiredDescription", &self.desired_description)?;
-        st.serialize_field("DesiredTransition", &self.desired_transition)?;
-        st.serialize_field("ClientStatus", &self.client_status)?;
-        st.serialize_field("ClientDescription", &self.client_description)?;
-        st.serialize_field("TaskStates", &self.task_states)?;
-        st.serialize_field("DeploymentID", &self.deployment_id)?;
-        st.serialize_field("DeploymentStatus", &self.deployment_status)?;
-        st.serialize_field("FollowupEvalID", &self.followup_eval_id)?;
-        st.serialize_field("RescheduleTracker", &self.reschedule_tracker)?;
-        st.serialize_field("PreemptedAllocations", &self.preempted_allocations)?;
-        st.serialize_field("PreemptedByAllocation", &self.preempted_by_allocation)?;
+        field!("Metrics", &self.metrics);
+        field!("DesiredStatus", &self.desired_status);
+        field!("DesiredDescription", &self.desired_description);
+        field!("DesiredTransition", &self.desired_transition);
+        field!("ClientStatus", &self.client_status);
+        field!("ClientDescription", &self.client_description);
+        field!("TaskStates", &self.task_states);
+        field!("DeploymentID", &self.deployment_id);
+        field!("DeploymentStatus", &self.deployment_status);
+        field!("FollowupEvalID", &self.followup_eval_id);
+        field!("RescheduleTracker", &self.reschedule_tracker);
+        field!("PreemptedAllocations", &self.preempted_allocations);
+        field!("PreemptedByAllocation", &self.preempted_by_allocation);
         if self.previous_allocation.is_empty() {
             st.skip_field("PreviousAllocation")?;
         } else {
-            st.serialize_field("PreviousAllocation", &self.previous_allocation)?;
+            field!("PreviousAllocation", &self.previous_allocation);
         }
         if self.next_allocation.is_empty() {
             st.skip_field("NextAllocation")?;
         } else {
-            st.serialize_field("NextAllocation", &self.next_allocation)?;
+            field!("NextAllocation", &self.next_allocation);
         }
-        st.serialize_field("NetworkStatus", &self.network_status)?;
-        st.serialize_field("CreateIndex", &self.create_index)?;
-        st.serialize_field("ModifyIndex", &self.modify_index)?;
-        st.serialize_field("AllocModifyIndex", &self.alloc_modify_index)?;
-        st.serialize_field("CreateTime", &self.create_time)?;
-        st.serialize_field("ModifyTime", &self.modify_time)?;
+        field!("NetworkStatus", &self.network_status);
+        field!("CreateIndex", &self.create_index);
+        field!("ModifyIndex", &self.modify_index);
+        field!("AllocModifyIndex", &self.alloc_modify_index);
+        field!("CreateTime", &self.create_time);
+        field!("ModifyTime", &self.modify_time);
         st.end()
     }
 }
