@@ -1,6 +1,7 @@
 //! Periodic and parameterized jobs end to end, through a real dev agent and the CLI: forced
-//! and scheduled launches of periodic children, overlap prohibition, and dispatching
-//! parameterized jobs with payloads and meta.
+//! and scheduled launches of periodic children, overlap prohibition, dispatching
+//! parameterized jobs with payloads, meta and idempotency tokens, and `job status` of the
+//! parents (next launch, children summary, launched and dispatched children).
 
 use std::time::Duration;
 
@@ -96,6 +97,42 @@ fn forcing_a_periodic_job_launches_a_child_that_runs_and_the_parent_stays_runnin
     assert!(
         allocs(&agent, "report").is_empty(),
         "the parent runs nothing"
+    );
+
+    // Nomad's view of a periodic parent: the next launch on the job's clock (Paris, UTC+1 in
+    // January), the children counted by status, and the launched children.
+    agent.eventually("the child to be dead", WAIT, || {
+        agent
+            .get(&format!("/v1/job/{child}"))
+            .is_ok_and(|j| j["Status"] == "dead")
+    });
+    let summary: Value = agent.get("/v1/job/report/summary").unwrap();
+    assert_eq!(
+        summary["Children"],
+        serde_json::json!({"Pending": 0, "Running": 0, "Dead": 1})
+    );
+    let out = agent.cli(&["job", "status", "report"]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    let status = String::from_utf8_lossy(&out.stdout).to_string();
+    let next = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Next Periodic Launch = "))
+        .unwrap_or_else(|| panic!("no next launch in:\n{status}"));
+    assert!(
+        next.starts_with("2099-01-01T00:00:00+01:00 (") && next.ends_with(" from now)"),
+        "{next}"
+    );
+    assert!(
+        status.contains("\nChildren Job Summary\nPending  Running  Dead\n0        0        1\n"),
+        "{status}"
+    );
+    assert!(!status.contains("\nSummary\n"), "{status}");
+    assert!(
+        status.contains(&format!(
+            "\nPreviously Launched Jobs\nID{}Status\n{child}  dead",
+            " ".repeat(child.len())
+        )),
+        "{status}"
     );
 
     let out = agent.cli(&["job", "periodic", "force", "-detach", "report"]);
@@ -267,6 +304,75 @@ fn dispatching_runs_a_child_that_reads_its_payload_and_meta() {
         "the parent runs nothing"
     );
     assert_eq!(agent.get("/v1/job/render").unwrap()["Status"], "running");
+
+    // A token dispatches once: the same token again answers the same child, and no evaluation.
+    let dispatch_with_token = |token: &str| {
+        let out = agent.cli(&[
+            "job",
+            "dispatch",
+            "-detach",
+            "-meta",
+            "frame=7",
+            "-idempotency-token",
+            token,
+            "render",
+            input.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{}", output_text(&out));
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let first = dispatch_with_token("retry-1");
+    let tokened = first
+        .lines()
+        .find_map(|l| l.strip_prefix("Dispatched Job ID = "))
+        .unwrap_or_else(|| panic!("no dispatched job id in: {first}"))
+        .trim()
+        .to_string();
+    assert!(first.contains("Evaluation ID     = "), "{first}");
+    let again = dispatch_with_token("retry-1");
+    assert_eq!(again, format!("Dispatched Job ID = {tokened}\n"));
+    let other = dispatch_with_token("retry-2");
+    assert!(!other.contains(&tokened), "{other}");
+    let child_json: Value = agent.get(&format!("/v1/job/{tokened}")).unwrap();
+    assert_eq!(child_json["DispatchIdempotencyToken"], "retry-1");
+    let out = agent.cli(&["job", "status", "-short", &tokened]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("\nIdempotency Token = retry-1\n"),
+        "{}",
+        output_text(&out)
+    );
+    let dispatched: Vec<String> = children(&agent, "render");
+    assert_eq!(dispatched.len(), 3, "{dispatched:?}");
+
+    // Nomad's view of a parameterized parent: its block, the children counted by status (all
+    // three, however far each has got), and the dispatched children.
+    let out = agent.cli(&["job", "status", "render"]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    let status = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        status.contains(
+            "\nParameterized Job\nPayload           = required\nRequired Metadata = frame\nOptional Metadata = note\n"
+        ),
+        "{status}"
+    );
+    let counts = status
+        .split("\nParameterized Job Summary\nPending  Running  Dead\n")
+        .nth(1)
+        .and_then(|rest| rest.lines().next())
+        .unwrap_or_else(|| panic!("no children summary in:\n{status}"));
+    let total: i64 = counts
+        .split_whitespace()
+        .map(|n| n.parse::<i64>().unwrap())
+        .sum();
+    assert_eq!(total, 3, "{counts}");
+    let listed = status
+        .split("\nDispatched Jobs\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no dispatched jobs in:\n{status}"));
+    for id in &dispatched {
+        assert!(listed.contains(id.as_str()), "{id} not in:\n{status}");
+    }
+    assert!(!status.contains("Next Periodic Launch"), "{status}");
 
     // Nomad's refusals, as the CLI prints them.
     let out = agent.cli(&[

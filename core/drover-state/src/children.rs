@@ -97,9 +97,7 @@ mod tests {
             dead: 1,
         };
         assert_eq!(snap.children_summary("default", "render"), expected);
-        let (summary, index) = snap
-            .job_summary_with_children("default", "render")
-            .unwrap();
+        let (summary, index) = snap.job_summary_with_children("default", "render").unwrap();
         assert_eq!(summary.children, expected);
         assert_eq!(index, 5, "the latest change of a child");
         assert!(snap.job_summary_with_children("default", "nope").is_none());

@@ -64,8 +64,12 @@ pub struct Job {
     pub payload: Opaque,
     /// The token the dispatch that created this child carried (Nomad's
     /// `DispatchIdempotencyToken`): a later dispatch of the same parent with the same token
-    /// returns this child instead of creating another.
-    #[serde(rename = "DispatchIdempotencyToken")]
+    /// returns this child instead of creating another. Left out of the JSON when empty, as in
+    /// the reference job samples (Nomad versions before the token).
+    #[serde(
+        rename = "DispatchIdempotencyToken",
+        skip_serializing_if = "String::is_empty"
+    )]
     pub dispatch_idempotency_token: String,
     #[serde(rename = "Meta")]
     pub meta: Meta,

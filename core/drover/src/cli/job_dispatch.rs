@@ -1,5 +1,7 @@
-//! `drover job dispatch [-meta k=v]... [-id-prefix-template T] JOB [INPUT_FILE|-]`: dispatches
-//! a parameterized job over `PUT /v1/job/:id/dispatch`, with Nomad's flags and texts.
+//! `drover job dispatch [-meta k=v]... [-id-prefix-template T] [-idempotency-token T] JOB
+//! [INPUT_FILE|-]`: dispatches a parameterized job over `PUT /v1/job/:id/dispatch`, with
+//! Nomad's flags and texts. With a token whose child still exists, the server answers that
+//! child and no evaluation, so the command prints its id and does not monitor.
 
 use std::collections::BTreeMap;
 use std::io::Read as _;
@@ -23,6 +25,10 @@ pub struct DispatchArgs {
     /// A prefix for the dispatched job's id, after "dispatch-"
     #[arg(long = "id-prefix-template", value_name = "PREFIX", default_value = "")]
     pub id_prefix_template: String,
+    /// Dispatch at most one child per token: a dispatch with the token of a child that still
+    /// exists returns that child
+    #[arg(long = "idempotency-token", value_name = "TOKEN", default_value = "")]
+    pub idempotency_token: String,
     /// Return right after dispatching instead of monitoring the evaluation
     #[arg(long)]
     pub detach: bool,
@@ -150,6 +156,7 @@ pub fn run(client: &Client, args: DispatchArgs) -> anyhow::Result<Exit> {
         "Payload": (!payload.is_empty()).then(|| base64(&payload)),
         "Meta": meta,
         "IdPrefixTemplate": args.id_prefix_template,
+        "IdempotencyToken": args.idempotency_token,
     });
     let resp: DispatchResponse = match client.put_json(&path, &[], &body) {
         Ok(r) => r,
@@ -210,6 +217,8 @@ mod tests {
             "frame=42",
             "-meta=owner=me",
             "-id-prefix-template=nightly",
+            "-idempotency-token",
+            "retry-1",
             "-detach",
             "render",
             "-",
@@ -229,6 +238,7 @@ mod tests {
         };
         assert_eq!(d.meta, ["frame=42", "owner=me"]);
         assert_eq!(d.id_prefix_template, "nightly");
+        assert_eq!(d.idempotency_token, "retry-1");
         assert!(d.detach);
         assert_eq!((d.job.as_str(), d.input.as_deref()), ("render", Some("-")));
     }

@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::api::{Client, escape_segment};
 use super::format::{FULL_ID, SHORT_ID, format_kv, format_list, limit};
 use super::metrics::format_alloc_metrics;
-use super::timefmt::{ago, format_time, parse_time};
+use super::timefmt::{ago, format_time, format_time_at_offset, go_duration, parse_time};
 use super::{Exit, job, ui};
 
 /// Placement failures of more groups than this are left to `eval status`.
@@ -147,9 +147,9 @@ pub fn alloc_stub_table(stubs: &[AllocListStub], verbose: bool, length: usize) -
     format_list(&rows)
 }
 
-/// The `Key|Value` rows at the top of `job status ID`.
-fn basic_rows(job: &Job) -> Vec<String> {
-    vec![
+/// The `Key|Value` rows at the top of `job status ID`, `now` in unix nanoseconds.
+fn basic_rows(job: &Job, now: i64) -> Vec<String> {
+    let mut rows = vec![
         format!("ID|{}", job.id),
         format!("Name|{}", job.name),
         format!("Submit Date|{}", format_time(job.submit_time)),
@@ -160,7 +160,40 @@ fn basic_rows(job: &Job) -> Vec<String> {
         format!("Status|{}", status_string(&job.status, job.stop)),
         format!("Periodic|{}", job.is_periodic()),
         format!("Parameterized|{}", job.is_parameterized()),
-    ]
+    ];
+    if !job.dispatch_idempotency_token.is_empty() {
+        rows.push(format!(
+            "Idempotency Token|{}",
+            job.dispatch_idempotency_token
+        ));
+    }
+    if job.is_periodic()
+        && !job.is_parameterized()
+        && let Some(next) = next_launch_text(job, now)
+    {
+        rows.push(format!("Next Periodic Launch|{next}"));
+    }
+    rows
+}
+
+/// Nomad's "Next Periodic Launch" value: the next launch on the job's clock and how far off it
+/// is ("2026-11-30T01:00:00Z (4m32s from now)"), computed by the dispatcher's own schedule
+/// code. `None` (no line, as Nomad when it cannot compute one) for an unknown zone, a bad
+/// expression, or a schedule with no later time.
+fn next_launch_text(job: &Job, now: i64) -> Option<String> {
+    if job.stop {
+        return Some("none (job stopped)".into());
+    }
+    let config = job.periodic_config()?;
+    let next = drover_server::next_periodic_launch(&config, now).ok()??;
+    // Go's formatTimeDifference(now, next, time.Second): both truncated to the second.
+    const SECOND: i64 = 1_000_000_000;
+    let until = (next.at.div_euclid(SECOND) - now.div_euclid(SECOND)).saturating_mul(SECOND);
+    Some(format!(
+        "{} ({} from now)",
+        format_time_at_offset(next.at, i64::from(next.utc_offset_secs)),
+        go_duration(until)
+    ))
 }
 
 fn show_job(client: &Client, prefix: &str, args: &JobStatusArgs) -> anyhow::Result<Exit> {
@@ -180,7 +213,8 @@ fn show_job(client: &Client, prefix: &str, args: &JobStatusArgs) -> anyhow::Resu
             return Ok(1);
         }
     };
-    ui::out(&format_kv(&basic_rows(&job)));
+    let now = drover_structs::time::now_nanos();
+    ui::out(&format_kv(&basic_rows(&job, now)));
     if args.short {
         return Ok(0);
     }
@@ -540,6 +574,82 @@ mod tests {
             job_list_table(&jobs, false),
             "ID       Type            Priority  Status          Submit Date\n\
              nightly  batch/periodic  50        dead (stopped)  <none>"
+        );
+    }
+
+    /// 2026-11-30T00:55:28.5Z.
+    const NOW: i64 = 1_796_000_128_500_000_000;
+
+    fn periodic_parent(spec: &str, zone: &str) -> Job {
+        Job {
+            id: "nightly".into(),
+            job_type: "batch".into(),
+            status: "running".into(),
+            periodic: Some(json!({
+                "Enabled": true, "Spec": spec, "SpecType": "cron", "TimeZone": zone
+            })),
+            ..Default::default()
+        }
+    }
+
+    fn row<'a>(rows: &'a [String], key: &str) -> Option<&'a str> {
+        rows.iter()
+            .find_map(|r| r.strip_prefix(key).and_then(|r| r.strip_prefix('|')))
+    }
+
+    #[test]
+    fn next_periodic_launch_reads_as_nomads_on_the_jobs_clock() {
+        let utc = basic_rows(&periodic_parent("0 1 * * *", ""), NOW);
+        assert_eq!(
+            row(&utc, "Next Periodic Launch"),
+            Some("2026-11-30T01:00:00Z (4m32s from now)")
+        );
+        // 01:00 in Paris (UTC+1 in November) is 00:00Z the next day.
+        let paris = basic_rows(&periodic_parent("0 1 * * *", "Europe/Paris"), NOW);
+        assert_eq!(
+            row(&paris, "Next Periodic Launch"),
+            Some("2026-12-01T01:00:00+01:00 (23h4m32s from now)")
+        );
+        let mut stopped = periodic_parent("0 1 * * *", "");
+        stopped.stop = true;
+        assert_eq!(
+            row(&basic_rows(&stopped, NOW), "Next Periodic Launch"),
+            Some("none (job stopped)")
+        );
+        // No line when it cannot be computed, nor for jobs that are not periodic parents.
+        let nowhere = periodic_parent("0 1 * * *", "Mars/Olympus_Mons");
+        assert_eq!(
+            row(&basic_rows(&nowhere, NOW), "Next Periodic Launch"),
+            None
+        );
+        let mut parameterized = periodic_parent("0 1 * * *", "");
+        parameterized.parameterized_job = Some(json!({"Payload": "optional"}));
+        assert_eq!(
+            row(&basic_rows(&parameterized, NOW), "Next Periodic Launch"),
+            None
+        );
+        assert_eq!(
+            row(&basic_rows(&Job::default(), NOW), "Next Periodic Launch"),
+            None
+        );
+    }
+
+    #[test]
+    fn a_dispatched_child_shows_its_idempotency_token() {
+        let child = Job {
+            id: "render/dispatch-1-a".into(),
+            dispatched: true,
+            dispatch_idempotency_token: "retry-7".into(),
+            ..Default::default()
+        };
+        let rows = basic_rows(&child, NOW);
+        assert_eq!(
+            rows.last().map(String::as_str),
+            Some("Idempotency Token|retry-7")
+        );
+        assert_eq!(
+            row(&basic_rows(&Job::default(), NOW), "Idempotency Token"),
+            None
         );
     }
 

@@ -43,6 +43,15 @@ pub fn format_time(unix_nanos: i64) -> String {
     format_with_offset(unix_nanos, local_offset_secs(unix_nanos.div_euclid(NANOS)))
 }
 
+/// Nomad's `formatTime` of a time carried in a given zone (as Go's `time.Time` carries its
+/// location): ISO 8601 with that zone's offset, "Z" for UTC, "" at or before the epoch.
+pub fn format_time_at_offset(unix_nanos: i64, offset_secs: i64) -> String {
+    if unix_nanos < NANOS {
+        return String::new();
+    }
+    format_with_offset(unix_nanos, offset_secs)
+}
+
 /// Now, formatted like [`format_time`] (monitor lines).
 pub fn now_formatted() -> String {
     format_time(now_nanos())
