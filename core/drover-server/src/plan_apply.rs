@@ -31,6 +31,10 @@ pub fn evaluate_plan(snap: &StateSnapshot, plan: &Plan) -> PlanResult {
 #[derive(Default)]
 pub struct UsageOverlay {
     nodes: HashMap<String, NodeAllocUsage>,
+    /// Allocations whose stored version earlier plans of the batch already took out of
+    /// `nodes` (stopped, preempted, updated in place): the snapshot still shows them, and
+    /// taking one out twice would undercount its node.
+    removed: std::collections::HashSet<String>,
 }
 
 impl UsageOverlay {
@@ -110,6 +114,7 @@ pub fn evaluate_plan_over(
     let mut verdict = PlanVerdict::default();
     let mut refused = false;
     let mut accepted: Vec<(String, NodeAllocUsage)> = Vec::new();
+    let mut removed: Vec<String> = Vec::new();
     let nodes: BTreeSet<&String> = plan
         .node_allocation
         .keys()
@@ -122,8 +127,9 @@ pub fn evaluate_plan_over(
         match fits_node(snap, overlay, node_id, stops, preempts, places) {
             Fit::Fits(usage) => {
                 verdict.placing_nodes.insert(node_id.clone());
-                if let Some(u) = usage {
+                if let Some((u, gone)) = usage {
                     accepted.push((node_id.clone(), u));
+                    removed.extend(gone);
                 }
             }
             Fit::Refused => refused = true,
@@ -133,18 +139,21 @@ pub fn evaluate_plan_over(
         if plan.all_at_once {
             verdict.nothing = true;
             accepted.clear();
+            removed.clear();
         }
         verdict.refresh_index = snap.latest_index().max(1);
     }
     // Stops that placed nothing leave the overlay alone: counting their freed capacity early
     // could only make a later plan of the batch look tighter than it is, never overcommit.
     overlay.nodes.extend(accepted);
+    overlay.removed.extend(removed);
     verdict
 }
 
 enum Fit {
-    /// Fits; with the node's usage after the plan when the plan places something there.
-    Fits(Option<NodeAllocUsage>),
+    /// Fits; with the node's usage after the plan, and the allocations whose stored version
+    /// it took out, when the plan places something there.
+    Fits(Option<(NodeAllocUsage, Vec<String>)>),
     Refused,
 }
 
@@ -169,6 +178,7 @@ fn fits_node(
         return Fit::Refused;
     }
     let mut usage = overlay.usage(snap, node_id);
+    let mut gone = Vec::new();
     let leaving = stops
         .into_iter()
         .flatten()
@@ -181,17 +191,21 @@ fn fits_node(
         if a.create_index == 0 && a.modify_index == 0 {
             continue;
         }
+        if overlay.removed.contains(&a.id) {
+            continue;
+        }
         if let Some(existing) = snap.alloc(&a.id)
             && existing.node_id == node_id
         {
             usage.remove(&existing);
+            gone.push(a.id.clone());
         }
     }
     for a in places {
         usage.add(a);
     }
     if usage_fits(&node, &usage).is_ok() {
-        Fit::Fits(Some(usage))
+        Fit::Fits(Some((usage, gone)))
     } else {
         Fit::Refused
     }
@@ -444,6 +458,44 @@ mod tests {
         let plan = plan_placing(&node);
         let after = evaluate_plan_over(&snap, &mut overlay, &plan);
         assert_eq!(counts(&after, &plan), (1, 0));
+    }
+
+    #[test]
+    fn an_allocation_stopped_by_an_earlier_plan_is_not_taken_out_of_its_node_twice() {
+        let (store, node) = store_with_small_node();
+        let job = Arc::new(mock_job());
+        store.upsert_job(2, (*job).clone());
+        let running = mock_alloc(&job, &node, 0);
+        store.upsert_plan_results(3, Some(job.clone()), vec![], vec![running.clone()], vec![]);
+        let stored = store.snapshot().alloc(&running.id).unwrap();
+        assert_ne!(stored.create_index, 0);
+        // Two plans each stop the running allocation and place one in its room; the snapshot
+        // shows it running to both (both are checked in one batch).
+        let replacing = |i| {
+            let mut plan = Plan {
+                job: Some(job.clone()),
+                ..Default::default()
+            };
+            plan.append_stop(&stored, "replaced", None);
+            plan.node_allocation
+                .insert(node.id.clone(), vec![mock_alloc(&job, &node, i)]);
+            plan
+        };
+        let snap = store.snapshot();
+        let mut overlay = UsageOverlay::default();
+        let first = replacing(1);
+        assert_eq!(
+            counts(&evaluate_plan_over(&snap, &mut overlay, &first), &first),
+            (1, 1)
+        );
+        let second = replacing(2);
+        let verdict = evaluate_plan_over(&snap, &mut overlay, &second);
+        assert_eq!(
+            counts(&verdict, &second).0,
+            0,
+            "the room was freed once and is taken"
+        );
+        assert_ne!(verdict.refresh_index, 0);
     }
 
     #[test]
