@@ -245,11 +245,14 @@ impl StateStore {
                     a.modify_index = index;
                     a.alloc_modify_index = index;
                     a.modify_time = now;
-                    jobs_touched.insert(key(&a.namespace, &a.job_id));
+                    touch_job(&mut jobs_touched, &a);
                     put_alloc(t, &mut usage, a);
                 }
                 for mut a in placed {
-                    match t.allocs.get(a.id.as_str()).cloned() {
+                    // One lookup among the allocations gives both the stored version and the
+                    // shared key the indexes hold.
+                    let (id, existing) = stored_alloc(t, &a.id);
+                    match &existing {
                         Some(existing) => {
                             // In-place update: the server's fields change, the client's stay.
                             a.create_index = existing.create_index;
@@ -271,9 +274,9 @@ impl StateStore {
                     a.modify_index = index;
                     a.alloc_modify_index = index;
                     a.modify_time = now;
-                    index_alloc(t, &a);
-                    jobs_touched.insert(key(&a.namespace, &a.job_id));
-                    put_alloc(t, &mut usage, a);
+                    index_alloc(t, &id, &a);
+                    touch_job(&mut jobs_touched, &a);
+                    insert_alloc(t, &mut usage, id, existing, a);
                 }
                 upsert_evals_in(t, index, evals);
                 usage.flush(t);
@@ -306,7 +309,7 @@ impl StateStore {
                     }
                     a.modify_index = index;
                     a.modify_time = now;
-                    jobs_touched.insert(key(&a.namespace, &a.job_id));
+                    touch_job(&mut jobs_touched, &a);
                     put_alloc(t, &mut usage, a);
                 }
                 usage.flush(t);
@@ -487,19 +490,29 @@ impl UsagePending {
 }
 
 /// Stores a new version of an allocation, keeping its node's usage in step.
-fn put_alloc(t: &mut Tables, usage: &mut UsagePending, mut a: Allocation) {
+fn put_alloc(t: &mut Tables, usage: &mut UsagePending, a: Allocation) {
+    let (id, old) = stored_alloc(t, &a.id);
+    insert_alloc(t, usage, id, old, a);
+}
+
+/// Stores `a` under `id`, replacing `old` (what `stored_alloc` found).
+fn insert_alloc(
+    t: &mut Tables,
+    usage: &mut UsagePending,
+    id: AllocKey,
+    old: Option<Arc<Allocation>>,
+    mut a: Allocation,
+) {
     // Serialization derives them again; a million stored allocations would hold 1.5 GB of them.
     a.drop_derivable_legacy_resources();
-    let old = t.allocs.get(a.id.as_str()).cloned();
     usage.track(t, old.as_deref(), &a);
     let a = Arc::new(a);
-    t.allocs.insert(alloc_key(t, &a.id), a.clone());
+    t.allocs.insert(id, a.clone());
     // Every caller stamps `ModifyIndex` with the write's index before storing.
     crate::csi::alloc_written(t, old.as_deref(), &a);
 }
 
-fn index_alloc(t: &mut Tables, a: &Allocation) {
-    let id = alloc_key(t, &a.id);
+fn index_alloc(t: &mut Tables, id: &AllocKey, a: &Allocation) {
     t.allocs_by_node
         .entry(a.node_id.clone())
         .or_default()
@@ -507,14 +520,26 @@ fn index_alloc(t: &mut Tables, a: &Allocation) {
     t.allocs_by_job
         .entry(key(&a.namespace, &a.job_id))
         .or_default()
-        .insert(id);
+        .insert(id.clone());
 }
 
-/// The tables' shared copy of an allocation id: the one already stored, else a new one.
-fn alloc_key(t: &Tables, id: &str) -> AllocKey {
+/// Notes the allocation's job for the summaries refreshed after the write; a plan touches one
+/// job or a few, so the set is searched rather than handed a new key per allocation.
+fn touch_job(jobs: &mut BTreeSet<NsKey>, a: &Allocation) {
+    if !jobs
+        .iter()
+        .any(|(ns, id)| *ns == a.namespace && *id == a.job_id)
+    {
+        jobs.insert(key(&a.namespace, &a.job_id));
+    }
+}
+
+/// The tables' shared copy of an allocation id (the one already stored, else a new one) and
+/// the stored allocation.
+fn stored_alloc(t: &Tables, id: &str) -> (AllocKey, Option<Arc<Allocation>>) {
     match t.allocs.get_key_value(id) {
-        Some((k, _)) => k.clone(),
-        None => AllocKey::from(id),
+        Some((k, a)) => (k.clone(), Some(a.clone())),
+        None => (AllocKey::from(id), None),
     }
 }
 
@@ -589,7 +614,10 @@ fn recompute_summary(t: &mut Tables, k: &NsKey, index: u64) {
     if let Some(ids) = t.allocs_by_job.get(k) {
         for id in ids {
             let Some(a) = t.allocs.get(id) else { continue };
-            let g = s.summary.entry(a.task_group.clone()).or_default();
+            let g = match s.summary.get_mut(&a.task_group) {
+                Some(g) => g,
+                None => s.summary.entry(a.task_group.clone()).or_default(),
+            };
             match a.client_status.as_str() {
                 ALLOC_CLIENT_PENDING => g.starting += 1,
                 ALLOC_CLIENT_RUNNING => g.running += 1,
