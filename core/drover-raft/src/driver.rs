@@ -71,6 +71,9 @@ pub(crate) struct Driver<S: StateMachine> {
     leading: Option<(u64, u64)>,
     /// Take a snapshot at the end of this Ready whatever the threshold says.
     snapshot_due: bool,
+    /// A snapshot being encoded on its own thread (`StateMachine::snapshot_deferred`): its
+    /// metadata, fixed when it was taken, comes back with the data.
+    snapshot_encoding: Option<Receiver<(SnapshotMetadata, Vec<u8>)>>,
     /// Settled proposals, answered by the next `publish`.
     answers: Vec<(Reply, Result<Applied, RaftError>)>,
     /// ReadIndex requests sent to the leader, by request context.
@@ -160,6 +163,7 @@ impl<S: StateMachine> Driver<S> {
             applied: snapshot_index,
             leading: None,
             snapshot_due: false,
+            snapshot_encoding: None,
             answers: Vec::new(),
             reads_asked: HashMap::new(),
             reads_confirmed: Vec::new(),
@@ -225,6 +229,7 @@ impl<S: StateMachine> Driver<S> {
                 self.reads_confirmed.retain(|(_, reply)| !reply.is_closed());
             }
             self.process_ready()?;
+            self.store_encoded_snapshot()?;
             self.publish(None);
             if shutdown {
                 return Ok(());
@@ -582,6 +587,13 @@ impl<S: StateMachine> Driver<S> {
         if since == 0 || !(threshold_reached || self.snapshot_due) {
             return Ok(());
         }
+        // Threshold snapshots of a state machine that can encode off this thread do so; one
+        // at a time. Those due for a configuration change are taken here and now: a server
+        // just added may be waiting for one that names it.
+        let deferred = !self.snapshot_due;
+        if deferred && self.snapshot_encoding.is_some() {
+            return Ok(());
+        }
         self.snapshot_due = false;
         let Some(term) = store.term_of(self.applied) else {
             return Err(RaftError::CorruptStorage(format!(
@@ -595,6 +607,20 @@ impl<S: StateMachine> Driver<S> {
             conf_state: Some(store.conf_state().clone()).into(),
             ..SnapshotMetadata::default()
         };
+        if deferred && let Some(encode) = self.sm.snapshot_deferred() {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let spawned = std::thread::Builder::new()
+                .name(format!("raft-snapshot-{}", self.id))
+                .spawn(move || {
+                    let data = encode();
+                    let _ = tx.send((meta, data));
+                });
+            match spawned {
+                Ok(_) => self.snapshot_encoding = Some(rx),
+                Err(e) => tracing::error!(id = self.id, error = %e, "snapshot thread not started"),
+            }
+            return Ok(());
+        }
         let data = self.sm.snapshot();
         tracing::debug!(
             id = self.id,
@@ -604,6 +630,40 @@ impl<S: StateMachine> Driver<S> {
         );
         // Not durable by itself: if it is lost in a crash, so is the compaction (redb keeps
         // the transaction whole), and the next durable commit makes both durable.
+        self.raw
+            .mut_store()
+            .write(Some(SnapshotToSave { meta, data: &data }), &[], false)
+    }
+
+    /// Stores the snapshot encoded off this thread, once it is ready, and compacts the log up
+    /// to it, unless a newer snapshot (one installed from the leader) got there first.
+    fn store_encoded_snapshot(&mut self) -> Result<(), RaftError> {
+        let Some(rx) = &self.snapshot_encoding else {
+            return Ok(());
+        };
+        let (meta, data) = match rx.try_recv() {
+            Ok(done) => done,
+            Err(TryRecvError::Empty) => return Ok(()),
+            Err(TryRecvError::Disconnected) => {
+                tracing::error!(
+                    id = self.id,
+                    "snapshot encoding thread ended without a result"
+                );
+                self.snapshot_encoding = None;
+                return Ok(());
+            }
+        };
+        self.snapshot_encoding = None;
+        if meta.index <= self.raw.store().snapshot_meta().index {
+            return Ok(());
+        }
+        tracing::debug!(
+            id = self.id,
+            index = meta.index,
+            bytes = data.len(),
+            "snapshot taken off the raft thread"
+        );
+        // As in `maybe_snapshot`: made durable by the next durable commit.
         self.raw
             .mut_store()
             .write(Some(SnapshotToSave { meta, data: &data }), &[], false)

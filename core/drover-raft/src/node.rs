@@ -27,6 +27,13 @@ pub trait StateMachine: Send + 'static {
     /// fresh state machine when a new cluster is bootstrapped: that snapshot, at index 1,
     /// carries the first configuration to servers added later.
     fn snapshot(&self) -> Vec<u8>;
+    /// The state as of now, serialized later: the driver runs the returned closure on a thread
+    /// of its own, so a large state does not stop the log while it is encoded. The closure must
+    /// give what `snapshot` would have given at this moment. `None` (the default): the driver
+    /// calls `snapshot` on its own thread.
+    fn snapshot_deferred(&self) -> Option<Box<dyn FnOnce() -> Vec<u8> + Send>> {
+        None
+    }
     /// Replace the whole state with a snapshot's data. A payload it cannot read (corrupt, or
     /// an unknown version) is an error, never a silently empty state.
     fn restore(&mut self, index: u64, data: &[u8]) -> Result<(), String>;

@@ -350,6 +350,14 @@ impl drover_raft::StateMachine for Fsm {
         self.state.snapshot().encode()
     }
 
+    /// The state store's snapshots cost nothing to take and stay as they were while the store
+    /// moves on: a million allocations are encoded (gigabytes of JSON, tens of seconds) without
+    /// holding up the log.
+    fn snapshot_deferred(&self) -> Option<Box<dyn FnOnce() -> Vec<u8> + Send>> {
+        let snap = self.state.snapshot();
+        Some(Box::new(move || snap.encode()))
+    }
+
     fn restore(&mut self, _index: u64, data: &[u8]) -> Result<(), String> {
         self.state.restore(data).map_err(|e| e.to_string())
     }

@@ -294,3 +294,86 @@ fn invalid_configs_are_refused() {
     let err = RaftNode::start(cfg, RecordingSm::default(), Arc::new(NoTransport)).unwrap_err();
     assert!(matches!(err, RaftError::InvalidConfig(_)), "{err}");
 }
+
+/// A `RecordingSm` whose threshold snapshots encode off the Raft thread, each waiting for the
+/// test to let it finish.
+struct DeferredSm {
+    inner: RecordingSm,
+    release: Arc<std::sync::Mutex<std::sync::mpsc::Receiver<()>>>,
+}
+
+impl crate::StateMachine for DeferredSm {
+    fn apply(&mut self, index: u64, data: &[u8]) -> Vec<u8> {
+        self.inner.apply(index, data)
+    }
+    fn snapshot(&self) -> Vec<u8> {
+        self.inner.snapshot()
+    }
+    fn snapshot_deferred(&self) -> Option<Box<dyn FnOnce() -> Vec<u8> + Send>> {
+        // What `snapshot` gives now, handed over once the test releases it.
+        let data = self.inner.snapshot();
+        let release = self.release.clone();
+        Some(Box::new(move || {
+            let _ = release.lock().unwrap().recv();
+            data
+        }))
+    }
+    fn restore(&mut self, index: u64, data: &[u8]) -> Result<(), String> {
+        self.inner.restore(index, data)
+    }
+}
+
+#[tokio::test]
+async fn a_threshold_snapshot_encodes_off_the_raft_thread_while_entries_keep_committing() {
+    let dir = TempDir::new("single-deferred-snap");
+    let recorded = RecordingSm::default();
+    let (release, released) = std::sync::mpsc::channel();
+    let sm = DeferredSm {
+        inner: recorded.clone(),
+        release: Arc::new(std::sync::Mutex::new(released)),
+    };
+    let node = RaftNode::start(single_config(&dir, 10), sm, Arc::new(NoTransport)).unwrap();
+    node.wait_for_leader(Duration::from_secs(2)).await.unwrap();
+    propose_n(&node, 0..12).await;
+    // The snapshot taken at the threshold is held in its encoder; the log goes on regardless.
+    let more = propose_n(&node, 12..40).await;
+    assert_eq!(recorded.len(), 40);
+    assert!(node.status().snapshot_index <= 1, "{:?}", node.status());
+    release.send(()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let taken_at = loop {
+        let status = node.status();
+        if status.snapshot_index > 1 {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the encoded snapshot was never stored"
+        );
+        // Any command wakes the driver; a read is one that changes nothing.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(
+        taken_at.snapshot_index >= 10 && taken_at.snapshot_index < *more.last().unwrap(),
+        "stored at the index it was taken at, not a later one: {taken_at:?}"
+    );
+    assert_eq!(
+        taken_at.first_log_index,
+        taken_at.snapshot_index + 1,
+        "log compacted"
+    );
+    // Later snapshots are released at once.
+    for _ in 0..8 {
+        let _ = release.send(());
+    }
+    node.shutdown();
+
+    let again = RecordingSm::default();
+    let node = start(single_config(&dir, 0), again.clone());
+    assert_eq!(
+        again.entries(),
+        recorded.entries(),
+        "snapshot plus tail give the same state"
+    );
+    node.shutdown();
+}
