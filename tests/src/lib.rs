@@ -784,3 +784,64 @@ pub fn assert_start_event_shown(agent: &Agent, alloc_id: &str, pid: i32) {
         "no Driver event in alloc status:\n{text}"
     );
 }
+
+/// Sends `signal` to `pid`.
+pub fn signal(pid: i32, signal: i32) {
+    // SAFETY: kill has no memory-safety preconditions; tests signal processes they started.
+    unsafe {
+        libc::kill(pid, signal);
+    }
+}
+
+/// Whether `pid` is alive and runs a program whose command line names `program`.
+pub fn runs_program(pid: i32, program: &str) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|c| String::from_utf8_lossy(&c).contains(program))
+        .unwrap_or(false)
+        && is_alive(pid)
+}
+
+/// Plugins outlive the agent by design: this kills a test's go-plugin processes (those the
+/// agent's reattach files under `<dir>/data/plugins` name, running `program`) when the test
+/// ends, pass or fail. Declare it before the agent, so that it runs after the agent stopped.
+pub struct PluginReaper {
+    pub dir: PathBuf,
+    pub program: &'static str,
+}
+
+impl Drop for PluginReaper {
+    fn drop(&mut self) {
+        let Ok(entries) = std::fs::read_dir(self.dir.join("data/plugins")) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let Ok(text) = std::fs::read_to_string(entry.path()) else {
+                continue;
+            };
+            let Ok(v) = serde_json::from_str::<Value>(&text) else {
+                continue;
+            };
+            if let Some(pid) = v["pid"].as_i64().and_then(|p| i32::try_from(p).ok())
+                && runs_program(pid, self.program)
+            {
+                // SIGTERM lets a plugin clean up (go-plugin ignores SIGINT); SIGKILL if it
+                // does not go.
+                signal(pid, libc::SIGTERM);
+                for _ in 0..50 {
+                    if !runs_program(pid, self.program) {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                if runs_program(pid, self.program) {
+                    signal(pid, libc::SIGKILL);
+                }
+            }
+            // A Go plugin removes its socket only when asked to exit through go-plugin's
+            // controller, never on a signal.
+            if let Some(socket) = v["address"].as_str().filter(|a| a.contains("plugin")) {
+                let _ = std::fs::remove_file(socket);
+            }
+        }
+    }
+}

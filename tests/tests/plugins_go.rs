@@ -13,7 +13,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use drover_tests::{
-    Agent, TempDir, allocs, is_alive, output_text, run_batch_script, workspace_root,
+    Agent, PluginReaper, TempDir, allocs, is_alive, output_text, run_batch_script, workspace_root,
 };
 use serde_json::Value;
 
@@ -58,58 +58,8 @@ fn start_agent(dir: &TempDir, enabled: bool) -> Agent {
     Agent::start_dev(dir.path(), &["--config", config.to_str().unwrap()])
 }
 
-/// Plugins outlive the agent by design: kill the test's plugin when the test ends, pass or fail.
-/// Declared before the agent, so that it runs after the agent stopped.
-struct PluginReaper(PathBuf);
-
-impl Drop for PluginReaper {
-    fn drop(&mut self) {
-        let Ok(entries) = std::fs::read_dir(self.0.join("data/plugins")) else {
-            return;
-        };
-        for entry in entries.flatten() {
-            let Ok(text) = std::fs::read_to_string(entry.path()) else {
-                continue;
-            };
-            let Ok(v) = serde_json::from_str::<Value>(&text) else {
-                continue;
-            };
-            if let Some(pid) = v["pid"].as_i64().and_then(|p| i32::try_from(p).ok())
-                && is_plugin(pid)
-            {
-                // go-plugin ignores SIGINT; SIGTERM ends a Go plugin, SIGKILL if it does not go.
-                signal(pid, libc::SIGTERM);
-                for _ in 0..50 {
-                    if !is_plugin(pid) {
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-                if is_plugin(pid) {
-                    signal(pid, libc::SIGKILL);
-                }
-            }
-            // A Go plugin removes its socket only when asked to exit through go-plugin's
-            // controller, never on a signal.
-            if let Some(socket) = v["address"].as_str().filter(|a| a.contains("plugin")) {
-                let _ = std::fs::remove_file(socket);
-            }
-        }
-    }
-}
-
-fn signal(pid: i32, signal: i32) {
-    // SAFETY: kill has no memory-safety preconditions; the pid runs our plugin.
-    unsafe {
-        libc::kill(pid, signal);
-    }
-}
-
 fn is_plugin(pid: i32) -> bool {
-    std::fs::read(format!("/proc/{pid}/cmdline"))
-        .map(|c| String::from_utf8_lossy(&c).contains(DRIVER))
-        .unwrap_or(false)
-        && is_alive(pid)
+    drover_tests::runs_program(pid, DRIVER)
 }
 
 /// The agent's node, as GET /v1/node/:id shows it.
@@ -125,7 +75,10 @@ fn driver_healthy(node: &Value) -> bool {
 #[test]
 fn a_go_plugin_is_fingerprinted_and_its_batch_jobs_line_shows_in_alloc_logs() {
     let dir = TempDir::new("go-plugin-logs");
-    let _reaper = PluginReaper(dir.path().to_path_buf());
+    let _reaper = PluginReaper {
+        dir: dir.path().to_path_buf(),
+        program: DRIVER,
+    };
     let agent = start_agent(&dir, true);
     let mut seen = None;
     agent.eventually("the node to fingerprint the Go plugin", WAIT, || {
@@ -157,7 +110,10 @@ fn a_go_plugin_is_fingerprinted_and_its_batch_jobs_line_shows_in_alloc_logs() {
 #[test]
 fn a_go_plugin_left_disabled_by_its_plugin_block_is_not_detected() {
     let dir = TempDir::new("go-plugin-disabled");
-    let _reaper = PluginReaper(dir.path().to_path_buf());
+    let _reaper = PluginReaper {
+        dir: dir.path().to_path_buf(),
+        program: DRIVER,
+    };
     let agent = start_agent(&dir, false);
     // The plugin answers its fingerprint "undetected, disabled" when `enabled` decoded false.
     let mut seen = None;
@@ -186,7 +142,10 @@ fn plugin_pid(dir: &TempDir) -> Option<i32> {
 #[test]
 fn a_go_plugin_service_task_survives_a_plugin_crash_and_job_stop_ends_its_process() {
     let dir = TempDir::new("go-plugin-stop");
-    let _reaper = PluginReaper(dir.path().to_path_buf());
+    let _reaper = PluginReaper {
+        dir: dir.path().to_path_buf(),
+        program: DRIVER,
+    };
     let agent = start_agent(&dir, true);
     agent.eventually("the node to fingerprint the Go plugin", WAIT, || {
         node(&agent).is_some_and(|n| driver_healthy(&n))
@@ -198,7 +157,7 @@ fn a_go_plugin_service_task_survives_a_plugin_crash_and_job_stop_ends_its_proces
     // The plugin crashes: the agent starts it again and it recovers the task from the
     // msgpack driver state of the handle its StartTask returned.
     let plugin = plugin_pid(&dir).expect("the agent saved the plugin's reattach config");
-    signal(plugin, libc::SIGKILL);
+    drover_tests::signal(plugin, libc::SIGKILL);
     agent.eventually("a restarted plugin", WAIT, || {
         plugin_pid(&dir).is_some_and(|p| p != plugin && is_plugin(p))
     });

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use drover_tests::{Agent, TempDir, output_text, run_batch_script, workspace_root};
+use drover_tests::{Agent, PluginReaper, TempDir, output_text, run_batch_script, workspace_root};
 use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -58,55 +58,6 @@ fn plugin_pid(dir: &TempDir) -> Option<i32> {
     v["pid"].as_i64().and_then(|p| i32::try_from(p).ok())
 }
 
-/// Plugins outlive the agent by design: kill the test's plugin when the test ends, pass or fail.
-/// Declared before the agent, so that it runs after the agent stopped.
-struct PluginReaper(PathBuf);
-
-impl Drop for PluginReaper {
-    fn drop(&mut self) {
-        let Ok(entries) = std::fs::read_dir(self.0.join("data/plugins")) else {
-            return;
-        };
-        for entry in entries.flatten() {
-            let Ok(text) = std::fs::read_to_string(entry.path()) else {
-                continue;
-            };
-            let Ok(v) = serde_json::from_str::<Value>(&text) else {
-                continue;
-            };
-            if let Some(pid) = v["pid"].as_i64().and_then(|p| i32::try_from(p).ok())
-                && is_plugin(pid)
-            {
-                // SIGTERM lets the plugin remove its socket; SIGKILL if it does not go.
-                signal(pid, libc::SIGTERM);
-                for _ in 0..50 {
-                    if !is_plugin(pid) {
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-                if is_plugin(pid) {
-                    signal(pid, libc::SIGKILL);
-                }
-            }
-        }
-    }
-}
-
-fn signal(pid: i32, signal: i32) {
-    // SAFETY: kill has no memory-safety preconditions; the pid runs our plugin.
-    unsafe {
-        libc::kill(pid, signal);
-    }
-}
-
-fn is_plugin(pid: i32) -> bool {
-    std::fs::read(format!("/proc/{pid}/cmdline"))
-        .map(|c| String::from_utf8_lossy(&c).contains(DRIVER))
-        .unwrap_or(false)
-        && is_alive(pid)
-}
-
 fn node_has_driver(agent: &Agent) -> bool {
     let Some(id) = agent
         .get("/v1/nodes")
@@ -129,7 +80,10 @@ fn plugin_args(plugins: &Path) -> [&str; 2] {
 fn sidecar_job_runs_and_its_line_shows_in_alloc_logs() {
     let dir = TempDir::new("sidecar-logs");
     let plugins = plugin_dir(&dir);
-    let _reaper = PluginReaper(dir.path().to_path_buf());
+    let _reaper = PluginReaper {
+        dir: dir.path().to_path_buf(),
+        program: DRIVER,
+    };
     let agent = Agent::start_dev(dir.path(), &plugin_args(&plugins));
     agent.eventually("the node to fingerprint the sidecar driver", WAIT, || {
         node_has_driver(&agent)
@@ -149,7 +103,10 @@ fn a_sidecar_task_survives_an_agent_restart_and_a_plugin_crash_and_job_stop_ends
     let dir = TempDir::new("sidecar-restart");
     let plugins = plugin_dir(&dir);
     let args = plugin_args(&plugins);
-    let _reaper = PluginReaper(dir.path().to_path_buf());
+    let _reaper = PluginReaper {
+        dir: dir.path().to_path_buf(),
+        program: DRIVER,
+    };
     let mut agent = Agent::start_dev(dir.path(), &args);
     // A sleep whose length names this test run, to find exactly its process.
     let seconds = (2_000_000 + std::process::id()).to_string();
@@ -209,7 +166,7 @@ fn a_sidecar_task_survives_an_agent_restart_and_a_plugin_crash_and_job_stop_ends
     assert_eq!(after[0]["ClientStatus"], "running", "{:?}", after[0]);
 
     // The plugin crashes: the agent starts it again, and the new process recovers the task.
-    signal(plugin, libc::SIGKILL);
+    drover_tests::signal(plugin, libc::SIGKILL);
     let mut restarted = None;
     agent.eventually("a restarted plugin", WAIT, || {
         restarted = plugin_pid(&dir).filter(|p| *p != plugin && is_alive(*p));

@@ -1144,31 +1144,8 @@ mod tests {
     use std::sync::Mutex;
 
     use super::*;
-    use crate::ServerConfig;
 
-    struct TestServer {
-        server: Server,
-        _dir: tempfile::TempDir,
-    }
-
-    impl Drop for TestServer {
-        fn drop(&mut self) {
-            self.server.shutdown();
-        }
-    }
-
-    async fn start() -> TestServer {
-        let dir = tempfile::tempdir().unwrap();
-        let mut config = ServerConfig::new(dir.path().join("server"));
-        config.num_schedulers = 1;
-        config.raft_tick = Duration::from_millis(20);
-        let server = Server::start(config).await.unwrap();
-        server
-            .wait_for_leadership(Duration::from_secs(20))
-            .await
-            .unwrap();
-        TestServer { server, _dir: dir }
-    }
+    use crate::test_server::start_leading as start;
 
     /// Records every call; controllers answer as a hostpath-like plugin would.
     #[derive(Default)]

@@ -29,6 +29,8 @@ mod sched_config;
 mod sched_state;
 mod server;
 pub mod snapshot_archive;
+#[cfg(test)]
+mod test_server;
 mod volume_watcher;
 mod worker;
 

@@ -5,34 +5,19 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use drover_structs::*;
 
 use super::*;
-use crate::ServerConfig;
 use crate::csi::*;
+use crate::test_server::{LeadingServer, start_leading};
 
 struct TestServer {
-    server: Server,
+    server: LeadingServer,
     rpc: Arc<FakeRpc>,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for TestServer {
-    fn drop(&mut self) {
-        self.server.shutdown();
-    }
 }
 
 /// A single leading server whose client RPC is a [`FakeRpc`], with node n1 running the
 /// `hostpath` plugin's node and controller instances, volume `db` registered, and job `web`
 /// (whose group asks for `db`) with a running allocation `a1` holding a write claim on it.
 async fn start_with_claim() -> TestServer {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = ServerConfig::new(dir.path().join("server"));
-    config.num_schedulers = 1;
-    config.raft_tick = Duration::from_millis(20);
-    let server = Server::start(config).await.unwrap();
-    server
-        .wait_for_leadership(Duration::from_secs(20))
-        .await
-        .unwrap();
+    let server = start_leading().await;
     let rpc = Arc::new(FakeRpc::default());
     server.set_csi_client_rpc(rpc.clone());
     register_plugin_node(&server).await;
@@ -54,11 +39,7 @@ async fn start_with_claim() -> TestServer {
         .await
         .unwrap();
     rpc.calls.lock().unwrap().clear();
-    TestServer {
-        server,
-        rpc,
-        _dir: dir,
-    }
+    TestServer { server, rpc }
 }
 
 /// Records every call; controller detaches fail as many times as asked first.
@@ -477,20 +458,11 @@ fn live_allocs(snap: &StateSnapshot, job_id: &str) -> Vec<Arc<Allocation>> {
 /// watcher frees the claim.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn blocked_writer_is_placed_once_the_claim_is_freed() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = ServerConfig::new(dir.path().join("server"));
-    config.num_schedulers = 1;
-    config.raft_tick = Duration::from_millis(20);
-    let server = Server::start(config).await.unwrap();
     let t = TestServer {
-        server: server.clone(),
+        server: start_leading().await,
         rpc: Arc::new(FakeRpc::default()),
-        _dir: dir,
     };
-    server
-        .wait_for_leadership(Duration::from_secs(20))
-        .await
-        .unwrap();
+    let server = t.server.server.clone();
     server.set_csi_client_rpc(t.rpc.clone());
     let mut node = drover_scheduler::harness::NodeBuilder::new()
         .id("n1")

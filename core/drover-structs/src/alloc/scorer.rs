@@ -51,9 +51,14 @@ impl PartialEq<&str> for ScorerName {
     }
 }
 
+/// The shared static string of a scheduler's scorer name.
+fn known(name: &str) -> Option<&'static str> {
+    KNOWN.iter().find(|k| **k == name).copied()
+}
+
 impl From<&str> for ScorerName {
     fn from(name: &str) -> Self {
-        match KNOWN.iter().find(|k| **k == name) {
+        match known(name) {
             Some(known) => ScorerName(Cow::Borrowed(known)),
             None => ScorerName(Cow::Owned(name.to_string())),
         }
@@ -62,7 +67,7 @@ impl From<&str> for ScorerName {
 
 impl From<String> for ScorerName {
     fn from(name: String) -> Self {
-        match KNOWN.iter().find(|k| **k == name) {
+        match known(&name) {
             Some(known) => ScorerName(Cow::Borrowed(known)),
             None => ScorerName(Cow::Owned(name)),
         }

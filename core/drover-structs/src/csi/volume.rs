@@ -446,12 +446,7 @@ impl CsiVolume {
             return Err(CsiClaimError::Unschedulable);
         }
         let id = claim.allocation_id.clone();
-        self.read_allocs.insert(id.clone(), None);
-        self.write_allocs.remove(&id);
-        self.write_claims.remove(&id);
-        self.past_claims.remove(&id);
-        self.set_modes_from_claim(&claim);
-        self.read_claims.insert(id, claim);
+        self.hold_claim(id, claim, false);
         Ok(())
     }
 
@@ -479,13 +474,34 @@ impl CsiVolume {
             }
         }
         let id = alloc.id.clone();
-        self.write_allocs.insert(id.clone(), None);
-        self.read_allocs.remove(&id);
-        self.read_claims.remove(&id);
-        self.past_claims.remove(&id);
-        self.set_modes_from_claim(&claim);
-        self.write_claims.insert(id, claim);
+        self.hold_claim(id, claim, true);
         Ok(())
+    }
+
+    /// Records `claim` as the allocation's only live claim, a writer's or a reader's: it leaves
+    /// the other list and the past claims.
+    fn hold_claim(&mut self, id: String, claim: CsiVolumeClaim, write: bool) {
+        self.set_modes_from_claim(&claim);
+        self.past_claims.remove(&id);
+        let (allocs, claims, other_allocs, other_claims) = if write {
+            (
+                &mut self.write_allocs,
+                &mut self.write_claims,
+                &mut self.read_allocs,
+                &mut self.read_claims,
+            )
+        } else {
+            (
+                &mut self.read_allocs,
+                &mut self.read_claims,
+                &mut self.write_allocs,
+                &mut self.write_claims,
+            )
+        };
+        allocs.insert(id.clone(), None);
+        other_allocs.remove(&id);
+        other_claims.remove(&id);
+        claims.insert(id, claim);
     }
 
     /// The volume takes the modes of its first claim (for status output and the write checks).
