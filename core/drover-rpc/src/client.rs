@@ -12,9 +12,12 @@ use tonic::{Code, Request};
 use crate::MAX_MESSAGE_BYTES;
 use crate::faults::Faults;
 use crate::proto::drover_client::DroverClient;
-use crate::proto::{CallRequest, RaftBatch};
+use crate::proto::{CallRequest, RaftBatch, SessionDown, SessionUp, TunnelFrame};
+use crate::tunnel::{TunnelIo, TunnelTarget, bridge};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long opening a session or a tunnel may take (a relayed tunnel waits on the client).
+const OPEN_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Calls servers' RPC endpoints. Cheap to share; connections are made on first use and
 /// dropped when a call on them fails.
@@ -152,6 +155,82 @@ impl RpcClient {
                     reason: format!("no answer within {timeout:?}"),
                 })
             }
+        }
+    }
+}
+
+impl RpcClient {
+    /// Opens the session of client node `node_id` with the server at `addr`. The session
+    /// lasts until the returned [`SessionLink`] is dropped or the connection fails.
+    pub async fn open_session(&self, addr: &str, node_id: &str) -> Result<SessionLink, RpcError> {
+        let mut stub = self.stub(addr).await?;
+        let (tx, rx) = tokio::sync::mpsc::channel::<SessionUp>(1);
+        let hello = SessionUp {
+            node_id: node_id.to_string(),
+        };
+        // The receiver is alive (held by `rx`): this send cannot fail.
+        let _ = tx.send(hello).await;
+        let up = tokio_stream::wrappers::ReceiverStream::new(rx);
+        match tokio::time::timeout(OPEN_TIMEOUT, stub.session(Request::new(up))).await {
+            Ok(Ok(reply)) => Ok(SessionLink {
+                requests: reply.into_inner(),
+                _open: tx,
+            }),
+            Ok(Err(status)) => Err(self.failure(addr, status)),
+            Err(_) => {
+                self.evict(addr);
+                Err(RpcError::Failed {
+                    addr: addr.to_string(),
+                    reason: format!("no session within {OPEN_TIMEOUT:?}"),
+                })
+            }
+        }
+    }
+
+    /// Opens a tunnel to `target` through the server at `addr`.
+    pub async fn open_tunnel(
+        &self,
+        addr: &str,
+        target: &TunnelTarget,
+    ) -> Result<TunnelIo, RpcError> {
+        let mut stub = self.stub(addr).await?;
+        let (tx, rx) = tokio::sync::mpsc::channel::<TunnelFrame>(8);
+        let open = TunnelFrame {
+            open: Some(target.to_open(&self.own_addr)),
+            data: Vec::new(),
+        };
+        // The receiver is alive (held by `rx`): this send cannot fail.
+        let _ = tx.send(open).await;
+        let up = tokio_stream::wrappers::ReceiverStream::new(rx);
+        match tokio::time::timeout(OPEN_TIMEOUT, stub.tunnel(Request::new(up))).await {
+            Ok(Ok(reply)) => Ok(bridge(reply.into_inner(), tx, |frame| frame)),
+            Ok(Err(status)) if status.code() == Code::NotFound => Err(RpcError::Refused {
+                addr: addr.to_string(),
+                reason: status.message().to_string(),
+            }),
+            Ok(Err(status)) => Err(self.failure(addr, status)),
+            Err(_) => Err(RpcError::Failed {
+                addr: addr.to_string(),
+                reason: format!("no tunnel within {OPEN_TIMEOUT:?}"),
+            }),
+        }
+    }
+}
+
+/// A client's open session: the tunnel requests its server sends. Dropping it ends the
+/// session (its request side closes, which the server sees at once).
+pub struct SessionLink {
+    requests: tonic::Streaming<SessionDown>,
+    /// Keeps the request side of the call open.
+    _open: tokio::sync::mpsc::Sender<SessionUp>,
+}
+
+impl SessionLink {
+    /// The next tunnel request; `None` when the session ended.
+    pub async fn next_request(&mut self) -> Option<u64> {
+        match self.requests.message().await {
+            Ok(Some(down)) => Some(down.tunnel_id),
+            _ => None,
         }
     }
 }

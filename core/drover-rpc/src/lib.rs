@@ -11,6 +11,8 @@
 //!   whether a failed call may have been executed ([`RpcError::is_not_sent`]).
 //! - [`RaftTransport`] implements `drover_raft::Transport`: a bounded queue and a sender task
 //!   per peer, reconnecting with backoff and reporting unreachable peers to Raft.
+//! - [`tunnel`]: byte streams over the RPC connection, so servers reach client agents over
+//!   the sessions the clients opened, and clients reach servers' HTTP API.
 //! - [`Faults`] drops traffic to and from listed addresses, for partition tests
 //!   (`DROVER_TEST_FAULTS=<file>`).
 //!
@@ -22,18 +24,20 @@ mod faults;
 mod net;
 mod service;
 mod transport;
+pub mod tunnel;
 
 /// Generated from `proto/drover_rpc.proto`.
 pub mod proto {
     tonic::include_proto!("drover.rpc.v1");
 }
 
-pub use client::RpcClient;
+pub use client::{RpcClient, SessionLink};
 pub use drover_net::{CallFuture, Handler, HandlerError, RpcError};
 pub use faults::{FAULTS_ENV, Faults};
 pub use net::GrpcNet;
 pub use service::serve;
 pub use transport::RaftTransport;
+pub use tunnel::{TunnelAcceptor, TunnelError, TunnelHub, TunnelIo, TunnelTarget, keep_session};
 
 /// Largest message either side accepts: raft snapshots and operator restores travel whole.
 pub const MAX_MESSAGE_BYTES: usize = 512 * 1024 * 1024;

@@ -10,12 +10,14 @@ use drover_raft::{RaftNode, Transport};
 use crate::client::RpcClient;
 use crate::faults::Faults;
 use crate::transport::RaftTransport;
+use crate::tunnel::TunnelHub;
 
 /// The network of one server, on its RPC listener.
 pub struct GrpcNet {
     client: Arc<RpcClient>,
     transport: RaftTransport,
     faults: Arc<Faults>,
+    tunnels: Arc<TunnelHub>,
     /// Taken by `serve`.
     listener: Mutex<Option<tokio::net::TcpListener>>,
 }
@@ -30,12 +32,21 @@ impl GrpcNet {
     ) -> GrpcNet {
         let client = Arc::new(RpcClient::new(own_addr, faults.clone()));
         let transport = RaftTransport::new(client.clone(), tokio::runtime::Handle::current());
+        let tunnels = Arc::new(TunnelHub::new(client.clone()));
         GrpcNet {
             client,
             transport,
             faults,
+            tunnels,
             listener: Mutex::new(Some(listener)),
         }
+    }
+}
+
+impl GrpcNet {
+    /// The client sessions held by this server and the tunnels through them.
+    pub fn tunnels(&self) -> Arc<TunnelHub> {
+        self.tunnels.clone()
     }
 }
 
@@ -72,9 +83,11 @@ impl PeerNet for GrpcNet {
             tracing::error!("the RPC listener is already served");
             return;
         };
-        let faults = self.faults.clone();
+        let (faults, tunnels) = (self.faults.clone(), self.tunnels.clone());
         tokio::spawn(async move {
-            if let Err(e) = crate::service::serve(listener, handler, faults, shutdown).await {
+            if let Err(e) =
+                crate::service::serve(listener, handler, faults, tunnels, shutdown).await
+            {
                 tracing::error!(error = %e, "RPC server stopped");
             }
         });

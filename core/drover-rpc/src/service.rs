@@ -7,22 +7,129 @@ use std::sync::Arc;
 use drover_net::{Handler, HandlerError};
 use drover_raft::eraftpb::Message;
 use protobuf::Message as _;
+use tokio::sync::mpsc;
 use tokio_stream::StreamExt as _;
+use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::wrappers::TcpListenerStream;
-use tonic::{Request, Response, Status};
+use tonic::{Request, Response, Status, Streaming};
 
 use crate::MAX_MESSAGE_BYTES;
 use crate::faults::Faults;
 use crate::proto::drover_server::{Drover, DroverServer};
-use crate::proto::{CallReply, CallRequest, RaftAck, RaftBatch};
+use crate::proto::{
+    CallReply, CallRequest, RaftAck, RaftBatch, SessionDown, SessionUp, TunnelFrame,
+};
+use crate::tunnel::{TunnelError, TunnelHub, TunnelTarget, bridge};
+
+/// Session messages queued for a client before the server stops waiting for it.
+const SESSION_QUEUE: usize = 64;
+/// Frames queued towards the far end of a tunnel.
+const TUNNEL_QUEUE: usize = 8;
+/// How often the server pings idle connections, so it notices clients that went away (and
+/// drops their sessions) without waiting for TCP.
+const KEEPALIVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+const KEEPALIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 struct Service {
     handler: Arc<dyn Handler>,
     faults: Arc<Faults>,
+    tunnels: Arc<TunnelHub>,
+}
+
+fn tunnel_status(e: TunnelError) -> Status {
+    match e {
+        TunnelError::NoPath { .. } => Status::not_found(e.to_string()),
+        _ => Status::unavailable(e.to_string()),
+    }
 }
 
 #[tonic::async_trait]
 impl Drover for Service {
+    type SessionStream = ReceiverStream<Result<SessionDown, Status>>;
+    type TunnelStream = ReceiverStream<Result<TunnelFrame, Status>>;
+
+    async fn session(
+        &self,
+        request: Request<Streaming<SessionUp>>,
+    ) -> Result<Response<Self::SessionStream>, Status> {
+        let mut inbound = request.into_inner();
+        let node_id = match inbound.message().await? {
+            Some(hello) if !hello.node_id.is_empty() => hello.node_id,
+            _ => {
+                return Err(Status::invalid_argument(
+                    "a session starts with its node id",
+                ));
+            }
+        };
+        let (tx, rx) = mpsc::channel(SESSION_QUEUE);
+        let generation = self.tunnels.register_session(&node_id, tx.clone());
+        let hub = self.tunnels.clone();
+        tokio::spawn(async move {
+            // The session lasts while both sides of the call do.
+            loop {
+                tokio::select! {
+                    m = inbound.message() => if !matches!(m, Ok(Some(_))) { break },
+                    () = tx.closed() => break,
+                }
+            }
+            hub.end_session(&node_id, generation);
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn tunnel(
+        &self,
+        request: Request<Streaming<TunnelFrame>>,
+    ) -> Result<Response<Self::TunnelStream>, Status> {
+        let mut inbound = request.into_inner();
+        let open = match inbound.message().await? {
+            Some(TunnelFrame {
+                open: Some(open), ..
+            }) => open,
+            _ => return Err(Status::invalid_argument("a tunnel starts with its target")),
+        };
+        if !open.from_addr.is_empty() && self.faults.blocks(&open.from_addr) {
+            return Err(Status::failed_precondition(
+                "dropped by the test fault filter",
+            ));
+        }
+        let target = TunnelTarget::from_open(&open);
+        // Reach the far end first: a refusal is then the call's status, not a broken stream.
+        let far = match &target {
+            TunnelTarget::Node { node_id, relayed } => Some(
+                self.tunnels
+                    .to_node(node_id, !relayed)
+                    .await
+                    .map_err(tunnel_status)?,
+            ),
+            _ => None,
+        };
+        let (tx, rx) = mpsc::channel(TUNNEL_QUEUE);
+        let near = bridge(inbound, tx, Ok);
+        match target {
+            TunnelTarget::Api => match self.tunnels.acceptor() {
+                Some(acceptor) => acceptor.serve_api(near),
+                None => return Err(Status::unavailable("this server serves no API yet")),
+            },
+            TunnelTarget::Answer { id } => {
+                if !self.tunnels.answer(id, near) {
+                    return Err(Status::not_found(format!(
+                        "no tunnel request {id} is waiting"
+                    )));
+                }
+            }
+            TunnelTarget::Node { .. } => {
+                if let Some(mut far) = far {
+                    let mut near = near;
+                    tokio::spawn(async move {
+                        let _ = tokio::io::copy_bidirectional(&mut near, &mut far).await;
+                    });
+                }
+            }
+        }
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
     async fn raft(&self, request: Request<RaftBatch>) -> Result<Response<RaftAck>, Status> {
         let batch = request.into_inner();
         if self.faults.blocks(&batch.from_addr) {
@@ -62,11 +169,16 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     handler: Arc<dyn Handler>,
     faults: Arc<Faults>,
+    tunnels: Arc<TunnelHub>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
-    let service = DroverServer::new(Service { handler, faults })
-        .max_decoding_message_size(MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let service = DroverServer::new(Service {
+        handler,
+        faults,
+        tunnels,
+    })
+    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+    .max_encoding_message_size(MAX_MESSAGE_BYTES);
     // Raft heartbeats and small appends must not wait for Nagle.
     let incoming = TcpListenerStream::new(listener).map(|conn| {
         if let Ok(stream) = &conn {
@@ -75,6 +187,8 @@ pub async fn serve(
         conn
     });
     tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
         .serve_with_incoming_shutdown(service, incoming, shutdown)
         .await
 }

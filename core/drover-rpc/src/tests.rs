@@ -92,6 +92,7 @@ async fn start_cluster(dir: &std::path::Path) -> Vec<TestNode> {
             listener,
             Arc::new(NodeHandler(slot.clone())),
             faults.clone(),
+            crate::tunnel::tests::hub(),
             std::future::pending(),
         ));
         let client = Arc::new(RpcClient::new(addr.clone(), faults));
@@ -228,6 +229,7 @@ async fn calls_say_whether_they_ran() {
         l,
         Arc::new(NodeHandler(Arc::new(Mutex::new(None)))),
         Arc::new(Faults::none()),
+        crate::tunnel::tests::hub(),
         std::future::pending(),
     ));
     let client = RpcClient::new("", Arc::new(Faults::none()));
