@@ -80,7 +80,7 @@ pub(crate) async fn stop(
 /// `GET /v1/client/allocation/:id/stats[?task=]`: the resource usage of an allocation this
 /// node runs (Nomad's `AllocResourceUsage`), sampled from its drivers now.
 pub(crate) async fn client_stats(
-    State(s): State<AppState>,
+    State(s): State<crate::client_api::ClientState>,
     Path(id): Path<String>,
     Query(params): Query<Params>,
 ) -> Result<Response, ApiError> {

@@ -1,5 +1,5 @@
-//! `/v1/client/fs/{ls,stat,cat}/:alloc` and `/v1/client/stats`: served by the node that runs
-//! the allocation. Forwarding to another node is not done yet: such requests get a 501.
+//! `/v1/client/fs/{ls,stat,cat}/:alloc` and `/v1/client/stats`, answered by the node that
+//! runs the allocation (`client_api` brings the call there).
 
 use std::ffi::OsStr;
 use std::path::Path;
@@ -12,24 +12,25 @@ use axum::response::{IntoResponse, Response};
 use drover_client::allocdir::{AllocDir, AllocDirError};
 use tokio::io::AsyncReadExt;
 
+use crate::NodeClient;
+use crate::client_api::ClientState;
 use crate::error::ApiError;
 use crate::query::{Params, flag};
 use crate::response::respond_json;
 use crate::stream::channel_body;
-use crate::{AppState, NodeClient};
 
 /// Bytes read per piece when streaming a file.
 const CAT_CHUNK: usize = 64 * 1024;
 
 /// The local client, or Nomad's answer on an agent without one.
-pub(crate) fn local_client(s: &AppState) -> Result<&Arc<dyn NodeClient>, ApiError> {
+pub(crate) fn local_client(s: &ClientState) -> Result<&Arc<dyn NodeClient>, ApiError> {
     s.client
         .as_ref()
         .ok_or_else(|| ApiError::bad_request("node is not running a Nomad Client"))
 }
 
 /// The directory of an allocation this node runs.
-pub(crate) fn local_alloc_dir(s: &AppState, alloc_id: &str) -> Result<AllocDir, ApiError> {
+pub(crate) fn local_alloc_dir(s: &ClientState, alloc_id: &str) -> Result<AllocDir, ApiError> {
     let client = local_client(s)?;
     if alloc_id.is_empty() {
         return Err(ApiError::bad_request("must provide a valid alloc id"));
@@ -40,26 +41,13 @@ pub(crate) fn local_alloc_dir(s: &AppState, alloc_id: &str) -> Result<AllocDir, 
     alloc_dir_at(&root, alloc_id)
 }
 
-/// The answer about an allocation the local client does not have: 501 when it runs on another
-/// node (forwarding is not done yet), else Nomad's unknown allocation.
+/// The answer about an allocation the local client does not have. Calls for allocations of
+/// other nodes never get here (`client_api` sends them on), so it is unknown.
 pub(crate) fn not_on_this_node(
-    s: &AppState,
-    client: &Arc<dyn NodeClient>,
+    _s: &ClientState,
+    _client: &Arc<dyn NodeClient>,
     alloc_id: &str,
 ) -> ApiError {
-    let own_node = client.node_id();
-    if let Some(alloc) = s.server.snapshot().alloc(alloc_id)
-        && !alloc.node_id.is_empty()
-        && alloc.node_id != own_node
-    {
-        return ApiError::new(
-            StatusCode::NOT_IMPLEMENTED,
-            format!(
-                "allocation {alloc_id} runs on node {}; forwarding client requests to another node is not implemented by Drover yet",
-                alloc.node_id
-            ),
-        );
-    }
     ApiError::not_found(format!("Unknown allocation \"{alloc_id}\""))
 }
 
@@ -114,7 +102,7 @@ fn required_path(params: &Params) -> Result<String, ApiError> {
 
 /// `GET /v1/client/fs/ls/:alloc?path=`: a directory listing (`/` when no path).
 pub(crate) async fn ls(
-    State(s): State<AppState>,
+    State(s): State<ClientState>,
     UrlPath(alloc_id): UrlPath<String>,
     Query(params): Query<Params>,
 ) -> Result<Response, ApiError> {
@@ -131,7 +119,7 @@ pub(crate) async fn ls(
 
 /// `GET /v1/client/fs/stat/:alloc?path=`: one file's description.
 pub(crate) async fn stat(
-    State(s): State<AppState>,
+    State(s): State<ClientState>,
     UrlPath(alloc_id): UrlPath<String>,
     Query(params): Query<Params>,
 ) -> Result<Response, ApiError> {
@@ -144,7 +132,7 @@ pub(crate) async fn stat(
 
 /// `GET /v1/client/fs/cat/:alloc?path=`: a file's contents, streamed.
 pub(crate) async fn cat(
-    State(s): State<AppState>,
+    State(s): State<ClientState>,
     UrlPath(alloc_id): UrlPath<String>,
     Query(params): Query<Params>,
 ) -> Result<Response, ApiError> {
@@ -187,9 +175,10 @@ pub(crate) async fn cat(
     Ok(([(header::CONTENT_TYPE, content_type)], body).into_response())
 }
 
-/// `GET /v1/client/stats`: the local node's host statistics.
+/// `GET /v1/client/stats[?node_id=]`: the node's host statistics (calls naming another node
+/// are sent there before they get here).
 pub(crate) async fn stats(
-    State(s): State<AppState>,
+    State(s): State<ClientState>,
     Query(params): Query<Params>,
 ) -> Result<Response, ApiError> {
     let pretty = flag(&params, "pretty")?;
@@ -197,9 +186,7 @@ pub(crate) async fn stats(
     if let Some(node_id) = params.get("node_id").filter(|n| !n.is_empty())
         && *node_id != client.node_id()
     {
-        return Err(ApiError::not_implemented(
-            "forwarding /v1/client/stats to another node",
-        ));
+        return Err(ApiError::not_found(format!("Unknown node {node_id}")));
     }
     respond_json(&client.stats(), None, pretty)
 }
@@ -298,9 +285,10 @@ mod tests {
             api.get("/v1/client/stats?node_id=node-1").await.status,
             StatusCode::OK
         );
+        let r = api.get("/v1/client/stats?node_id=other").await;
         assert_eq!(
-            api.get("/v1/client/stats?node_id=other").await.status,
-            StatusCode::NOT_IMPLEMENTED
+            (r.status, r.text().as_str()),
+            (StatusCode::NOT_FOUND, "Unknown node other")
         );
         let health = api.get("/v1/agent/health").await.json();
         assert_eq!(health["client"], json!({"ok": true, "message": "ok"}));

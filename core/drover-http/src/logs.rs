@@ -15,7 +15,7 @@ use drover_client::logs::{
 };
 use tokio::sync::mpsc;
 
-use crate::AppState;
+use crate::client_api::ClientState;
 use crate::client_fs::{blocking_fs, local_alloc_dir};
 use crate::error::ApiError;
 use crate::query::{Params, parse_go_bool};
@@ -39,7 +39,8 @@ struct LogsQuery {
     offset: u64,
 }
 
-fn parse_bool_field(params: &Params, name: &str) -> Result<bool, ApiError> {
+/// A boolean query field in Go's `strconv.ParseBool` syntax; absent or empty is false.
+pub(crate) fn parse_bool_field(params: &Params, name: &str) -> Result<bool, ApiError> {
     match params.get(name).map(String::as_str) {
         None | Some("") => Ok(false),
         Some(v) => parse_go_bool(v).ok_or_else(|| {
@@ -101,17 +102,14 @@ fn log_error(e: LogError) -> ApiError {
 
 /// `GET /v1/client/fs/logs/:alloc?task=&type=&follow=&plain=&origin=&offset=`.
 pub(crate) async fn logs(
-    State(s): State<AppState>,
+    State(s): State<ClientState>,
     Path(alloc_id): Path<String>,
     Query(params): Query<Params>,
 ) -> Result<Response, ApiError> {
     let q = LogsQuery::parse(&params)?;
     let dir = local_alloc_dir(&s, &alloc_id)?;
-    if let Some(alloc) = s.server.snapshot().alloc(&alloc_id)
-        && let Some(job) = &alloc.job
-        && let Some(group) = job.lookup_task_group(&alloc.task_group)
-        && !group.tasks.iter().any(|t| t.name == q.task)
-    {
+    // Every task of the allocation has its directory from the start.
+    if !dir.path().join(&q.task).is_dir() {
         return Err(ApiError::bad_request(format!(
             "unknown task name {:?}",
             q.task

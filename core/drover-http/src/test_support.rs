@@ -142,7 +142,7 @@ impl TestApi {
         let client = make_client(&dir.0);
         let mut agent = agent_info();
         agent.client = client.is_some();
-        let router = router(server.clone(), client, agent);
+        let router = router(server.clone(), client, agent, Arc::new(crate::NoTunnels));
         TestApi {
             router,
             server,

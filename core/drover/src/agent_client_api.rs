@@ -1,5 +1,6 @@
-//! The HTTP API of a client-only agent: its health and self report. The cluster's `/v1` API
-//! (jobs, allocations, nodes...) is served by the servers; other paths say so.
+//! What a client-only agent answers about itself (health, self report); the rest of its API
+//! is drover-http's `client_agent_router`: its client endpoints, and everything else forwarded
+//! to a server.
 
 use axum::Router;
 use axum::http::StatusCode;
@@ -34,10 +35,6 @@ pub fn router(
             "client": {"node_id": node_id, "known_servers": servers.join(",")},
         },
     });
-    let hint = format!(
-        "this agent runs only a client: send API requests to a server (RPC servers: {})",
-        servers.join(", ")
-    );
     Router::new()
         .route(
             "/v1/agent/health",
@@ -55,8 +52,4 @@ pub fn router(
                 async move { json_response(StatusCode::OK, body) }
             }),
         )
-        .fallback(move || {
-            let hint = hint.clone();
-            async move { (StatusCode::NOT_FOUND, hint) }
-        })
 }

@@ -17,7 +17,7 @@ use drover_structs::{AllocClientUpdate, Allocation, Node};
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub struct RemoteServers {
-    rpc: RpcClient,
+    rpc: Arc<RpcClient>,
     servers: Vec<String>,
     /// Index in `servers` of the one that answered last.
     current: AtomicUsize,
@@ -27,10 +27,37 @@ impl RemoteServers {
     /// `servers` are RPC addresses (`host:port`); at least one.
     pub fn new(servers: Vec<String>) -> RemoteServers {
         RemoteServers {
-            rpc: RpcClient::new("", Arc::new(Faults::none())),
+            rpc: Arc::new(RpcClient::new("", Arc::new(Faults::none()))),
             servers,
             current: AtomicUsize::new(0),
         }
+    }
+
+    /// The RPC client, shared with the sessions to the same servers (one connection each).
+    pub fn rpc(&self) -> Arc<RpcClient> {
+        self.rpc.clone()
+    }
+
+    pub fn servers(&self) -> &[String] {
+        &self.servers
+    }
+
+    /// A tunnel to the HTTP API of the current server, failing over through the list.
+    async fn api_tunnel(&self) -> Result<drover_rpc::TunnelIo, String> {
+        let start = self.current.load(Ordering::Relaxed);
+        let mut last_error = String::from("no server configured");
+        for attempt in 0..self.servers.len() {
+            let addr = &self.servers[(start + attempt) % self.servers.len()];
+            match self
+                .rpc
+                .open_tunnel(addr, &drover_rpc::TunnelTarget::Api)
+                .await
+            {
+                Ok(io) => return Ok(io),
+                Err(e) => last_error = e.to_string(),
+            }
+        }
+        Err(format!("no server to forward the request to: {last_error}"))
     }
 
     /// Sends `request` to the current server, failing over through the list. The client's
@@ -64,6 +91,21 @@ impl RemoteServers {
             tracing::debug!(server = %addr, error = %last_error, "server call failed: trying the next server");
         }
         Err(last_error)
+    }
+}
+
+impl drover_http::TunnelOpener for RemoteServers {
+    fn open(
+        &self,
+        to: drover_http::Upstream,
+    ) -> drover_http::BoxFuture<'_, Result<drover_rpc::TunnelIo, String>> {
+        Box::pin(async move {
+            match to {
+                drover_http::Upstream::Server => self.api_tunnel().await,
+                // A client agent reaches other nodes through a server only.
+                drover_http::Upstream::Node(node_id) => Err(format!("No path to node {node_id}")),
+            }
+        })
     }
 }
 

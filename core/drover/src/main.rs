@@ -6,6 +6,7 @@ mod agent_client_api;
 mod agent_csi;
 mod agent_remote;
 mod agent_run;
+mod agent_tunnels;
 mod cli;
 mod config;
 
