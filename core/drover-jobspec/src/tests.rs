@@ -575,3 +575,42 @@ fn heredocs_and_escapes_render_like_hcl() {
         json!({"a": "line ${NOMAD_TASK_DIR}\n  indented\n", "b": "${literal} %{x}"})
     );
 }
+
+#[test]
+fn disconnect_block_and_the_older_disconnect_fields_decode() {
+    let job = parse(
+        r#"job "j" {
+  group "g" {
+    max_client_disconnect        = "1h"
+    stop_after_client_disconnect = "90s"
+    prevent_reschedule_on_lost   = true
+    disconnect {
+      lost_after           = "6h"
+      stop_on_client_after = "2m"
+      replace              = false
+      reconcile            = "keep_original"
+    }
+    task "t" {
+      driver = "raw_exec"
+    }
+  }
+}"#,
+    );
+    let g = &job["TaskGroups"][0];
+    assert_eq!(g["MaxClientDisconnect"], json!(3_600_000_000_000_i64));
+    assert_eq!(g["StopAfterClientDisconnect"], json!(90_000_000_000_i64));
+    assert_eq!(g["PreventRescheduleOnLost"], json!(true));
+    assert_eq!(
+        g["Disconnect"],
+        json!({"LostAfter": 21_600_000_000_000_i64, "StopOnClientAfter": 120_000_000_000_i64,
+            "Replace": false, "Reconcile": "keep_original"})
+    );
+    let err = parse_err(
+        "job \"j\" {\n  group \"g\" {\n    disconnect {\n      lost_afer = \"1h\"\n    }\n  }\n}\n",
+    );
+    assert_eq!(
+        (err.file(), err.line(), err.column()),
+        ("job.nomad".to_string(), Some(4), Some(7)),
+        "{err}"
+    );
+}

@@ -28,6 +28,8 @@ pub const ALLOC_CLIENT_RUNNING: &str = "running";
 pub const ALLOC_CLIENT_COMPLETE: &str = "complete";
 pub const ALLOC_CLIENT_FAILED: &str = "failed";
 pub const ALLOC_CLIENT_LOST: &str = "lost";
+/// On a disconnected node: maybe still running, not heard of.
+pub const ALLOC_CLIENT_UNKNOWN: &str = "unknown";
 
 pub const TASK_STATE_PENDING: &str = "pending";
 pub const TASK_STATE_RUNNING: &str = "running";
@@ -100,6 +102,9 @@ pub struct Allocation {
     pub next_allocation: String,
     #[serde(rename = "NetworkStatus")]
     pub network_status: Opaque,
+    /// Client status changes the servers made (Nomad's `AllocStates`).
+    #[serde(rename = "AllocStates")]
+    pub alloc_states: Option<Vec<crate::disconnect::AllocState>>,
     #[serde(rename = "CreateIndex")]
     pub create_index: u64,
     #[serde(rename = "ModifyIndex")]

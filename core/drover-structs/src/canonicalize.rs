@@ -239,6 +239,12 @@ fn canonicalize_group(g: &mut Map<String, Value>, ctx: &JobContext<'_>) {
     };
     g.insert("ReschedulePolicy".into(), reschedule.unwrap_or(Value::Null));
 
+    // api `DisconnectStrategy.Canonicalize`: replace defaults to true, reconcile to best_score.
+    if let Some(Value::Object(d)) = g.get_mut("Disconnect") {
+        set_default(d, "Replace", json!(true));
+        set_default(d, "Reconcile", json!(crate::disconnect::RECONCILE_BEST_SCORE));
+    }
+
     let restart = merge_onto(restart_default(job_type), g.get("RestartPolicy"));
     g.insert("RestartPolicy".into(), restart.clone());
     set_default(g, "Consul", json!({"Namespace": ""}));
@@ -404,6 +410,21 @@ mod tests {
             ..job
         })
         .unwrap();
+    }
+
+    #[test]
+    fn disconnect_block_defaults_to_replace_and_best_score() {
+        let mut j = json!({"ID": "s", "Type": "service", "TaskGroups": [{"Name": "g",
+            "Disconnect": {"LostAfter": 60_000_000_000_i64},
+            "Tasks": [{"Name": "t", "Driver": "raw_exec"}]}]});
+        canonicalize_job(&mut j);
+        assert_eq!(
+            j["TaskGroups"][0]["Disconnect"],
+            json!({"LostAfter": 60_000_000_000_i64, "Replace": true, "Reconcile": "best_score"})
+        );
+        let job: crate::Job = crate::decode::decode(j, "Job").unwrap();
+        let d = job.task_groups[0].disconnect.as_ref().unwrap();
+        assert_eq!((d.lost_after, d.replace), (60_000_000_000, Some(true)));
     }
 
     #[test]

@@ -19,6 +19,10 @@ pub const TRIGGER_ALLOC_STOP: &str = "alloc-stop";
 pub const TRIGGER_RETRY_FAILED_ALLOC: &str = "alloc-failure";
 pub const TRIGGER_QUEUED_ALLOCS: &str = "queued-allocs";
 pub const TRIGGER_MAX_PLANS: &str = "max-plan-attempts";
+/// The `lost_after` deadline of allocations on a disconnected node.
+pub const TRIGGER_MAX_DISCONNECT_TIMEOUT: &str = "max-disconnect-timeout";
+/// A disconnected client reported its allocations again.
+pub const TRIGGER_RECONNECT: &str = "reconnect";
 
 fn is_zero_u64(v: &u64) -> bool {
     *v == 0

@@ -243,6 +243,19 @@ pub struct TaskGroup {
     pub shutdown_delay: Option<i64>,
     #[serde(rename = "StopAfterClientDisconnect")]
     pub stop_after_client_disconnect: Option<i64>,
+    // Fields newer than Nomad 1.1.2 are written only when set, so older jobs read back as
+    // Nomad 1.1.2 wrote them.
+    /// Nomad's older form of `disconnect.lost_after`.
+    #[serde(rename = "MaxClientDisconnect", skip_serializing_if = "Option::is_none")]
+    pub max_client_disconnect: Option<i64>,
+    /// Nomad's older form of `disconnect.replace = false`.
+    #[serde(
+        rename = "PreventRescheduleOnLost",
+        skip_serializing_if = "std::ops::Not::not"
+    )]
+    pub prevent_reschedule_on_lost: bool,
+    #[serde(rename = "Disconnect", skip_serializing_if = "Option::is_none")]
+    pub disconnect: Option<crate::disconnect::DisconnectStrategy>,
 }
 
 impl TaskGroup {

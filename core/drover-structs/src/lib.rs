@@ -9,6 +9,7 @@ pub mod canonicalize;
 pub mod cron;
 pub mod csi;
 pub mod decode;
+pub mod disconnect;
 pub mod dispatch;
 pub mod eval;
 pub mod job;
@@ -26,6 +27,7 @@ pub mod vec_map;
 
 pub use alloc::*;
 pub use csi::*;
+pub use disconnect::*;
 pub use dispatch::*;
 pub use eval::*;
 pub use job::*;

@@ -9,6 +9,8 @@ use crate::resources::{ComparableResources, NetworkResource, Resources};
 pub const NODE_STATUS_INIT: &str = "initializing";
 pub const NODE_STATUS_READY: &str = "ready";
 pub const NODE_STATUS_DOWN: &str = "down";
+/// Missed its heartbeat, but runs allocations whose groups allow a disconnect.
+pub const NODE_STATUS_DISCONNECTED: &str = "disconnected";
 pub const NODE_ELIGIBLE: &str = "eligible";
 pub const NODE_INELIGIBLE: &str = "ineligible";
 

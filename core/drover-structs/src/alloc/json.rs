@@ -292,6 +292,7 @@ impl Allocation {
             field!("NextAllocation", &self.next_allocation);
         }
         field!("NetworkStatus", &self.network_status);
+        field!("AllocStates", &self.alloc_states);
         field!("CreateIndex", &self.create_index);
         field!("ModifyIndex", &self.modify_index);
         field!("AllocModifyIndex", &self.alloc_modify_index);

@@ -46,6 +46,7 @@ pub(crate) fn validate_group(j: &Job, tg: &TaskGroup) -> Result<(), MultiError> 
         )),
     }
     check_spreads(&mut m, tg.spreads.as_ref(), system);
+    crate::disconnect::validate_group_disconnect(&mut m, j, tg);
     if system {
         if tg.reschedule_policy.is_some() {
             m.push("System jobs should not have a reschedule policy");
