@@ -51,6 +51,7 @@ fn start_non_dev_agent(dir: &Path) -> Agent {
         .expect("spawn drover agent");
     let agent = Agent {
         child,
+        host: "127.0.0.1".into(),
         http_port,
         rpc_port,
         data_dir: dir.to_path_buf(),

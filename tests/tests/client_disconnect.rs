@@ -1,0 +1,179 @@
+//! A client cut off from its servers, in a network namespace whose link the test takes down:
+//! allocations whose group sets `stop_after_client_disconnect` are stopped by the client once
+//! that long has passed since its last heartbeat (also when the client restarts during the
+//! partition), and the servers mark them lost and place the replacement no earlier than the
+//! same delay after the loss.
+
+use std::time::{Duration, Instant, SystemTime};
+
+use drover_tests::clients::{ClientProc, RAW_EXEC_ENABLED};
+use drover_tests::netns::NetNs;
+use drover_tests::{ServerCluster, TempDir, find_process, is_alive, output_text, write_job};
+use serde_json::Value;
+
+const WAIT: Duration = Duration::from_secs(90);
+const GRACE: Duration = Duration::from_secs(10);
+/// Servers notice a silent node within its TTL (10 s, the minimum) plus this grace.
+const SERVER_CONFIG: &str = "server {\n  heartbeat_grace = \"2s\"\n}\n";
+
+fn job(marker: &str) -> String {
+    format!(
+        r#"
+job "partitioned" {{
+  datacenters = ["dc1"]
+  type        = "service"
+
+  group "g" {{
+    stop_after_client_disconnect = "10s"
+
+    task "t" {{
+      driver = "raw_exec"
+
+      config {{
+        command = "/bin/sleep"
+        args    = ["{marker}"]
+      }}
+
+      resources {{
+        cpu    = 20
+        memory = 16
+      }}
+    }}
+  }}
+}}
+"#
+    )
+}
+
+fn wait_for<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(v) = probe() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// When the client's last heartbeat reached a server, from its self report.
+fn last_heartbeat(client: &ClientProc) -> SystemTime {
+    let report = client.get("/v1/agent/self").expect("client self report");
+    let ago = report["stats"]["client"]["last_heartbeat"]
+        .as_str()
+        .and_then(|d| drover_tests::clients::parse_go_duration(d))
+        .unwrap_or_else(|| panic!("no last_heartbeat in {report}"));
+    SystemTime::now() - ago
+}
+
+fn allocs(cluster: &ServerCluster) -> Vec<Value> {
+    cluster
+        .get(0, "/v1/job/partitioned/allocations")
+        .ok()
+        .and_then(|v| v.as_array().cloned())
+        .unwrap_or_default()
+}
+
+/// Runs the scenario; `restart_during_partition` kills the client with SIGKILL once it is cut
+/// off and starts it again, still cut off.
+fn partitioned_client_stops_its_allocation(marker: &str, restart_during_partition: bool) {
+    let ns = match NetNs::create() {
+        Ok(ns) => ns,
+        Err(e) => {
+            eprintln!("skipping: no network namespace for the client ({e})");
+            return;
+        }
+    };
+    let dir = TempDir::new("client-disconnect");
+    let cluster = ServerCluster::start_on(dir.path(), 1, SERVER_CONFIG, &ns.host_ip);
+    let servers = vec![cluster.servers[0].rpc_addr()];
+    let mut cut_off = ClientProc::start_in_netns(
+        dir.path(),
+        "cut-off",
+        &servers,
+        RAW_EXEC_ENABLED,
+        &ns.name,
+        &ns.ns_ip,
+    );
+    let job_file = write_job(&dir, "partitioned.nomad", &job(marker));
+    let out = cluster.cli(0, &["job", "run", "-detach", &job_file]);
+    assert!(out.status.success(), "job run: {}", output_text(&out));
+    let pid = wait_for("the task's process", || {
+        find_process(&["/bin/sleep", marker])
+    });
+    let original = allocs(&cluster).into_iter().next().expect("the allocation")["ID"]
+        .as_str()
+        .expect("alloc id")
+        .to_string();
+    // The replacement's node, on this host's side of the cut.
+    let spare = ClientProc::start(dir.path(), "spare", &servers, RAW_EXEC_ENABLED);
+
+    let last_ok = last_heartbeat(&cut_off);
+    ns.link_down();
+    if restart_during_partition {
+        cut_off.kill9();
+        assert!(is_alive(pid), "a killed agent leaves its task running");
+        cut_off.restart();
+    }
+    wait_for("the task to be stopped", || (!is_alive(pid)).then_some(()));
+    let stopped_after = SystemTime::now()
+        .duration_since(last_ok)
+        .unwrap_or_default();
+    assert!(
+        stopped_after >= GRACE && stopped_after <= GRACE + Duration::from_secs(2),
+        "stopped {stopped_after:?} after the last heartbeat (want {GRACE:?} to {GRACE:?} + 2s)"
+    );
+
+    // The servers: lost after the TTL, its replacement delayed by the same grace.
+    let lost = wait_for("the allocation marked lost", || {
+        let a = cluster.get(0, &format!("/v1/allocation/{original}")).ok()?;
+        (a["ClientStatus"] == "lost").then_some(a)
+    });
+    let lost_at = SystemTime::now();
+    let followup = lost["FollowupEvalID"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        !followup.is_empty(),
+        "a lost allocation links its delayed evaluation: {lost}"
+    );
+    let evals = cluster
+        .get(0, "/v1/job/partitioned/evaluations")
+        .expect("evaluations");
+    assert!(
+        evals
+            .as_array()
+            .expect("a list")
+            .iter()
+            .all(|e| e["Status"] != "blocked"),
+        "no blocked evaluation for a delayed placement: {evals}"
+    );
+    let replacement = wait_for("the replacement running", || {
+        allocs(&cluster)
+            .into_iter()
+            .find(|a| a["ID"] != original.as_str() && a["ClientStatus"] == "running")
+    });
+    let placed_after = SystemTime::now()
+        .duration_since(lost_at)
+        .unwrap_or_default();
+    assert!(
+        placed_after + Duration::from_secs(2) >= GRACE,
+        "replacement placed {placed_after:?} after the loss, before the {GRACE:?} delay"
+    );
+    assert_eq!(
+        replacement["NodeID"].as_str(),
+        Some(spare.node_id().as_str())
+    );
+    drop((spare, cut_off, cluster, ns));
+}
+
+#[test]
+fn a_partitioned_client_stops_the_task_when_stop_after_client_disconnect_runs_out() {
+    partitioned_client_stops_its_allocation("3600.101", false);
+}
+
+#[test]
+fn a_client_restarted_while_partitioned_still_stops_the_task_on_time() {
+    partitioned_client_stops_its_allocation("3600.102", true);
+}
