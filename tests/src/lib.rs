@@ -94,6 +94,21 @@ impl Agent {
             .create(true)
             .append(true)
             .open(&log_path)
+        Self::start_with_env(data_dir, http_port, rpc_port, extra, &[])
+    }
+
+    /// As `start_dev`, with `env` added to the agent process's environment.
+    pub fn start_dev_with_env(data_dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Agent {
+        Self::start_with_env(data_dir, free_port(), free_port(), extra, env)
+    }
+
+    fn start_with_env(
+        data_dir: &Path,
+        http_port: u16,
+        rpc_port: u16,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Agent {
             .expect("open agent log");
         let mut cmd = Command::new(drover_bin());
         cmd.arg("agent")
@@ -110,6 +125,7 @@ impl Agent {
             .stderr(log);
         let child = cmd.spawn().expect("spawn drover agent");
         let agent = Agent {
+            .envs(env.iter().copied())
             child,
             http_port,
             rpc_port,

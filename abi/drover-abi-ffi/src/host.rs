@@ -12,8 +12,9 @@ use abi_stable::library::{LibraryError, lib_header_from_path};
 use abi_stable::prefix_type::PrefixRefTrait;
 use abi_stable::std_types::{RResult, RStr, RString};
 use drover_abi::{
-    Capabilities, Driver, DriverError, DriverTaskEvent, ExecOutput, ExitResult, Fingerprint,
-    FsIsolation, HealthState, PluginInfo, TaskConfig, TaskHandle, TaskResourceUsage, TaskStatus,
+    Capabilities, Driver, DriverError, DriverTaskEvent, ExecOptions, ExecOutput, ExecStream,
+    ExitResult, Fingerprint, FsIsolation, HealthState, PluginInfo, TaskConfig, TaskHandle,
+    TaskResourceUsage, TaskStatus,
 };
 use serde::de::DeserializeOwned;
 
@@ -173,6 +174,15 @@ impl FfiDriver {
     }
 }
 
+impl crate::exec::ExtensionCall for FfiDriver {
+    fn call_extension(&self, method: &str, args_json: &str) -> Result<String, DriverError> {
+        FfiDriver::call_extension(self, method, args_json)
+    }
+    fn plugin_name(&self) -> &str {
+        &self.info.name
+    }
+}
+
 fn decode_result<T: DeserializeOwned>(
     plugin: &str,
     method: &str,
@@ -291,6 +301,17 @@ impl Driver for FfiDriver {
             duration_to_nanos(timeout),
         );
         self.decode("exec_task", result)
+    }
+
+    /// Through the `exec_streaming_*` session calls (see `crate::exec`): plugins built before
+    /// them answer `NotSupported`.
+    fn exec_task_streaming(
+        &self,
+        task_id: &str,
+        options: &ExecOptions,
+        stream: &dyn ExecStream,
+    ) -> Result<ExitResult, DriverError> {
+        crate::exec::exec_task_streaming(self, task_id, options, stream)
     }
 
     /// Through `DriverFfi::call`: plugins built before it answer `NotSupported`.

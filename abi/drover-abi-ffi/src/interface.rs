@@ -6,7 +6,8 @@
 //! - 1.1.0: `DriverPlugin::set_host_logger`, optional: a host loading a 1.0 plugin finds it absent.
 //!
 //! Driver methods added through `DriverFfi::call` (no layout change; names in
-//! `wire::extension`): `task_events` (a plugin built before it answers `NotSupported`).
+//! `wire::extension`): `task_events` (a plugin built before it answers `NotSupported`), and
+//! `exec_task_streaming` as the `exec_streaming_*` session calls (see `exec`).
 //!
 //! A frozen copy of 1.0.0 lives in `tests/fixtures/drover-abi-ffi-v1`; the evolution test builds a
 //! plugin against it and loads it with this version's host. Never edit a field or method that

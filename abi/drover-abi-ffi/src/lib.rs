@@ -15,6 +15,7 @@
 //!
 //! Must not depend on: tokio, tonic, or any Drover crate other than drover-abi.
 
+pub mod exec;
 mod export;
 mod history;
 pub mod host;

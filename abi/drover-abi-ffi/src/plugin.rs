@@ -4,7 +4,7 @@
 
 use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::{PoisonError, RwLock};
+use std::sync::{Arc, PoisonError, RwLock};
 
 use abi_stable::prefix_type::PrefixTypeTrait;
 use abi_stable::sabi_trait::TD_Opaque;
@@ -12,12 +12,13 @@ use abi_stable::std_types::{RErr, ROk, RResult, RStr, RString};
 use drover_abi::{Driver, DriverError, TaskConfig, TaskHandle};
 use serde::Serialize;
 
+use crate::exec::ExecSessions;
 use crate::interface::{DriverFfi, DriverFfi_TO, DriverFfiBox, DriverPlugin, DriverPluginRef};
 use crate::interface::{HostLogger, LogLevel};
 use crate::wire::{TaskEventsArgs, encode_error, extension, nanos_to_duration};
 
 /// The text of a panic payload (`panic!` gives a `&str` or a `String`).
-fn panic_message(payload: &(dyn Any + Send)) -> String {
+pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
     if let Some(s) = payload.downcast_ref::<&str>() {
         (*s).to_string()
     } else if let Some(s) = payload.downcast_ref::<String>() {
@@ -56,12 +57,17 @@ fn from_json<T: serde::de::DeserializeOwned>(what: &str, text: RStr<'_>) -> Resu
 /// A driver behind the FFI trait. Public so that tests and benchmarks can build the trait object
 /// without a library; plugins get it through the export macro.
 pub struct DriverShim<D> {
-    driver: D,
+    driver: Arc<D>,
+    /// Interactive execs running now (`exec_task_streaming`).
+    exec_sessions: ExecSessions,
 }
 
 impl<D: Driver + 'static> DriverShim<D> {
     pub fn new(driver: D) -> Self {
-        DriverShim { driver }
+        DriverShim {
+            driver: Arc::new(driver),
+            exec_sessions: ExecSessions::default(),
+        }
     }
 
     /// The type-erased object a plugin hands to the host.
@@ -192,7 +198,15 @@ impl<D: Driver + 'static> DriverFfi for DriverShim<D> {
                     .task_events(nanos_to_duration(args.max_wait_nanos))?;
                 to_json(extension::TASK_EVENTS, &events)
             }),
-            other => guard("call", || Err(DriverError::NotSupported(other.to_string()))),
+            other => guard(other, || {
+                match self
+                    .exec_sessions
+                    .call(&self.driver, other, args_json.as_str())
+                {
+                    Some(answer) => answer.map(RString::from),
+                    None => Err(DriverError::NotSupported(other.to_string())),
+                }
+            }),
         }
     }
 }

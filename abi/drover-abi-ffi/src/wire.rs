@@ -73,6 +73,13 @@ pub mod extension {
     /// `Driver::task_events`: arguments [`super::TaskEventsArgs`], result a JSON list of
     /// `DriverTaskEvent`.
     pub const TASK_EVENTS: &str = "task_events";
+    /// `Driver::exec_task_streaming`, as four calls of a session (see `crate::exec`):
+    /// start (`ExecStartArgs` -> `ExecSessionId`), input (`ExecInputArgs`), output
+    /// (`ExecOutputArgs` -> `ExecOutputReply`) and close (`ExecSessionId`).
+    pub const EXEC_STREAMING_START: &str = "exec_streaming_start";
+    pub const EXEC_STREAMING_INPUT: &str = "exec_streaming_input";
+    pub const EXEC_STREAMING_OUTPUT: &str = "exec_streaming_output";
+    pub const EXEC_STREAMING_CLOSE: &str = "exec_streaming_close";
 }
 
 /// Arguments of the `task_events` extension.

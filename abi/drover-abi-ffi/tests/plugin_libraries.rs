@@ -92,6 +92,16 @@ fn a_plugin_built_against_abi_1_0_loads_and_runs_in_this_host() {
         d.task_events(Duration::from_secs(5)),
         Err(DriverError::NotSupported("task_events".into()))
     );
+    // So did the streaming exec: not supported either, without starting anything.
+    let (stream, _caller) = drover_abi::ChannelExecStream::new();
+    let options = drover_abi::ExecOptions {
+        command: vec!["/bin/sh".into()],
+        tty: true,
+    };
+    assert_eq!(
+        d.exec_task_streaming("t1", &options, &stream),
+        Err(DriverError::NotSupported("exec_task_streaming".into()))
+    );
     d.set_config(&serde_json::json!({})).unwrap();
     assert_eq!(
         d.set_config(&serde_json::json!({"color": "red"})),

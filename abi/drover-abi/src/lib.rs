@@ -12,7 +12,12 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 mod error;
+mod exec_stream;
 pub use error::DriverError;
+pub use exec_stream::{
+    CallerGone, ChannelExecCaller, ChannelExecStream, ExecInput, ExecOptions, ExecRecv, ExecStream,
+    ExecStreamOutput, TerminalSize,
+};
 
 /// Version of this contract. A host refuses a plugin whose major version differs.
 pub const DRIVER_API_VERSION: &str = "0.1.0";
@@ -319,6 +324,23 @@ pub trait Driver: Send + Sync {
     ) -> Result<ExecOutput, DriverError> {
         let _ = (task_id, command, timeout);
         Err(DriverError::NotSupported("exec_task".into()))
+    }
+
+    /// Runs `options.command` inside the running task `task_id` interactively (Nomad's
+    /// `ExecTaskStreaming`): in the task's environment, directory, user and isolation, with
+    /// stdin and terminal sizes from `stream` and its output sent to it as it comes. Returns
+    /// the command's exit once it ended and all its output was sent. When the caller is gone
+    /// ([`ExecRecv::Gone`], or `send` failing) the driver kills the command and returns.
+    ///
+    /// The default answers `NotSupported` at once.
+    fn exec_task_streaming(
+        &self,
+        task_id: &str,
+        options: &ExecOptions,
+        stream: &dyn ExecStream,
+    ) -> Result<ExitResult, DriverError> {
+        let _ = (task_id, options, stream);
+        Err(DriverError::NotSupported("exec_task_streaming".into()))
     }
 
     /// The next events the driver reports about its tasks (Nomad's `TaskEvents` stream, in

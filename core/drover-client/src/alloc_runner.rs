@@ -32,6 +32,8 @@ pub struct RunnerEnv {
     /// Where the drivers' task events are routed to task runners.
     pub driver_events: crate::driver_events::DriverEventRouter,
 }
+    /// The agent's environment minus the client's env denylist (see `taskenv::agent_env`).
+    pub agent_env: Arc<BTreeMap<String, String>>,
 
 /// Handle the client keeps for a running allocation.
 pub struct AllocRunnerHandle {
@@ -268,6 +270,7 @@ async fn run(
         let runner = TaskRunner::new(
             ctx,
             prior_state,
+            agent_env: env.agent_env.clone(),
             handles.remove(&task.name),
             task_tx.clone(),
         );

@@ -18,6 +18,7 @@ use crate::csi::{CsiManager, ServerCsi};
 use crate::state_db::ClientStateDb;
 
 /// How the client reaches the servers. In the dev agent this is the server itself, in-process;
+use crate::taskenv::EnvDenylist;
 /// a networked client implements it over RPC.
 pub trait ServerConn: Send + Sync + 'static {
     /// Registers (or re-registers) the node; returns the heartbeat TTL.
@@ -82,6 +83,8 @@ pub struct ClientConfig {
     pub update_interval: Duration,
 }
 
+    /// Agent variables tasks never inherit (Nomad's `env.denylist` client option).
+    pub env_denylist: EnvDenylist,
 impl ClientConfig {
     pub fn new(data_dir: impl Into<PathBuf>) -> Self {
         ClientConfig {
@@ -103,6 +106,7 @@ impl ClientConfig {
             update_interval: Duration::from_millis(10),
         }
     }
+            env_denylist: EnvDenylist::default(),
 }
 
 /// What the client keeps on disk per allocation, to resume it after a restart.
@@ -203,6 +207,7 @@ impl Client {
             shared.clone(),
             shutdown_rx.clone(),
         ));
+            agent_env: Arc::new(crate::taskenv::agent_env(&config.env_denylist)),
         tokio::spawn(watch_allocs(
             client.clone(),
             server,

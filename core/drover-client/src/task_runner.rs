@@ -26,7 +26,7 @@ use crate::driver_events::{DriverEventRouter, RouteGuard};
 use crate::logs::{LogConfig, LogKind, LogPump, create_fifo, fifo_path};
 use crate::restarts::{Decision, RestartTracker};
 use crate::state_db::ClientStateDb;
-use crate::taskenv::{TaskPaths, build_env, lookup_in};
+use crate::taskenv::{TaskPaths, build_env, inherits_agent_env, lookup_in};
 
 /// Why a task is being killed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,6 +60,9 @@ pub struct TaskContext {
     /// Routes the driver's task events to this runner (see `driver_events`).
     pub driver_events: DriverEventRouter,
 }
+    /// The agent's environment minus the client's env denylist, for drivers without image
+    /// isolation (see `taskenv::inherits_agent_env`).
+    pub agent_env: Arc<BTreeMap<String, String>>,
 
 /// Sent to the allocation runner whenever the task's state changes.
 pub type TaskStateUpdate = (String, TaskState);
@@ -481,7 +484,15 @@ impl TaskRunner {
             task_secrets_dir: &c.task_dir.secrets_dir,
             task_tmp_dir: &c.task_dir.tmp_dir,
         };
-        let mut env = build_env(&c.alloc, &c.group, &c.task, &c.node, &c.region, &paths);
+        let no_agent_env = BTreeMap::new();
+        let agent_env = if inherits_agent_env(c.driver.capabilities().fs_isolation) {
+            &*c.agent_env
+        } else {
+            &no_agent_env
+        };
+        let mut env = build_env(
+            &c.alloc, &c.group, &c.task, &c.node, &c.region, &paths, agent_env,
+        );
         env.extend(extra_env);
         let lookup = |name: &str| lookup_in(name, &env, &c.node, &c.region);
         let raw_config = serde_json::Value::Object(c.task.config.clone().unwrap_or_default());

@@ -2,10 +2,79 @@
 //! interpolates `${NOMAD_*}`, `${attr.*}`, `${node.*}`, `${meta.*}` and `${env["..."]}` in task
 //! config and `env` values.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
+use drover_abi::FsIsolation;
 use drover_structs::{Allocation, Node, Task, TaskGroup};
+
+/// Nomad's default `env.denylist` (`DefaultEnvDenyList` in Nomad's `helper/host`): agent
+/// variables no task inherits unless the client's `env.denylist` option replaces the list.
+pub const DEFAULT_ENV_DENYLIST: &[&str] = &[
+    "CONSUL_TOKEN",
+    "CONSUL_HTTP_TOKEN",
+    "VAULT_TOKEN",
+    "NOMAD_LICENSE",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+];
+
+/// The client's env denylist: names of the agent's variables that tasks never inherit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvDenylist(BTreeSet<String>);
+
+impl Default for EnvDenylist {
+    /// Nomad's default list.
+    fn default() -> Self {
+        EnvDenylist(DEFAULT_ENV_DENYLIST.iter().map(|s| s.to_string()).collect())
+    }
+}
+
+impl EnvDenylist {
+    /// Reads the comma-separated value of the client's `env.denylist` option, which replaces
+    /// the default list as in Nomad (an empty value denies nothing). Names are trimmed, so
+    /// `"A, B"` denies `B` too.
+    pub fn parse(list: &str) -> Self {
+        EnvDenylist(
+            list.split(',')
+                .map(str::trim)
+                .filter(|name| !name.is_empty())
+                .map(str::to_string)
+                .collect(),
+        )
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.0.contains(name)
+    }
+
+    /// The variables of `vars` whose names are not on the list.
+    pub fn filter(
+        &self,
+        vars: impl IntoIterator<Item = (String, String)>,
+    ) -> BTreeMap<String, String> {
+        vars.into_iter()
+            .filter(|(name, _)| !self.contains(name))
+            .collect()
+    }
+}
+
+/// The agent's own environment minus `denylist`: what tasks of drivers without image isolation
+/// inherit. Variables whose name or value is not UTF-8 are left out.
+pub fn agent_env(denylist: &EnvDenylist) -> BTreeMap<String, String> {
+    denylist.filter(
+        std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))),
+    )
+}
+
+/// Whether tasks of a driver with `isolation` inherit the agent's environment: Nomad gives it
+/// to every driver but those that run an image (docker), whose tasks get the image's own.
+pub fn inherits_agent_env(isolation: FsIsolation) -> bool {
+    isolation != FsIsolation::Image
+}
 
 /// The directories of one task, as host paths.
 pub struct TaskPaths<'a> {
@@ -15,8 +84,10 @@ pub struct TaskPaths<'a> {
     pub task_tmp_dir: &'a Path,
 }
 
-/// Builds the environment of `task` in `alloc` on `node`: Nomad's variables first, then the
-/// task's own `env` block (interpolated against them), as Nomad's taskenv builder does.
+/// Builds the environment of `task` in `alloc` on `node` as Nomad's taskenv builder does:
+/// Nomad's variables; then `host_env` (the agent's variables minus the denylist, empty for
+/// image-isolated drivers), each interpolated, for the names Nomad's variables leave unset; then
+/// the task's own `env` block, interpolated against all of that, overriding it.
 pub fn build_env(
     alloc: &Allocation,
     group: &TaskGroup,
@@ -24,6 +95,7 @@ pub fn build_env(
     node: &Node,
     region: &str,
     paths: &TaskPaths<'_>,
+    host_env: &BTreeMap<String, String>,
 ) -> BTreeMap<String, String> {
     let mut env = BTreeMap::new();
     let mut set = |k: &str, v: String| {
@@ -118,6 +190,16 @@ pub fn build_env(
                         format!("{}:{}", n.ip, p.value),
                     );
                 }
+            }
+        }
+    }
+    // The agent's variables never replace Nomad's.
+    if !host_env.is_empty() {
+        let base = env.clone();
+        let lookup = |name: &str| lookup_in(name, &base, node, region);
+        for (k, v) in host_env {
+            if !base.contains_key(k) {
+                env.insert(k.clone(), crate::interpolate::interpolate(v, &lookup));
             }
         }
     }
@@ -237,6 +319,7 @@ mod tests {
                 task_secrets_dir: &s,
                 task_tmp_dir: &t,
             },
+            &BTreeMap::new(),
         );
         assert_eq!(env["NOMAD_ALLOC_DIR"], "/data/alloc/x/alloc");
         assert_eq!(env["NOMAD_TASK_DIR"], "/data/alloc/x/server/local");
@@ -249,5 +332,144 @@ mod tests {
         assert_eq!(env["LISTEN"], "127.0.0.1:23456");
         assert_eq!(env["KERNEL"], "linux");
         assert_eq!(env["NODE"], "node-1");
+    }
+
+    fn vars(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    /// The environment of a task "t" with `task_env` in alloc "0123456789abcdef", given the
+    /// agent variables `host_env`.
+    fn env_with(
+        task_env: &[(&str, &str)],
+        host_env: &BTreeMap<String, String>,
+    ) -> BTreeMap<String, String> {
+        let alloc = Allocation {
+            id: "0123456789abcdef".into(),
+            name: "j.g[0]".into(),
+            ..Default::default()
+        };
+        let group = TaskGroup {
+            name: "g".into(),
+            ..Default::default()
+        };
+        let task = Task {
+            name: "t".into(),
+            env: Some(vars(task_env)),
+            ..Default::default()
+        };
+        let a = PathBuf::from("/data/alloc/x");
+        let (l, s, t) = (a.join("t/local"), a.join("t/secrets"), a.join("t/tmp"));
+        build_env(
+            &alloc,
+            &group,
+            &task,
+            &Node::default(),
+            "global",
+            &TaskPaths {
+                alloc_dir: &a,
+                task_local_dir: &l,
+                task_secrets_dir: &s,
+                task_tmp_dir: &t,
+            },
+            host_env,
+        )
+    }
+
+    #[test]
+    fn agent_variables_come_first_and_nomads_variables_and_the_task_env_override_them() {
+        let host = vars(&[
+            ("PATH", "/usr/sbin:/usr/bin"),
+            ("HOME", "/root"),
+            ("NOMAD_ALLOC_ID", "from-the-agent"),
+            ("TMPDIR", "/tmp"),
+            ("SHARED", "agent"),
+            ("GREETING", "alloc ${NOMAD_SHORT_ALLOC_ID}"),
+        ]);
+        let env = env_with(
+            &[("SHARED", "task"), ("PATH_PLUS", "/opt/bin:${PATH}")],
+            &host,
+        );
+        assert_eq!(env["PATH"], "/usr/sbin:/usr/bin");
+        assert_eq!(env["HOME"], "/root");
+        assert_eq!(env["NOMAD_ALLOC_ID"], "0123456789abcdef");
+        assert_eq!(env["TMPDIR"], "/data/alloc/x/t/tmp");
+        assert_eq!(env["SHARED"], "task");
+        assert_eq!(env["PATH_PLUS"], "/opt/bin:/usr/sbin:/usr/bin");
+        // Agent values are interpolated too, as Nomad's builder does.
+        assert_eq!(env["GREETING"], "alloc 01234567");
+    }
+
+    #[test]
+    fn the_default_denylist_is_nomads_and_keeps_its_variables_from_tasks() {
+        let list = EnvDenylist::default();
+        for name in [
+            "CONSUL_TOKEN",
+            "CONSUL_HTTP_TOKEN",
+            "VAULT_TOKEN",
+            "NOMAD_LICENSE",
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY",
+            "AWS_SESSION_TOKEN",
+            "GOOGLE_APPLICATION_CREDENTIALS",
+        ] {
+            assert!(list.contains(name), "{name} not denied");
+        }
+        let host = list.filter(vars(&[
+            ("PATH", "/usr/bin"),
+            ("VAULT_TOKEN", "s.secret"),
+            ("AWS_SECRET_ACCESS_KEY", "key"),
+        ]));
+        let env = env_with(&[], &host);
+        assert_eq!(env["PATH"], "/usr/bin");
+        assert!(!env.contains_key("VAULT_TOKEN"));
+        assert!(!env.contains_key("AWS_SECRET_ACCESS_KEY"));
+    }
+
+    #[test]
+    fn a_configured_denylist_replaces_the_default_one() {
+        let list = EnvDenylist::parse("DROVER_TEST_SECRET, OTHER_SECRET,");
+        let host = list.filter(vars(&[
+            ("PATH", "/usr/bin"),
+            ("DROVER_TEST_SECRET", "hidden"),
+            ("OTHER_SECRET", "hidden"),
+            ("VAULT_TOKEN", "s.passed"),
+        ]));
+        assert_eq!(
+            host,
+            vars(&[("PATH", "/usr/bin"), ("VAULT_TOKEN", "s.passed")])
+        );
+        // An empty list denies nothing.
+        assert!(!EnvDenylist::parse("").contains("VAULT_TOKEN"));
+        assert_eq!(
+            EnvDenylist::parse(" ").filter(vars(&[("VAULT_TOKEN", "t")])),
+            vars(&[("VAULT_TOKEN", "t")])
+        );
+    }
+
+    #[test]
+    fn image_isolated_drivers_get_no_agent_environment_the_others_do() {
+        assert!(inherits_agent_env(FsIsolation::None));
+        assert!(inherits_agent_env(FsIsolation::Chroot));
+        assert!(!inherits_agent_env(FsIsolation::Image));
+        // What the task runner hands an image-isolated task: Nomad's variables and its env only.
+        let env = env_with(&[("OWN", "1")], &BTreeMap::new());
+        assert!(!env.contains_key("PATH"));
+        assert!(
+            env.keys()
+                .all(|k| k.starts_with("NOMAD_") || k == "TMPDIR" || k == "OWN")
+        );
+    }
+
+    #[test]
+    fn the_agents_environment_is_read_from_the_process_minus_the_denylist() {
+        let Ok(path) = std::env::var("PATH") else {
+            return;
+        };
+        assert_eq!(agent_env(&EnvDenylist::default()).get("PATH"), Some(&path));
+        assert!(!agent_env(&EnvDenylist::parse("PATH")).contains_key("PATH"));
     }
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use drover_abi::Driver;
+use drover_client::taskenv::EnvDenylist;
 use drover_client::{Client, ClientConfig, ServerConn};
 use drover_plugin_host::DriverCatalog;
 use drover_server::{Server, ServerConfig};
@@ -18,7 +19,7 @@ use serde_json::json;
 
 use crate::agent::AgentArgs;
 use crate::agent_remote::RemoteServers;
-use crate::config::{AgentFile, parse_file};
+use crate::config::{AgentFile, ClientBlock, parse_file};
 
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -307,6 +308,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         server: server_enabled,
         client: client_enabled,
         version: VERSION.into(),
+            cc.env_denylist = env_denylist(c);
         config_json: json!({
             "DataDir": data_dir,
             "BindAddr": bind,
@@ -465,9 +467,23 @@ fn advertise_rpc(file: &AgentFile, rpc_addr: SocketAddr) -> anyhow::Result<Strin
     Ok(SocketAddr::new(ip, rpc_addr.port()).to_string())
 }
 
-/// Settings Nomad accepts in `server` and `client` blocks that Drover does not act on yet: said
-/// once at start-up, so nobody believes they took effect.
-fn warn_ignored_settings(file: &AgentFile) {
+/// The `client.options` keys Drover acts on; `warn_ignored_settings` reports any other.
+const CLIENT_OPTIONS: &[&str] = &["env.denylist", "env.blacklist"];
+
+/// The client's env denylist, as Nomad reads it: the `env.denylist` option, else its older name
+/// `env.blacklist`, else Nomad's default list. A value replaces the default list.
+fn env_denylist(client: &ClientBlock) -> EnvDenylist {
+    let options = client.options.as_ref();
+    ["env.denylist", "env.blacklist"]
+        .iter()
+        .find_map(|key| options.and_then(|o| o.get(*key)))
+        .map(|list| EnvDenylist::parse(list))
+        .unwrap_or_default()
+}
+
+/// Settings Nomad accepts in `server` and `client` blocks (and `client.options` keys) that
+/// Drover does not act on yet.
+fn ignored_settings(file: &AgentFile) -> Vec<String> {
     let server = file
         .server
         .iter()
@@ -476,7 +492,18 @@ fn warn_ignored_settings(file: &AgentFile) {
         .client
         .iter()
         .flat_map(|c| c.other.keys().map(|k| format!("client.{k}")));
-    for key in server.chain(client) {
+    let options = file
+        .client
+        .iter()
+        .flat_map(|c| c.options.iter().flat_map(|o| o.keys()))
+        .filter(|k| !CLIENT_OPTIONS.contains(&k.as_str()))
+        .map(|k| format!("client.options[{k:?}]"));
+    server.chain(client).chain(options).collect()
+}
+
+/// Says once at start-up which settings have no effect, so nobody believes they took effect.
+fn warn_ignored_settings(file: &AgentFile) {
+    for key in ignored_settings(file) {
         tracing::warn!(setting = %key, "agent setting is not supported yet and has no effect");
     }
 }
@@ -629,3 +656,36 @@ client {
         assert_eq!(advertise_rpc(&file, any).unwrap(), "10.1.2.3:4647");
     }
 }
+
+    fn client_denylist(hcl: &str) -> EnvDenylist {
+        let file = parse_str(hcl, "agent.hcl").unwrap();
+        env_denylist(&file.client.unwrap_or_default())
+    }
+
+    #[test]
+    fn client_option_env_denylist_replaces_the_default_and_env_blacklist_is_its_older_name() {
+        assert_eq!(client_denylist(""), EnvDenylist::default());
+        assert_eq!(client_denylist("client {}\n"), EnvDenylist::default());
+        let denylist =
+            "client {\n  options {\n    \"env.denylist\" = \"DROVER_TEST_SECRET,OTHER\"\n  }\n}\n";
+        let list = client_denylist(denylist);
+        assert!(list.contains("DROVER_TEST_SECRET") && list.contains("OTHER"));
+        assert!(!list.contains("VAULT_TOKEN"));
+        let assigned = "client {\n  options = {\n    \"env.blacklist\" = \"OLD\"\n  }\n}\n";
+        assert_eq!(client_denylist(assigned), EnvDenylist::parse("OLD"));
+        let both = "client {\n  options {\n    \"env.blacklist\" = \"OLD\"\n    \"env.denylist\" = \"NEW\"\n  }\n}\n";
+        assert_eq!(client_denylist(both), EnvDenylist::parse("NEW"));
+    }
+
+    #[test]
+    fn client_options_drover_does_not_act_on_are_reported_as_ignored() {
+        let file = parse_str(
+            "client {\n  options {\n    \"env.denylist\" = \"A\"\n    \"driver.raw_exec.enable\" = \"1\"\n  }\n}\n",
+            "agent.hcl",
+        )
+        .unwrap();
+        assert_eq!(
+            ignored_settings(&file),
+            vec!["client.options[\"driver.raw_exec.enable\"]".to_string()]
+        );
+    }

@@ -185,25 +185,33 @@ fn normalize_plugin_blocks(v: &mut Value) {
     }
 }
 
-/// Nomad's agent files are HCL1, where `chroot_env { "/host" = "/task" }` is a block with quoted
-/// keys; HCL2 (hcl-rs) only takes quoted keys in an object, `chroot_env = { ... }`. Turns the
-/// block into that object (same content, one `=` added), leaving every other text alone.
-fn chroot_env_block_as_object(text: &str) -> std::borrow::Cow<'_, str> {
-    const KEY: &str = "chroot_env";
+/// Nomad's agent files are HCL1, where `chroot_env { "/host" = "/task" }` and
+/// `options { "env.denylist" = "..." }` are blocks with quoted keys; HCL2 (hcl-rs) only takes
+/// quoted keys in an object, `chroot_env = { ... }`. Turns such blocks into that object (same
+/// content, one `=` added), leaving every other text alone.
+fn quoted_key_blocks_as_objects(text: &str) -> std::borrow::Cow<'_, str> {
+    const KEYS: [&str; 2] = ["chroot_env", "options"];
+    let mut ends: Vec<usize> = KEYS
+        .iter()
+        .flat_map(|key| {
+            text.match_indices(key).filter_map(|(at, _)| {
+                let before = text[..at].chars().next_back();
+                let starts_word = before.is_none_or(|c| c.is_whitespace() || c == '{' || c == ';');
+                let end = at + key.len();
+                (starts_word && text[end..].trim_start().starts_with('{')).then_some(end)
+            })
+        })
+        .collect();
+    if ends.is_empty() {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    ends.sort_unstable();
     let mut out = String::new();
     let mut copied = 0;
-    for (at, _) in text.match_indices(KEY) {
-        let before = text[..at].chars().next_back();
-        let starts_word = before.is_none_or(|c| c.is_whitespace() || c == '{' || c == ';');
-        let after = &text[at + KEY.len()..];
-        if starts_word && after.trim_start().starts_with('{') {
-            out.push_str(&text[copied..at + KEY.len()]);
-            out.push_str(" =");
-            copied = at + KEY.len();
-        }
-    }
-    if copied == 0 {
-        return std::borrow::Cow::Borrowed(text);
+    for end in ends {
+        out.push_str(&text[copied..end]);
+        out.push_str(" =");
+        copied = end;
     }
     out.push_str(&text[copied..]);
     std::borrow::Cow::Owned(out)
@@ -220,7 +228,7 @@ pub fn parse_str(text: &str, name: &str) -> anyhow::Result<AgentFile> {
     let mut value: Value = if text.trim_start().starts_with('{') {
         serde_json::from_str(text).with_context(|| format!("{name}: invalid JSON"))?
     } else {
-        match hcl::from_str::<Value>(&chroot_env_block_as_object(text)) {
+        match hcl::from_str::<Value>(&quoted_key_blocks_as_objects(text)) {
             Ok(v) => v,
             Err(e) => bail!("{name}: {e}"),
         }
@@ -355,6 +363,22 @@ client {
                 ("/usr/bin/local".to_string(), "/usr/local".to_string()),
             ])
         );
+    }
+
+    #[test]
+    fn client_options_are_read_as_a_block_or_an_object_with_quoted_keys() {
+        for text in [
+            "client {\n  options {\n    \"env.denylist\" = \"A,B\"\n  }\n  chroot_env {\n    \"/etc\" = \"/etc\"\n  }\n}\n",
+            "client {\n  options = {\n    \"env.denylist\" = \"A,B\"\n  }\n  chroot_env = {\n    \"/etc\" = \"/etc\"\n  }\n}\n",
+        ] {
+            let c = parse_str(text, "agent.hcl").unwrap().client.unwrap();
+            assert!(c.other.is_empty(), "{:?}", c.other);
+            assert_eq!(
+                c.options.unwrap(),
+                BTreeMap::from([("env.denylist".to_string(), "A,B".to_string())])
+            );
+            assert_eq!(c.chroot_env.unwrap().len(), 1);
+        }
     }
 
     #[test]
