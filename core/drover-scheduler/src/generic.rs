@@ -214,7 +214,19 @@ impl GenericScheduler<'_> {
             ctx.append_alloc(a);
         }
         for s in &results.stop {
-            ctx.append_stop(&s.alloc, s.description, s.client_status, None);
+            ctx.append_stop(
+                &s.alloc,
+                s.description,
+                s.client_status,
+                s.followup.as_deref(),
+            );
+        }
+        for a in results
+            .disconnect_updates
+            .into_iter()
+            .chain(results.reconnect_updates)
+        {
+            ctx.append_alloc(a);
         }
         for a in results.inplace {
             ctx.append_alloc(a);
@@ -477,7 +489,11 @@ pub(crate) fn tainted_nodes(
             continue;
         }
         let node = ctx.node(&a.node_id);
-        if tainted(node.as_deref()) {
+        // Disconnected nodes too: their allocations become unknown (Nomad's taintedNodes).
+        let disconnected = node
+            .as_ref()
+            .is_some_and(|n| n.status == drover_structs::NODE_STATUS_DISCONNECTED);
+        if tainted(node.as_deref()) || disconnected {
             out.insert(a.node_id.clone(), node);
         }
     }
@@ -497,9 +513,13 @@ pub(crate) fn mark_lost_stops(
             Some(None) => true,
             Some(Some(n)) => n.status == drover_structs::NODE_STATUS_DOWN,
         };
+        // Any status the client has not ended: pending, running, or unknown (its node was
+        // disconnected before it went down).
         if down
             && a.server_terminal()
-            && (a.client_status == ALLOC_CLIENT_RUNNING || a.client_status == ALLOC_CLIENT_PENDING)
+            && (a.client_status == ALLOC_CLIENT_RUNNING
+                || a.client_status == ALLOC_CLIENT_PENDING
+                || a.client_status == drover_structs::ALLOC_CLIENT_UNKNOWN)
         {
             ctx.append_stop(a, ALLOC_LOST, Some(ALLOC_CLIENT_LOST), None);
         }

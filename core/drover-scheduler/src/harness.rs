@@ -393,6 +393,12 @@ impl Harness {
             let mut a = (**old).clone();
             a.desired_status = stop.desired_status.clone();
             a.desired_description = stop.desired_description.clone();
+            // As the state store does: the lost transition is kept with its time.
+            if stop.client_status == drover_structs::ALLOC_CLIENT_LOST
+                && a.client_status != stop.client_status
+            {
+                a.append_client_state(&stop.client_status, now);
+            }
             a.client_status = stop.client_status.clone();
             if !stop.followup_eval_id.is_empty() {
                 a.followup_eval_id = stop.followup_eval_id.clone();

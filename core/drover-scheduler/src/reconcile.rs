@@ -7,12 +7,14 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use drover_structs::{
-    ALLOC_CLIENT_FAILED, ALLOC_CLIENT_LOST, ALLOC_DESIRED_EVICT, ALLOC_DESIRED_STOP, Allocation,
-    EVAL_STATUS_PENDING, Evaluation, Job, NODE_STATUS_DOWN, Node, TRIGGER_RETRY_FAILED_ALLOC,
-    TaskGroup, generate_id,
+    ALLOC_CLIENT_FAILED, ALLOC_CLIENT_LOST, ALLOC_CLIENT_RUNNING, ALLOC_CLIENT_UNKNOWN,
+    ALLOC_DESIRED_EVICT, ALLOC_DESIRED_RUN, ALLOC_DESIRED_STOP, Allocation, EVAL_STATUS_PENDING,
+    Evaluation, Job, NODE_STATUS_DISCONNECTED, NODE_STATUS_DOWN, Node, RECONCILE_KEEP_ORIGINAL,
+    RECONCILE_KEEP_REPLACEMENT, RECONCILE_LONGEST_RUNNING, TRIGGER_MAX_DISCONNECT_TIMEOUT,
+    TRIGGER_RETRY_FAILED_ALLOC, TaskGroup, generate_id,
 };
 
-use crate::reschedule::{next_reschedule_time, policy};
+use crate::reschedule::{next_reschedule_time, next_reschedule_time_by_time, policy};
 use crate::util::alloc_name;
 
 pub(crate) const ALLOC_NOT_NEEDED: &str = "alloc not needed due to job update";
@@ -22,6 +24,10 @@ pub(crate) const ALLOC_LOST: &str = "alloc is lost since its node is down";
 pub(crate) const ALLOC_IN_PLACE: &str = "alloc updating in-place";
 pub(crate) const ALLOC_RESCHEDULED: &str = "alloc was rescheduled because it failed";
 pub(crate) const RESCHEDULING_FOLLOWUP_EVAL_DESC: &str = "created for delayed rescheduling";
+pub(crate) const ALLOC_UNKNOWN: &str = "alloc is unknown since its node is disconnected";
+pub(crate) const ALLOC_RECONNECTED: &str = "alloc not needed due to disconnected client reconnect";
+pub(crate) const DISCONNECT_TIMEOUT_FOLLOWUP_EVAL_DESC: &str =
+    "created for delayed disconnect timeout";
 
 /// Failed allocations due within this long are rescheduled now rather than later.
 const RESCHEDULE_WINDOW: i64 = 1_000_000_000;
@@ -46,6 +52,8 @@ pub(crate) struct Stop {
     pub alloc: Arc<Allocation>,
     pub description: &'static str,
     pub client_status: Option<&'static str>,
+    /// The delayed evaluation that replaces it (`stop_after_client_disconnect`).
+    pub followup: Option<String>,
 }
 
 /// What to do with an existing allocation when the job changed.
@@ -67,6 +75,10 @@ pub(crate) struct ReconcileResults {
     /// Allocations updated only to point at their follow-up evaluation.
     pub attribute_updates: Vec<Allocation>,
     pub followup_evals: Vec<Evaluation>,
+    /// Allocations of disconnected nodes, now `unknown` (Nomad's `disconnectUpdates`).
+    pub disconnect_updates: Vec<Allocation>,
+    /// Allocations that reconnected and keep running (Nomad's `reconnectUpdates`).
+    pub reconnect_updates: Vec<Allocation>,
 }
 
 type AllocSet = Vec<Arc<Allocation>>;
@@ -117,19 +129,27 @@ impl Reconciler<'_> {
     /// Stops every live allocation of the set: the job is stopped or the group is gone.
     fn stop_all(&self, set: AllocSet, r: &mut ReconcileResults) {
         let live: AllocSet = set.into_iter().filter(|a| !a.terminal()).collect();
-        let (untainted, migrate, lost) = self.filter_by_tainted(live);
-        for a in untainted.into_iter().chain(migrate) {
+        let t = self.filter_by_tainted(live);
+        for a in t
+            .untainted
+            .into_iter()
+            .chain(t.migrate)
+            .chain(t.disconnecting)
+            .chain(t.reconnecting)
+        {
             r.stop.push(Stop {
                 alloc: a,
                 description: ALLOC_NOT_NEEDED,
                 client_status: None,
+                followup: None,
             });
         }
-        for a in lost {
+        for a in t.lost.into_iter().chain(t.expiring) {
             r.stop.push(Stop {
                 alloc: a,
                 description: ALLOC_LOST,
                 client_status: Some(ALLOC_CLIENT_LOST),
+                followup: None,
             });
         }
     }
@@ -147,23 +167,159 @@ impl Reconciler<'_> {
             return;
         };
         let all = self.filter_old_terminal(job, all);
-        let (untainted, mut migrate, lost) = self.filter_by_tainted(all);
-        let (mut untainted, reschedule_now, reschedule_later) =
-            self.filter_by_rescheduleable(job, untainted);
-        self.handle_delayed_reschedules(job, reschedule_later, r);
+        let Tainted {
+            untainted,
+            mut migrate,
+            mut lost,
+            mut disconnecting,
+            reconnecting,
+            expiring,
+        } = self.filter_by_tainted(all.clone());
+        let Reschedulable {
+            mut untainted,
+            now: mut reschedule_now,
+            later,
+            lost_due,
+            lost_held,
+        } = self.filter_by_rescheduleable(job, untainted);
+
+        // Reconnecting allocations and their replacements first: which one survives is decided
+        // only when the client is back (Nomad's reconcileReconnecting).
+        if !reconnecting.is_empty() {
+            let (reconnect, stopped) = self.reconcile_reconnecting(job, tg, &reconnecting, &all, r);
+            untainted.retain(|a| !stopped.contains(&a.id));
+            migrate.retain(|a| !stopped.contains(&a.id));
+            lost.retain(|a| !stopped.contains(&a.id));
+            disconnecting.retain(|a| !stopped.contains(&a.id));
+            reschedule_now.retain(|a| !stopped.contains(&a.id));
+            for a in reconnect {
+                if a.client_status == ALLOC_CLIENT_RUNNING {
+                    let mut back = (*a).clone();
+                    back.append_client_state(ALLOC_CLIENT_RUNNING, self.now);
+                    r.reconnect_updates.push(back);
+                }
+                untainted.push(a);
+            }
+        }
+
+        // Unknown allocations past `lost_after` are lost, unless the group keeps them.
+        if tg.disconnect_replace() {
+            lost.extend(expiring);
+        } else {
+            untainted.extend(expiring);
+        }
+
+        // Running allocations of disconnected nodes become unknown, with an evaluation at their
+        // `lost_after` deadline; a replacement is placed now or later as `replace` says.
+        let mut disconnect_ids = HashSet::new();
+        if !disconnecting.is_empty() {
+            let lost_after = tg.disconnect_lost_after();
+            let timeouts: Vec<(Arc<Allocation>, i64)> = if lost_after != 0 {
+                disconnecting
+                    .iter()
+                    .map(|a| (a.clone(), a.disconnect_timeout(Some(job), self.now)))
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            let timeout_ids = self.later_evals(
+                job,
+                timeouts,
+                TRIGGER_MAX_DISCONNECT_TIMEOUT,
+                DISCONNECT_TIMEOUT_FOLLOWUP_EVAL_DESC,
+                r,
+            );
+            let mut reschedule_later = Vec::new();
+            let mut updated = Vec::new();
+            for a in disconnecting {
+                let mut u = (*a).clone();
+                u.client_status = ALLOC_CLIENT_UNKNOWN.into();
+                u.append_client_state(ALLOC_CLIENT_UNKNOWN, self.now);
+                u.client_description = ALLOC_UNKNOWN.into();
+                u.followup_eval_id = timeout_ids.get(&a.id).cloned().unwrap_or_default();
+                let u = Arc::new(u);
+                disconnect_ids.insert(u.id.clone());
+                let (at, eligible) = if lost_after != 0 {
+                    self.reschedule_on_disconnect(&a, job)
+                } else {
+                    (0, false)
+                };
+                if eligible && at.saturating_sub(self.now) <= RESCHEDULE_WINDOW {
+                    reschedule_now.push(u.clone());
+                } else {
+                    if eligible {
+                        reschedule_later.push((u.clone(), at));
+                    }
+                    untainted.push(u.clone());
+                }
+                updated.push(u);
+            }
+            let later_ids = self.later_evals(
+                job,
+                reschedule_later,
+                TRIGGER_RETRY_FAILED_ALLOC,
+                RESCHEDULING_FOLLOWUP_EVAL_DESC,
+                r,
+            );
+            for u in updated {
+                let mut u = (*u).clone();
+                if let Some(id) = later_ids.get(&u.id) {
+                    u.followup_eval_id = id.clone();
+                }
+                r.disconnect_updates.push(u);
+            }
+        }
+
+        // `stop_after_client_disconnect`: the replacement of a lost allocation waits until the
+        // client has surely stopped it, and so does every placement of the group.
+        let lost_later: Vec<(Arc<Allocation>, i64)> = lost
+            .iter()
+            .filter_map(|a| {
+                a.wait_client_stop(Some(job), self.now)
+                    .filter(|t| *t > self.now)
+                    .map(|t| (a.clone(), t))
+            })
+            .collect();
+        let delay_group = !lost_later.is_empty() || !lost_held.is_empty();
+        let lost_followups = self.later_evals(
+            job,
+            lost_later,
+            TRIGGER_RETRY_FAILED_ALLOC,
+            RESCHEDULING_FOLLOWUP_EVAL_DESC,
+            r,
+        );
+        self.handle_delayed_reschedules(job, later, r);
 
         let mut names = NameIndex::new(
             &job.id,
             group,
             tg.count,
-            untainted.iter().chain(&migrate).chain(&reschedule_now),
+            untainted
+                .iter()
+                .chain(&migrate)
+                .chain(&reschedule_now)
+                .chain(&lost)
+                .chain(&lost_due)
+                .chain(&lost_held),
         );
-        let stopped = compute_stop(tg, &mut names, &untainted, &migrate, &lost, r);
+        let stopped = compute_stop(
+            tg,
+            &mut names,
+            &untainted,
+            &migrate,
+            &lost,
+            &lost_followups,
+            r,
+        );
         untainted.retain(|a| !stopped.contains(&a.id));
         migrate.retain(|a| !stopped.contains(&a.id));
 
         let mut destructive: AllocSet = Vec::new();
         for a in &untainted {
+            // Allocations of a disconnected node wait for it before any update.
+            if a.client_status == ALLOC_CLIENT_UNKNOWN {
+                continue;
+            }
             match update(a, job, tg) {
                 UpdateDecision::Ignore => {}
                 UpdateDecision::Destructive => destructive.push(a.clone()),
@@ -171,14 +327,29 @@ impl Reconciler<'_> {
             }
         }
 
-        let place =
-            compute_placements(tg, &mut names, &untainted, &migrate, &reschedule_now, &lost);
-        r.place.extend(place);
+        if !delay_group {
+            let present = untainted.len();
+            let place = compute_placements(
+                tg,
+                &mut names,
+                present,
+                &migrate,
+                &reschedule_now,
+                &lost,
+                &lost_due,
+            );
+            r.place.extend(place);
+        }
         for a in reschedule_now {
+            // A disconnected allocation stays (unknown) beside its replacement.
+            if disconnect_ids.contains(&a.id) {
+                continue;
+            }
             r.stop.push(Stop {
                 alloc: a,
                 description: ALLOC_RESCHEDULED,
                 client_status: None,
+                followup: None,
             });
         }
         for a in destructive {
@@ -195,6 +366,7 @@ impl Reconciler<'_> {
                 alloc: a.clone(),
                 description: ALLOC_MIGRATING,
                 client_status: None,
+                followup: None,
             });
             r.place.push(Placement {
                 name: a.name.clone(),
@@ -216,43 +388,124 @@ impl Reconciler<'_> {
             .collect()
     }
 
-    /// Splits allocations into untainted, to migrate (drained) and lost (node down or gone).
-    fn filter_by_tainted(&self, all: AllocSet) -> (AllocSet, AllocSet, AllocSet) {
-        let (mut untainted, mut migrate, mut lost) = (Vec::new(), Vec::new(), Vec::new());
+    /// Nomad's `filterByTainted`: splits allocations by what their node's state asks of them.
+    fn filter_by_tainted(&self, all: AllocSet) -> Tainted {
+        let current = self.job.map(|j| &**j);
+        let mut t = Tainted::default();
         for a in all {
-            if a.terminal() {
-                untainted.push(a);
-            } else if a.desired_transition.migrate == Some(true) {
-                migrate.push(a);
-            } else {
-                match self.tainted.get(&a.node_id) {
-                    None => untainted.push(a),
-                    Some(None) => lost.push(a),
-                    Some(Some(n)) if n.status == NODE_STATUS_DOWN => lost.push(a),
-                    Some(Some(_)) => untainted.push(a),
+            let reconnect = matches!(
+                a.client_status.as_str(),
+                ALLOC_CLIENT_UNKNOWN | ALLOC_CLIENT_RUNNING | ALLOC_CLIENT_FAILED
+            ) && a.needs_to_reconnect();
+            if reconnect
+                && a.desired_status == ALLOC_DESIRED_RUN
+                && a.client_status == ALLOC_CLIENT_FAILED
+            {
+                t.reconnecting.push(a);
+                continue;
+            }
+            if a.terminal() && !reconnect {
+                t.untainted.push(a);
+                continue;
+            }
+            if a.disconnect_expired(current, self.now) {
+                t.expiring.push(a);
+                continue;
+            }
+            let node = self.tainted.get(&a.node_id);
+            if let Some(Some(n)) = node
+                && n.status == NODE_STATUS_DISCONNECTED
+            {
+                let lost_after = a
+                    .job
+                    .as_deref()
+                    .or(current)
+                    .and_then(|j| j.lookup_task_group(&a.task_group))
+                    .map(|tg| tg.disconnect_lost_after())
+                    .unwrap_or(0);
+                if a.client_status == ALLOC_CLIENT_UNKNOWN {
+                    t.untainted.push(a);
+                } else if !a.replace_on_disconnect(current)
+                    || (lost_after != 0 && a.client_status == ALLOC_CLIENT_RUNNING)
+                {
+                    t.disconnecting.push(a);
+                } else {
+                    t.lost.push(a);
+                }
+                continue;
+            }
+            if a.desired_transition.migrate == Some(true) {
+                t.migrate.push(a);
+                continue;
+            }
+            if reconnect
+                && a.client_status == ALLOC_CLIENT_FAILED
+                && a.desired_status == ALLOC_DESIRED_STOP
+            {
+                continue;
+            }
+            match node {
+                None => {
+                    if reconnect {
+                        t.reconnecting.push(a);
+                    } else {
+                        t.untainted.push(a);
+                    }
+                }
+                Some(None) => t.lost.push(a),
+                Some(Some(n)) if n.status == NODE_STATUS_DOWN => {
+                    if !a.replace_on_disconnect(current) && a.client_status == ALLOC_CLIENT_UNKNOWN
+                    {
+                        t.untainted.push(a);
+                    } else if !a.replace_on_disconnect(current)
+                        && a.client_status == ALLOC_CLIENT_RUNNING
+                    {
+                        t.disconnecting.push(a);
+                    } else {
+                        t.lost.push(a);
+                    }
+                }
+                // Draining (or any other taint): migrations are marked on the allocation.
+                Some(Some(_)) => {
+                    if reconnect {
+                        t.reconnecting.push(a);
+                    } else {
+                        t.untainted.push(a);
+                    }
                 }
             }
         }
-        (untainted, migrate, lost)
+        t
     }
 
     /// Separates failed allocations to reschedule now or later from those that count as
-    /// present; drops those that should be ignored (stopped, or completed services).
-    #[allow(clippy::type_complexity)]
-    fn filter_by_rescheduleable(
-        &self,
-        job: &Job,
-        set: AllocSet,
-    ) -> (AllocSet, AllocSet, Vec<(Arc<Allocation>, i64)>) {
-        let (mut untainted, mut now, mut later) = (Vec::new(), Vec::new(), Vec::new());
+    /// present; drops those that should be ignored (stopped, or completed services). Lost
+    /// allocations whose replacement waits for `stop_after_client_disconnect` are held (their
+    /// evaluation has not come) or due (it has).
+    fn filter_by_rescheduleable(&self, job: &Job, set: AllocSet) -> Reschedulable {
+        let mut out = Reschedulable::default();
         for a in set {
             // Already replaced.
             if !a.next_allocation.is_empty() && a.terminal() {
                 continue;
             }
+            if a.client_status == ALLOC_CLIENT_LOST
+                && a.server_terminal()
+                && !a.followup_eval_id.is_empty()
+                && let Some(at) = a.wait_client_stop(Some(job), self.now)
+            {
+                if a.followup_eval_id == self.eval.id
+                    || at.saturating_sub(self.now) <= RESCHEDULE_WINDOW
+                {
+                    out.lost_due.push(a);
+                } else {
+                    out.lost_held.push(a);
+                }
+                continue;
+            }
             match should_filter(&a, self.batch) {
                 Filter::Untainted => {
-                    untainted.push(a);
+                    out.untainted.push(a);
                     continue;
                 }
                 Filter::Ignore => continue,
@@ -260,21 +513,31 @@ impl Reconciler<'_> {
             }
             let (eligible_now, eligible_later, at) = self.reschedulable(&a, job);
             if eligible_now {
-                now.push(a);
+                out.now.push(a);
             } else {
                 if eligible_later {
-                    later.push((a.clone(), at));
+                    out.later.push((a.clone(), at));
                 }
-                untainted.push(a);
+                out.untainted.push(a);
             }
         }
-        (untainted, now, later)
+        out
     }
 
     /// Nomad's `updateByReschedulable`.
     fn reschedulable(&self, a: &Allocation, job: &Job) -> (bool, bool, i64) {
         let forced = a.desired_transition.force_reschedule == Some(true);
-        let (at, eligible) = next_reschedule_time(a, policy(a, Some(job)));
+        let p = policy(a, Some(job));
+        // An unknown allocation whose delayed replacement is due counts from its disconnect.
+        let (at, eligible) = match p {
+            Some(p)
+                if a.client_status == ALLOC_CLIENT_UNKNOWN
+                    && a.followup_eval_id == self.eval.id =>
+            {
+                next_reschedule_time_by_time(a, p, a.last_unknown())
+            }
+            _ => next_reschedule_time(a, p),
+        };
         if eligible
             && (a.followup_eval_id == self.eval.id
                 || at.saturating_sub(self.now) <= RESCHEDULE_WINDOW)
@@ -285,49 +548,291 @@ impl Reconciler<'_> {
         (forced, later, at)
     }
 
-    /// One follow-up evaluation per window of reschedule times; the allocations point at theirs.
-    fn handle_delayed_reschedules(
+    /// Nomad's `RescheduleTimeOnDisconnect`: with a `disconnect` block, `replace` says whether
+    /// to replace at once; with the older fields, the reschedule policy counts from now.
+    fn reschedule_on_disconnect(&self, a: &Allocation, job: &Job) -> (i64, bool) {
+        let tg = a
+            .job
+            .as_deref()
+            .unwrap_or(job)
+            .lookup_task_group(&a.task_group);
+        if let Some(replace) = tg
+            .and_then(|tg| tg.disconnect.as_ref())
+            .and_then(|d| d.replace)
+        {
+            return (self.now, replace);
+        }
+        match policy(a, Some(job)) {
+            Some(p) => next_reschedule_time_by_time(a, p, self.now),
+            None => (0, false),
+        }
+    }
+
+    /// Nomad's `reconcileReconnecting`: for each reconnecting allocation, stop it or its
+    /// replacements as the group's `disconnect.reconcile` says. Returns the allocations that
+    /// reconnect and the ids stopped.
+    fn reconcile_reconnecting(
+        &self,
+        job: &Job,
+        tg: &TaskGroup,
+        reconnecting: &AllocSet,
+        all: &AllocSet,
+        r: &mut ReconcileResults,
+    ) -> (AllocSet, HashSet<String>) {
+        let mut stopped: HashSet<String> = HashSet::new();
+        let mut stop = |a: &Arc<Allocation>,
+                        description: &'static str,
+                        client_status: Option<&'static str>,
+                        stopped: &mut HashSet<String>| {
+            if stopped.insert(a.id.clone()) {
+                r.stop.push(Stop {
+                    alloc: a.clone(),
+                    description,
+                    client_status,
+                    followup: None,
+                });
+            }
+        };
+        // Replacements point back at what they replaced (`PreviousAllocation`).
+        let mut replaced_by: HashMap<&str, Vec<&Arc<Allocation>>> = HashMap::new();
+        for a in all {
+            if !a.previous_allocation.is_empty() {
+                replaced_by
+                    .entry(a.previous_allocation.as_str())
+                    .or_default()
+                    .push(a);
+            }
+        }
+        for original in reconnecting {
+            if !original.server_terminal() && original.client_status == ALLOC_CLIENT_FAILED {
+                stop(
+                    original,
+                    ALLOC_RESCHEDULED,
+                    Some(ALLOC_CLIENT_FAILED),
+                    &mut stopped,
+                );
+                continue;
+            }
+            let t = &original.desired_transition;
+            let old_version = original
+                .job
+                .as_ref()
+                .is_some_and(|j| j.version < job.version || j.create_index < job.create_index);
+            if original.desired_status != ALLOC_DESIRED_RUN
+                || t.migrate == Some(true)
+                || t.reschedule == Some(true)
+                || t.force_reschedule == Some(true)
+                || old_version
+            {
+                stop(original, ALLOC_NOT_NEEDED, None, &mut stopped);
+                continue;
+            }
+            // A replacement may itself have been replaced: follow the chain.
+            let mut queue: Vec<&Arc<Allocation>> = replaced_by
+                .get(original.id.as_str())
+                .cloned()
+                .unwrap_or_default();
+            let mut seen = HashSet::new();
+            while let Some(replacement) = queue.pop() {
+                if !seen.insert(replacement.id.clone()) {
+                    continue;
+                }
+                if let Some(next) = replaced_by.get(replacement.id.as_str()) {
+                    queue.extend(next.iter().copied());
+                }
+                if replacement.server_terminal() {
+                    continue;
+                }
+                if keep_replacement(tg, original, replacement) {
+                    stop(original, ALLOC_NOT_NEEDED, None, &mut stopped);
+                } else {
+                    stop(replacement, ALLOC_RECONNECTED, None, &mut stopped);
+                }
+            }
+        }
+        let reconnect = reconnecting
+            .iter()
+            .filter(|a| !stopped.contains(&a.id))
+            .cloned()
+            .collect();
+        (reconnect, stopped)
+    }
+
+    /// One follow-up evaluation per window of `at` times; returns each allocation's evaluation.
+    fn later_evals(
         &self,
         job: &Job,
         mut later: Vec<(Arc<Allocation>, i64)>,
+        trigger: &str,
+        description: &str,
         r: &mut ReconcileResults,
-    ) {
+    ) -> HashMap<String, String> {
+        let mut ids = HashMap::new();
         if later.is_empty() {
-            return;
+            return ids;
         }
         later.sort_by_key(|(_, at)| *at);
         let mut batch_start = later[0].1;
-        let mut eval = self.followup_eval(job, batch_start);
+        let mut eval = self.followup_eval(job, batch_start, trigger, description);
         for (alloc, at) in later {
             if at.saturating_sub(batch_start) >= BATCHED_FAILED_ALLOC_WINDOW {
                 r.followup_evals.push(eval);
                 batch_start = at;
-                eval = self.followup_eval(job, at);
+                eval = self.followup_eval(job, at, trigger, description);
             }
-            let mut updated = (*alloc).clone();
-            updated.followup_eval_id = eval.id.clone();
-            r.attribute_updates.push(updated);
+            ids.insert(alloc.id.clone(), eval.id.clone());
         }
         r.followup_evals.push(eval);
+        ids
     }
 
-    fn followup_eval(&self, job: &Job, wait_until: i64) -> Evaluation {
+    /// One follow-up evaluation per window of reschedule times; the allocations point at theirs.
+    fn handle_delayed_reschedules(
+        &self,
+        job: &Job,
+        later: Vec<(Arc<Allocation>, i64)>,
+        r: &mut ReconcileResults,
+    ) {
+        let allocs: HashMap<String, Arc<Allocation>> = later
+            .iter()
+            .map(|(a, _)| (a.id.clone(), a.clone()))
+            .collect();
+        let ids = self.later_evals(
+            job,
+            later,
+            TRIGGER_RETRY_FAILED_ALLOC,
+            RESCHEDULING_FOLLOWUP_EVAL_DESC,
+            r,
+        );
+        let mut ids: Vec<(String, String)> = ids.into_iter().collect();
+        ids.sort();
+        for (alloc_id, eval_id) in ids {
+            if let Some(a) = allocs.get(&alloc_id) {
+                let mut updated = (**a).clone();
+                updated.followup_eval_id = eval_id;
+                r.attribute_updates.push(updated);
+            }
+        }
+    }
+
+    fn followup_eval(
+        &self,
+        job: &Job,
+        wait_until: i64,
+        trigger: &str,
+        description: &str,
+    ) -> Evaluation {
         Evaluation {
             id: generate_id(),
             namespace: job.namespace.clone(),
             priority: self.eval.priority,
             eval_type: job.job_type.clone(),
-            triggered_by: TRIGGER_RETRY_FAILED_ALLOC.to_string(),
+            triggered_by: trigger.to_string(),
             job_id: job.id.clone(),
             job_modify_index: job.modify_index,
             status: EVAL_STATUS_PENDING.to_string(),
-            status_description: RESCHEDULING_FOLLOWUP_EVAL_DESC.to_string(),
+            status_description: description.to_string(),
             wait_until,
             create_time: self.now,
             modify_time: self.now,
             ..Default::default()
         }
     }
+}
+
+/// What `filter_by_tainted` splits a group's allocations into.
+#[derive(Default)]
+struct Tainted {
+    untainted: AllocSet,
+    /// Drained: stop and place elsewhere.
+    migrate: AllocSet,
+    /// On a down or gone node (or pending on a disconnected one): stop as lost, replace.
+    lost: AllocSet,
+    /// Running on a disconnected node, not yet `unknown`.
+    disconnecting: AllocSet,
+    /// Were `unknown`, their node is back.
+    reconnecting: AllocSet,
+    /// `unknown` past their `lost_after`.
+    expiring: AllocSet,
+}
+
+/// What `filter_by_rescheduleable` splits the untainted allocations into.
+#[derive(Default)]
+struct Reschedulable {
+    untainted: AllocSet,
+    now: AllocSet,
+    later: Vec<(Arc<Allocation>, i64)>,
+    /// Lost allocations whose delayed replacement is due now.
+    lost_due: AllocSet,
+    /// Lost allocations whose delayed replacement is not due yet: they keep their name.
+    lost_held: AllocSet,
+}
+
+/// Nomad's `pickReconnectingAlloc` (reconnecting picker): whether the replacement wins over
+/// the original that reconnected.
+fn keep_replacement(tg: &TaskGroup, original: &Allocation, replacement: &Allocation) -> bool {
+    let (ov, rv) = (original.job.as_ref(), replacement.job.as_ref());
+    let newer = match (ov, rv) {
+        (Some(o), Some(r)) => r.version > o.version || r.create_index > o.create_index,
+        _ => false,
+    };
+    if newer {
+        return true;
+    }
+    match tg.disconnect_reconcile() {
+        RECONCILE_KEEP_ORIGINAL => false,
+        RECONCILE_KEEP_REPLACEMENT => true,
+        RECONCILE_LONGEST_RUNNING => {
+            let task = leader_task(tg);
+            // The one that started first has run the longest.
+            latest_start(original, &task) >= latest_start(replacement, &task)
+        }
+        _ => {
+            let (o, r) = (max_norm_score(original), max_norm_score(replacement));
+            let better = match (o, r) {
+                (None, Some(_)) => true,
+                (Some(o), Some(r)) => r > o,
+                _ => false,
+            };
+            better
+                && (replacement.client_status == ALLOC_CLIENT_RUNNING
+                    || original.client_status != ALLOC_CLIENT_RUNNING)
+        }
+    }
+}
+
+fn max_norm_score(a: &Allocation) -> Option<f64> {
+    a.metrics
+        .as_ref()?
+        .score_meta_data
+        .as_ref()?
+        .iter()
+        .map(|m| m.norm_score)
+        .reduce(f64::max)
+}
+
+/// The group's leader task, else its first.
+fn leader_task(tg: &TaskGroup) -> String {
+    tg.tasks
+        .iter()
+        .find(|t| t.leader)
+        .or(tg.tasks.first())
+        .map(|t| t.name.clone())
+        .unwrap_or_default()
+}
+
+/// Nomad's `LastStartOfTask`: the last restart, or the start; 0 when the task never started.
+fn latest_start(a: &Allocation, task: &str) -> i64 {
+    let Some(s) = a.task_states.as_ref().and_then(|m| m.get(task)) else {
+        return 0;
+    };
+    let when = if s.restarts > 0 {
+        s.last_restart.as_deref()
+    } else {
+        s.started_at.as_deref()
+    };
+    when.and_then(drover_structs::time::parse_rfc3339_nanos)
+        .unwrap_or(0)
 }
 
 enum Filter {
@@ -386,6 +891,7 @@ fn compute_stop(
     untainted: &AllocSet,
     migrate: &AllocSet,
     lost: &AllocSet,
+    lost_followups: &HashMap<String, String>,
     r: &mut ReconcileResults,
 ) -> HashSet<String> {
     let mut stopped = HashSet::new();
@@ -394,9 +900,17 @@ fn compute_stop(
             alloc: a.clone(),
             description: ALLOC_LOST,
             client_status: Some(ALLOC_CLIENT_LOST),
+            followup: lost_followups.get(&a.id).cloned(),
         });
         stopped.insert(a.id.clone());
     }
+    // Allocations of a disconnected node are neither counted nor stopped here.
+    let known: AllocSet = untainted
+        .iter()
+        .filter(|a| a.client_status != ALLOC_CLIENT_UNKNOWN)
+        .cloned()
+        .collect();
+    let untainted = &known;
     let mut remove = untainted.len() as i64 + migrate.len() as i64 - tg.count;
     if remove <= 0 {
         return stopped;
@@ -406,6 +920,7 @@ fn compute_stop(
             alloc: a.clone(),
             description: ALLOC_NOT_NEEDED,
             client_status: None,
+            followup: None,
         });
         stopped.insert(a.id.clone());
         *remove -= 1;
@@ -454,10 +969,11 @@ fn compute_stop(
 fn compute_placements(
     tg: &TaskGroup,
     names: &mut NameIndex,
-    untainted: &AllocSet,
+    present: usize,
     migrate: &AllocSet,
     reschedule: &AllocSet,
     lost: &AllocSet,
+    lost_due: &AllocSet,
 ) -> Vec<Placement> {
     let mut place = Vec::new();
     for a in reschedule {
@@ -469,8 +985,9 @@ fn compute_placements(
             destructive: false,
         });
     }
-    let mut existing = (untainted.len() + migrate.len() + reschedule.len()) as i64;
-    for a in lost {
+    let mut existing = (present + migrate.len() + reschedule.len()) as i64;
+    // Lost allocations whose delayed replacement is due, then the newly lost.
+    for a in lost_due.iter().chain(lost) {
         if existing >= tg.count {
             break;
         }

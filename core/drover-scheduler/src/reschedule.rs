@@ -133,6 +133,16 @@ pub(crate) fn next_reschedule_time(
     {
         return (0, false);
     }
+    next_reschedule_time_by_time(alloc, policy, fail_time)
+}
+
+/// Nomad's `NextRescheduleTimeByTime`: as `next_reschedule_time`, counting from `fail_time`
+/// whatever the allocation's status (a disconnect is a failure at the time it is noticed).
+pub(crate) fn next_reschedule_time_by_time(
+    alloc: &Allocation,
+    policy: &ReschedulePolicy,
+    fail_time: i64,
+) -> (i64, bool) {
     let delay = next_delay(alloc, policy);
     let at = fail_time.saturating_add(delay);
     let events = tracker_events(alloc);

@@ -234,6 +234,10 @@ impl StateStore {
                     a.desired_status = stop.desired_status;
                     a.desired_description = stop.desired_description;
                     if !stop.client_status.is_empty() && stop.client_status != a.client_status {
+                        // Nomad's `SetStop`: the lost transition is kept with its time.
+                        if stop.client_status == drover_structs::ALLOC_CLIENT_LOST {
+                            a.append_client_state(&stop.client_status, now);
+                        }
                         a.client_status = stop.client_status;
                     }
                     if !stop.followup_eval_id.is_empty() {
@@ -254,11 +258,17 @@ impl StateStore {
                     let (id, existing) = stored_alloc(t, &a.id);
                     match &existing {
                         Some(existing) => {
-                            // In-place update: the server's fields change, the client's stay.
+                            // In-place update: the server's fields change, the client's stay,
+                            // unless the scheduler marks the allocation lost or unknown (its
+                            // node missed its heartbeat), as Nomad's upsertAllocsImpl does.
                             a.create_index = existing.create_index;
                             a.create_time = existing.create_time;
-                            a.client_status = existing.client_status.clone();
-                            a.client_description = existing.client_description.clone();
+                            if a.client_status != drover_structs::ALLOC_CLIENT_LOST
+                                && a.client_status != drover_structs::ALLOC_CLIENT_UNKNOWN
+                            {
+                                a.client_status = existing.client_status.clone();
+                                a.client_description = existing.client_description.clone();
+                            }
                             a.task_states = existing.task_states.clone();
                         }
                         None => {
@@ -760,6 +770,39 @@ mod tests {
         let events = s.snapshot().node("n1").unwrap().events.clone().unwrap();
         assert_eq!(events.len(), 10);
         assert_eq!(events[9].timestamp, "u11");
+    }
+
+    #[test]
+    fn plans_mark_allocations_unknown_or_lost_but_never_running() {
+        let s = StateStore::new();
+        let j = Arc::new(job("a", 1));
+        s.upsert_job(1, job("a", 1));
+        let mut a = alloc("x", "a");
+        a.client_status = drover_structs::ALLOC_CLIENT_RUNNING.into();
+        s.upsert_plan_results(2, Some(j.clone()), vec![], vec![a.clone()], vec![]);
+        // An in-place update carrying a stale client status keeps the client's.
+        let mut stale = a.clone();
+        stale.client_status = ALLOC_CLIENT_PENDING.into();
+        s.upsert_plan_results(3, Some(j.clone()), vec![], vec![stale], vec![]);
+        let stored = s.snapshot().alloc("x").unwrap();
+        assert_eq!(stored.client_status, drover_structs::ALLOC_CLIENT_RUNNING);
+        // The scheduler's unknown (node disconnected) is written, with its history.
+        let mut unknown = (*stored).clone();
+        unknown.client_status = drover_structs::ALLOC_CLIENT_UNKNOWN.into();
+        unknown.append_client_state(drover_structs::ALLOC_CLIENT_UNKNOWN, 5);
+        s.upsert_plan_results(4, Some(j.clone()), vec![], vec![unknown], vec![]);
+        let stored = s.snapshot().alloc("x").unwrap();
+        assert_eq!(stored.client_status, drover_structs::ALLOC_CLIENT_UNKNOWN);
+        assert!(stored.needs_to_reconnect());
+        // A lost stop records when the allocation was lost.
+        let mut lost = (*stored).clone();
+        lost.desired_status = drover_structs::ALLOC_DESIRED_STOP.into();
+        lost.client_status = drover_structs::ALLOC_CLIENT_LOST.into();
+        s.upsert_plan_results(5, Some(j), vec![lost], vec![], vec![]);
+        let stored = s.snapshot().alloc("x").unwrap();
+        assert_eq!(stored.client_status, drover_structs::ALLOC_CLIENT_LOST);
+        assert!(stored.first_lost() > 0);
+        assert!(!stored.needs_to_reconnect());
     }
 
     #[test]
