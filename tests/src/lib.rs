@@ -89,11 +89,6 @@ impl Agent {
     }
 
     pub fn start_on_ports(data_dir: &Path, http_port: u16, rpc_port: u16, extra: &[&str]) -> Agent {
-        let log_path = data_dir.join(format!("agent-{http_port}.log"));
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)
         Self::start_with_env(data_dir, http_port, rpc_port, extra, &[])
     }
 
@@ -109,6 +104,11 @@ impl Agent {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> Agent {
+        let log_path = data_dir.join(format!("agent-{http_port}.log"));
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
             .expect("open agent log");
         let mut cmd = Command::new(drover_bin());
         cmd.arg("agent")
@@ -120,12 +120,12 @@ impl Agent {
             .arg("--rpc-port")
             .arg(rpc_port.to_string())
             .args(extra)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("clone log fd"))
             .stderr(log);
         let child = cmd.spawn().expect("spawn drover agent");
         let agent = Agent {
-            .envs(env.iter().copied())
             child,
             http_port,
             rpc_port,

@@ -31,9 +31,9 @@ pub struct RunnerEnv {
     pub csi_server: Arc<dyn CsiServerCalls>,
     /// Where the drivers' task events are routed to task runners.
     pub driver_events: crate::driver_events::DriverEventRouter,
-}
     /// The agent's environment minus the client's env denylist (see `taskenv::agent_env`).
     pub agent_env: Arc<BTreeMap<String, String>>,
+}
 
 /// Handle the client keeps for a running allocation.
 pub struct AllocRunnerHandle {
@@ -252,6 +252,7 @@ async fn run(
             csi: env.csi.clone(),
             binds: volumes::task_binds(task, &mounted),
             driver_events: env.driver_events.clone(),
+            agent_env: env.agent_env.clone(),
         };
         task_binds.extend(
             ctx.binds.iter().map(|b| {
@@ -270,7 +271,6 @@ async fn run(
         let runner = TaskRunner::new(
             ctx,
             prior_state,
-            agent_env: env.agent_env.clone(),
             handles.remove(&task.name),
             task_tx.clone(),
         );

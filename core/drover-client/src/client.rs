@@ -16,9 +16,9 @@ use tokio::sync::{mpsc, watch};
 use crate::alloc_runner::{self, AllocRunnerHandle, RunnerEnv};
 use crate::csi::{CsiManager, ServerCsi};
 use crate::state_db::ClientStateDb;
+use crate::taskenv::EnvDenylist;
 
 /// How the client reaches the servers. In the dev agent this is the server itself, in-process;
-use crate::taskenv::EnvDenylist;
 /// a networked client implements it over RPC.
 pub trait ServerConn: Send + Sync + 'static {
     /// Registers (or re-registers) the node; returns the heartbeat TTL.
@@ -81,10 +81,10 @@ pub struct ClientConfig {
     pub drivers: BTreeMap<String, Arc<dyn Driver>>,
     /// How often status updates are sent to the servers, batched.
     pub update_interval: Duration,
-}
-
     /// Agent variables tasks never inherit (Nomad's `env.denylist` client option).
     pub env_denylist: EnvDenylist,
+}
+
 impl ClientConfig {
     pub fn new(data_dir: impl Into<PathBuf>) -> Self {
         ClientConfig {
@@ -104,9 +104,9 @@ impl ClientConfig {
             version: env!("CARGO_PKG_VERSION").into(),
             drivers: BTreeMap::new(),
             update_interval: Duration::from_millis(10),
+            env_denylist: EnvDenylist::default(),
         }
     }
-            env_denylist: EnvDenylist::default(),
 }
 
 /// What the client keeps on disk per allocation, to resume it after a restart.
@@ -181,6 +181,7 @@ impl Client {
             csi: csi.clone(),
             csi_server: Arc::new(ServerCsi(server.clone())),
             driver_events: Default::default(),
+            agent_env: Arc::new(crate::taskenv::agent_env(&config.env_denylist)),
         };
         // Pumps end with the client (`shutdown`); the drivers' events reach the runners.
         crate::driver_events::start_pumps(&config.drivers, &env.driver_events, &shutdown_rx);
@@ -207,7 +208,6 @@ impl Client {
             shared.clone(),
             shutdown_rx.clone(),
         ));
-            agent_env: Arc::new(crate::taskenv::agent_env(&config.env_denylist)),
         tokio::spawn(watch_allocs(
             client.clone(),
             server,

@@ -59,10 +59,10 @@ pub struct TaskContext {
     pub binds: Vec<TaskBind>,
     /// Routes the driver's task events to this runner (see `driver_events`).
     pub driver_events: DriverEventRouter,
-}
     /// The agent's environment minus the client's env denylist, for drivers without image
     /// isolation (see `taskenv::inherits_agent_env`).
     pub agent_env: Arc<BTreeMap<String, String>>,
+}
 
 /// Sent to the allocation runner whenever the task's state changes.
 pub type TaskStateUpdate = (String, TaskState);

@@ -279,6 +279,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             cc.meta = c.meta.clone().unwrap_or_default();
             cc.cpu_total_compute = c.cpu_total_compute;
             cc.memory_total_mb = c.memory_total_mb;
+            cc.env_denylist = env_denylist(c);
             if let Some(r) = &c.reserved {
                 cc.reserved_cpu = r.cpu.unwrap_or(0);
                 cc.reserved_memory_mb = r.memory.unwrap_or(0);
@@ -308,7 +309,6 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         server: server_enabled,
         client: client_enabled,
         version: VERSION.into(),
-            cc.env_denylist = env_denylist(c);
         config_json: json!({
             "DataDir": data_dir,
             "BindAddr": bind,
@@ -655,7 +655,6 @@ client {
         let file = parse_str("advertise {\n rpc = \"10.1.2.3\"\n}\n", "a.hcl").unwrap();
         assert_eq!(advertise_rpc(&file, any).unwrap(), "10.1.2.3:4647");
     }
-}
 
     fn client_denylist(hcl: &str) -> EnvDenylist {
         let file = parse_str(hcl, "agent.hcl").unwrap();
@@ -689,3 +688,4 @@ client {
             vec!["client.options[\"driver.raw_exec.enable\"]".to_string()]
         );
     }
+}
