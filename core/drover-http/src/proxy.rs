@@ -74,6 +74,32 @@ where
     Ok(response.map(Body::new))
 }
 
+/// Sends one request with a JSON `body` over `io` and returns the answer's status and body:
+/// how an agent calls another agent's internal endpoints through a tunnel.
+pub async fn call_over<T>(
+    io: T,
+    method: &str,
+    path: &str,
+    body: Vec<u8>,
+) -> Result<(StatusCode, axum::body::Bytes), String>
+where
+    T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    let request = Request::builder()
+        .method(method)
+        .uri(path)
+        .header(header::HOST, "drover")
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body))
+        .map_err(|e| format!("building the request: {e}"))?;
+    let response = forward(io, request).await.map_err(|e| e.message)?;
+    let status = response.status();
+    let body = axum::body::to_bytes(response.into_body(), crate::MAX_BODY_BYTES)
+        .await
+        .map_err(|e| format!("reading the answer: {e}"))?;
+    Ok((status, body))
+}
+
 /// Serves `router` on one connection `io` until it closes (upgrades included).
 pub async fn serve_connection<T>(io: T, router: Router)
 where

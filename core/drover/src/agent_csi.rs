@@ -1,10 +1,9 @@
 //! The server's calls to CSI plugins (`drover_server::csi::CsiClientRpc`, Nomad's `ClientCSI`
-//! RPCs), answered by the client in this agent: a controller call goes to the controller
-//! plugin running on this node; a node detach unmounts here. A plugin whose controller runs on
-//! another node is not reachable yet: servers cannot call other client agents.
+//! RPCs), answered by the client of this agent: a controller call goes to the controller
+//! plugin running on this node; a node detach unmounts here. `agent_csi_routes` brings calls
+//! for plugins on other nodes to the agent of that node.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use drover_client::Client;
 use drover_client::csi::{PluginInstance, volumes};
@@ -28,8 +27,7 @@ impl LocalCsiRpc {
         let here = self.0.node_id();
         if !node_id.is_empty() && node_id != here {
             return Err(format!(
-                "not supported: CSI plugin {plugin_id:?} runs on node {node_id}, and servers \
-                 cannot call other client agents yet (only the node of this agent, {here})"
+                "CSI plugin {plugin_id:?} was asked for on node {node_id}, but this is node {here}"
             ));
         }
         self.0
@@ -198,8 +196,7 @@ impl CsiClientRpc for LocalCsiRpc {
             let here = self.0.node_id();
             if req.node_id != here {
                 return Err(format!(
-                    "not supported: volume {:?} is mounted on node {}, and servers cannot call \
-                     other client agents yet",
+                    "volume {:?} is mounted on node {}, but this is node {here}",
                     req.volume_id, req.node_id
                 ));
             }
@@ -215,9 +212,4 @@ impl CsiClientRpc for LocalCsiRpc {
             .await
         })
     }
-}
-
-/// Wires the client's CSI plugins into the server of the same agent.
-pub fn wire(server: &drover_server::Server, client: &Client) {
-    server.set_csi_client_rpc(Arc::new(LocalCsiRpc(client.clone())));
 }

@@ -67,14 +67,16 @@ impl TunnelAcceptor for ApiAcceptor {
 }
 
 /// Keeps a session with every server in `servers` for node `node_id`; what the servers ask
-/// through them is answered by `client`'s own endpoints. Ends when the handles are aborted.
+/// through them is answered by `client`'s own endpoints and the agent's `internal` routes.
+/// Ends when the handles are aborted.
 pub fn keep_sessions(
     rpc: Arc<RpcClient>,
     servers: &[String],
     node_id: &str,
     client: Arc<dyn NodeClient>,
+    internal: axum::Router,
 ) -> Vec<tokio::task::JoinHandle<()>> {
-    let router = drover_http::node_router(client);
+    let router = drover_http::node_router(client, internal);
     let accept: Arc<dyn Fn(TunnelIo) + Send + Sync> = Arc::new(move |io| {
         tokio::spawn(drover_http::serve_connection(io, router.clone()));
     });
