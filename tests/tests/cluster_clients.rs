@@ -229,3 +229,100 @@ fn client_calls_reach_every_allocation_through_every_server_and_client_agent() {
     assert_eq!(unknown.0, 404, "{unknown:?}");
     drop((c1, c2));
 }
+
+const LONE_JOB: &str = r#"
+job "lone" {
+  datacenters = ["dc1"]
+  type        = "service"
+
+  group "g" {
+    task "t" {
+      driver = "raw_exec"
+
+      config {
+        command = "/bin/sleep"
+        args    = ["3600.301"]
+      }
+
+      resources {
+        cpu    = 20
+        memory = 16
+      }
+    }
+  }
+}
+"#;
+
+/// Servers with short heartbeats, so a dead node is noticed within seconds.
+const FAST_HEARTBEATS: &str =
+    "server {\n  min_heartbeat_ttl = \"4s\"\n  heartbeat_grace = \"2s\"\n}\n";
+
+#[test]
+fn a_client_killed_for_good_has_its_allocation_lost_and_running_on_another_within_ttl_and_grace() {
+    let dir = TempDir::new("cluster-client-dead");
+    let cluster = ServerCluster::start(dir.path(), 3, FAST_HEARTBEATS);
+    let servers: Vec<String> = cluster.servers.iter().map(|s| s.rpc_addr()).collect();
+    let mut doomed = ClientProc::start(dir.path(), "doomed", &servers, RAW_EXEC_ENABLED);
+    let job = write_job(&dir, "lone.nomad", LONE_JOB);
+    let s0 = cluster.servers[0].http_addr();
+    let out = cli(&s0, &["job", "run", "-detach", &job]);
+    assert!(out.status.success(), "job run: {}", output_text(&out));
+    let allocs_of = |addr: &str| -> Vec<Value> {
+        get(addr, "/v1/job/lone/allocations")
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    };
+    wait_for("the allocation running", || {
+        allocs_of(&s0)
+            .iter()
+            .any(|a| a["ClientStatus"] == "running")
+    });
+    let original = allocs_of(&s0)[0]["ID"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let orphan = drover_tests::find_process(&["/bin/sleep", "3600.301"]);
+    let survivor = ClientProc::start(dir.path(), "survivor", &servers, RAW_EXEC_ENABLED);
+
+    let killed_at = Instant::now();
+    doomed.kill9();
+    // Its task was left running by the agent; this node is gone for good, so is the task.
+    if let Some(pid) = orphan {
+        drover_tests::signal(pid, 9);
+    }
+    wait_for("the allocation lost", || {
+        get(&s0, &format!("/v1/allocation/{original}"))["ClientStatus"] == "lost"
+    });
+    let lost_after = killed_at.elapsed();
+    wait_for("the replacement running on the other client", || {
+        allocs_of(&s0).iter().any(|a| {
+            a["ID"] != original.as_str()
+                && a["ClientStatus"] == "running"
+                && a["NodeID"].as_str() == Some(survivor.node_id().as_str())
+        })
+    });
+    let replaced_after = killed_at.elapsed();
+    eprintln!(
+        "node killed: allocation lost after {lost_after:?}, replacement running after {replaced_after:?}"
+    );
+    // TTL (at most twice the 4 s minimum, staggered) plus the 2 s grace, plus placement.
+    assert!(
+        replaced_after < Duration::from_secs(8 + 2 + 5),
+        "replacement took {replaced_after:?}"
+    );
+    let node = get(&s0, &format!("/v1/node/{}", doomed_node(&s0, &survivor)));
+    assert_eq!(node["Status"], "down", "{node}");
+}
+
+/// The node that is not `survivor`'s.
+fn doomed_node(addr: &str, survivor: &ClientProc) -> String {
+    let own = survivor.node_id();
+    get(addr, "/v1/nodes")
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|n| n["ID"].as_str().map(str::to_string))
+        .find(|id| *id != own)
+        .unwrap_or_default()
+}

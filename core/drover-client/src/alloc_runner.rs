@@ -9,6 +9,7 @@ use drover_abi::{Driver, TaskHandle};
 use drover_structs::*;
 use tokio::sync::{mpsc, watch};
 
+use crate::alloc_control::{AllocControl, TaskCommands};
 use crate::alloc_stats::LiveTasks;
 use crate::allocdir::AllocDir;
 use crate::csi::volumes::{self, MountedVolume};
@@ -41,6 +42,8 @@ pub struct AllocRunnerHandle {
     pub alloc_dir: std::path::PathBuf,
     /// The tasks that run now, for resource usage.
     pub live: LiveTasks,
+    /// Signals and restarts of the allocation's tasks (`alloc signal`, `alloc restart`).
+    pub control: AllocControl,
     done: watch::Receiver<bool>,
 }
 
@@ -115,14 +118,20 @@ pub fn start(
     let (stop_tx, stop_rx) = watch::channel(false);
     let (done_tx, done_rx) = watch::channel(false);
     let live = LiveTasks::default();
+    let (control, commands) = AllocControl::new(
+        group.tasks.iter().map(|t| t.name.clone()),
+        stop_tx.subscribe(),
+        done_rx.clone(),
+    );
     let handle = AllocRunnerHandle {
         stop_tx,
         alloc_dir: dir.path().to_path_buf(),
         live: live.clone(),
+        control,
         done: done_rx,
     };
     tokio::spawn(run(
-        env, alloc, group, dir, prior, handles, live, stop_rx, done_tx,
+        env, alloc, group, dir, prior, handles, live, commands, stop_rx, done_tx,
     ));
     Ok(handle)
 }
@@ -136,6 +145,7 @@ async fn run(
     prior: BTreeMap<String, TaskState>,
     mut handles: BTreeMap<String, TaskHandle>,
     live: LiveTasks,
+    mut commands: TaskCommands,
     mut stop_rx: watch::Receiver<bool>,
     done_tx: watch::Sender<bool>,
 ) {
@@ -268,15 +278,20 @@ async fn run(
                 ..Default::default()
             }),
         );
-        let runner = TaskRunner::new(
+        let mut runner = TaskRunner::new(
             ctx,
             prior_state,
             handles.remove(&task.name),
             task_tx.clone(),
         );
+        if let Some(rx) = commands.remove(&task.name) {
+            runner = runner.with_commands(rx);
+        }
         tokio::spawn(runner.run(kill_rx));
     }
     drop(task_tx);
+    // Tasks without a runner run nothing: dropping their commands answers them so.
+    drop(commands);
 
     let mut last_sent: Option<(String, BTreeMap<String, TaskState>)> = None;
     let mut stopping = false;

@@ -13,6 +13,7 @@ use drover_structs::*;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch};
 
+use crate::alloc_control::{AllocControl, AllocControlError};
 use crate::alloc_runner::{self, AllocRunnerHandle, RunnerEnv};
 use crate::csi::{CsiManager, ServerCsi};
 use crate::state_db::ClientStateDb;
@@ -262,6 +263,39 @@ impl Client {
             .live
             .clone();
         Some(live.sample(task, mhz_per_core(&self.node())))
+    }
+
+    /// The signal and restart controls of an allocation this client runs.
+    fn alloc_control(&self, alloc_id: &str) -> Result<AllocControl, AllocControlError> {
+        self.shared
+            .runners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(alloc_id)
+            .map(|r| r.control.clone())
+            .ok_or_else(|| AllocControlError::UnknownAlloc(alloc_id.to_string()))
+    }
+
+    /// Nomad's `alloc signal`: sends `signal` to task `task` of the allocation, or to all of its
+    /// tasks (see [`AllocControl::signal`]).
+    pub async fn signal_alloc(
+        &self,
+        alloc_id: &str,
+        task: Option<&str>,
+        signal: &str,
+    ) -> Result<(), AllocControlError> {
+        self.alloc_control(alloc_id)?.signal(task, signal).await
+    }
+
+    /// Nomad's `alloc restart`: restarts task `task` of the allocation, or its running tasks
+    /// (see [`AllocControl::restart`]).
+    pub async fn restart_alloc(
+        &self,
+        alloc_id: &str,
+        task: Option<&str>,
+        all_tasks: bool,
+    ) -> Result<(), AllocControlError> {
+        self.alloc_control(alloc_id)?.restart(task, all_tasks).await
     }
 
     /// Number of allocations this client is running or has run since it started.

@@ -6,6 +6,7 @@
 //! Must not depend on: drover-server, drover-state, drover-raft, drover-scheduler or drover-http;
 //! the agent talks to servers only over their public API. It talks to drivers through drover-abi.
 
+pub mod alloc_control;
 pub mod alloc_runner;
 pub mod alloc_stats;
 pub mod allocdir;

@@ -16,6 +16,7 @@ use drover_structs::time::{format_rfc3339_nanos, now_nanos};
 use drover_structs::*;
 use tokio::sync::{mpsc, watch};
 
+use crate::alloc_control::{AllocControlError, Reply, TaskCommand};
 use crate::alloc_stats::LiveTasks;
 use crate::allocdir::TaskDir;
 use crate::csi::CsiManager;
@@ -82,6 +83,8 @@ pub struct TaskRunner {
     ),
     /// The driver's events of the task that runs now arrive on `plugin_events` while this lives.
     driver_route: Option<RouteGuard>,
+    /// Signals and restarts asked for by the client (`alloc signal`, `alloc restart`).
+    commands: mpsc::UnboundedReceiver<TaskCommand>,
 }
 
 impl TaskRunner {
@@ -104,11 +107,19 @@ impl TaskRunner {
             supervisor: None,
             plugin_events: mpsc::unbounded_channel(),
             driver_route: None,
+            // Closed until `with_commands`: nobody can ask anything.
+            commands: mpsc::unbounded_channel().1,
         };
         if fresh {
             r.event(TaskEvent::new(TASK_EVENT_RECEIVED));
         }
         r
+    }
+
+    /// Takes the client's signals and restarts of this task from `commands`.
+    pub(crate) fn with_commands(mut self, commands: mpsc::UnboundedReceiver<TaskCommand>) -> Self {
+        self.commands = commands;
+        self
     }
 
     fn event(&mut self, e: TaskEvent) {
@@ -265,6 +276,8 @@ impl TaskRunner {
             }
         }
 
+        // Who asked for a restart of the task that runs now, to answer once it stopped.
+        let mut restarting: Vec<Reply> = Vec::new();
         loop {
             let requested = kill.borrow().clone();
             if let Some(reason) = requested {
@@ -314,6 +327,9 @@ impl TaskRunner {
                 tokio::select! {
                     exit = &mut wait => break Some(exit),
                     Some(ev) = self.plugin_events.1.recv() => self.event(ev),
+                    Some(command) = self.commands.recv() => {
+                        self.command(command, &task_id, &mut restarting).await;
+                    }
                     changed = kill.changed() => {
                         if changed.is_err() {
                             // The allocation runner is gone: nobody can ask for a kill any
@@ -340,6 +356,13 @@ impl TaskRunner {
             ev.display_message = ev.default_display_message();
             self.event(ev);
             self.release(&task_id).await;
+            if !restarting.is_empty() {
+                self.restart_on_request();
+                for done in restarting.drain(..) {
+                    let _ = done.send(Ok(()));
+                }
+                continue;
+            }
             let decision = tracker.on_exit(&exit);
             if !self
                 .after_decision(decision, tracker.reason(), &mut kill)
@@ -436,9 +459,15 @@ impl TaskRunner {
                 ev.display_message = ev.default_display_message();
                 self.set_state(TASK_STATE_PENDING);
                 self.event(ev);
-                tokio::select! {
-                    _ = tokio::time::sleep(delay) => {}
-                    _ = kill.changed() => {}
+                let wake = tokio::time::sleep(delay);
+                tokio::pin!(wake);
+                loop {
+                    tokio::select! {
+                        _ = &mut wake => break,
+                        _ = kill.changed() => break,
+                        // Nothing runs until the delay is over.
+                        Some(command) = self.commands.recv() => command.refuse(),
+                    }
                 }
                 let killed = kill.borrow().is_some();
                 if killed {
@@ -560,31 +589,92 @@ impl TaskRunner {
             ev.display_message = ev.default_display_message();
             self.event(ev);
         }
-        let timeout = Duration::from_nanos(self.ctx.task.kill_timeout.max(0) as u64);
         let mut ev = TaskEvent::new(TASK_EVENT_KILLING);
-        ev.kill_timeout = timeout.as_nanos() as i64;
+        ev.kill_timeout = self.kill_timeout().as_nanos() as i64;
         ev.display_message = ev.default_display_message();
         self.event(ev);
+        let mut ev = TaskEvent::new(TASK_EVENT_KILLED);
+        if let Err(e) = self.stop_task(task_id).await {
+            ev.kill_error = e;
+        }
+        ev.display_message = ev.default_display_message();
+        self.event(ev);
+        self.release(task_id).await;
+        self.finish(false);
+    }
+
+    fn kill_timeout(&self) -> Duration {
+        Duration::from_nanos(self.ctx.task.kill_timeout.max(0) as u64)
+    }
+
+    /// Has the driver stop the task: its kill signal, then a kill after its kill timeout.
+    async fn stop_task(&self, task_id: &str) -> Result<(), String> {
         let driver = self.ctx.driver.clone();
         let id = task_id.to_string();
+        let timeout = self.kill_timeout();
         // Nomad's default kill signal is SIGINT.
         let signal = if self.ctx.task.kill_signal.is_empty() {
             "SIGINT".to_string()
         } else {
             self.ctx.task.kill_signal.clone()
         };
-        let stopped =
-            tokio::task::spawn_blocking(move || driver.stop_task(&id, timeout, &signal)).await;
-        let mut ev = TaskEvent::new(TASK_EVENT_KILLED);
-        match stopped {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => ev.kill_error = e.to_string(),
-            Err(e) => ev.kill_error = format!("driver panicked stopping the task: {e}"),
+        match tokio::task::spawn_blocking(move || driver.stop_task(&id, timeout, &signal)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(e) => Err(format!("driver panicked stopping the task: {e}")),
         }
+    }
+
+    /// Acts on a client command while task `task_id` runs. A restart records its event and
+    /// stops the task; its asker, kept in `restarting`, is answered once the task exited.
+    async fn command(&mut self, command: TaskCommand, task_id: &str, restarting: &mut Vec<Reply>) {
+        match command {
+            // Stopping for a restart: nothing runs to signal.
+            TaskCommand::Signal { .. } if !restarting.is_empty() => command.refuse(),
+            TaskCommand::Signal { signal, done } => {
+                let mut ev = TaskEvent::new(TASK_EVENT_SIGNALING);
+                ev.details.insert("signal".into(), signal.clone());
+                self.event(ev);
+                let driver = self.ctx.driver.clone();
+                let id = task_id.to_string();
+                let sent = tokio::task::spawn_blocking(move || driver.signal_task(&id, &signal))
+                    .await
+                    .unwrap_or_else(|e| {
+                        Err(DriverError::Other(format!(
+                            "driver panicked signalling the task: {e}"
+                        )))
+                    })
+                    .map_err(|e| AllocControlError::Driver(e.to_string()));
+                let _ = done.send(sent);
+            }
+            TaskCommand::Restart { event, done } => {
+                restarting.push(done);
+                if restarting.len() > 1 {
+                    // Already stopping for an earlier request.
+                    return;
+                }
+                self.event(*event);
+                if let Err(e) = self.stop_task(task_id).await {
+                    let task = &self.ctx.task.name;
+                    tracing::error!(task = %task, error = %e, "failed to kill task for a restart");
+                    for done in restarting.drain(..) {
+                        let _ = done.send(Err(AllocControlError::Driver(e.clone())));
+                    }
+                }
+            }
+        }
+    }
+
+    /// After the task stopped for a requested restart: Nomad's restart tracker restarts it at
+    /// once without counting an attempt, and the task state counts one more restart.
+    fn restart_on_request(&mut self) {
+        self.set_state(TASK_STATE_PENDING);
+        self.state.restarts += 1;
+        self.state.last_restart = Some(format_rfc3339_nanos(now_nanos()));
+        let mut ev = TaskEvent::new(TASK_EVENT_RESTARTING);
+        ev.start_delay = 0;
         ev.display_message = ev.default_display_message();
         self.event(ev);
-        self.release(task_id).await;
-        self.finish(false);
     }
 
     /// Sends the driver's events of task `task_id` to this runner (Nomad's "Driver" events),

@@ -7,6 +7,7 @@
 //! client side is reached through the [`NodeClient`] trait so the agent decides what backs it.
 
 mod agent;
+mod alloc_control;
 mod allocs;
 mod body;
 mod client_fs;
@@ -34,6 +35,7 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{delete, get, post};
 
+pub use alloc_control::ControlFuture;
 pub use query::parse_go_duration;
 
 /// Largest request body accepted (a job with many groups stays far below this).
@@ -68,6 +70,23 @@ pub trait NodeClient: Send + Sync + 'static {
     fn alloc_stats(&self, alloc_id: &str, task: Option<&str>) -> Option<serde_json::Value> {
         let _ = (alloc_id, task);
         None
+    }
+    /// Nomad's `alloc signal`: sends `signal` to task `task` of an allocation this client runs,
+    /// or to all of its tasks, for `/v1/client/allocation/:id/signal`.
+    fn signal(&self, alloc_id: String, task: Option<String>, signal: String) -> ControlFuture<'_> {
+        let _ = (alloc_id, task, signal);
+        alloc_control::not_supported("signalling allocations")
+    }
+    /// Nomad's `alloc restart`: restarts task `task` of an allocation this client runs, or its
+    /// running tasks, for `/v1/client/allocation/:id/restart`.
+    fn restart(
+        &self,
+        alloc_id: String,
+        task: Option<String>,
+        all_tasks: bool,
+    ) -> ControlFuture<'_> {
+        let _ = (alloc_id, task, all_tasks);
+        alloc_control::not_supported("restarting allocations")
     }
 }
 

@@ -285,6 +285,10 @@ pub const TASK_EVENT_KILLING: &str = "Killing";
 pub const TASK_EVENT_KILLED: &str = "Killed";
 pub const TASK_EVENT_SETUP_FAILURE: &str = "Setup Failure";
 pub const TASK_EVENT_SIBLING_FAILED: &str = "Sibling Task Failed";
+/// Nomad's `TaskSignaling`: the task is being sent a signal (`alloc signal`).
+pub const TASK_EVENT_SIGNALING: &str = "Signaling";
+/// Nomad's `TaskRestartSignal`: the task was asked to restart (`alloc restart`).
+pub const TASK_EVENT_RESTART_SIGNAL: &str = "Restart Signaled";
 
 /// One entry of a task's event history, with every field Nomad writes.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -424,6 +428,25 @@ impl TaskEvent {
                     format!("Task's sibling {:?} failed", self.failed_sibling)
                 }
             }
+            TASK_EVENT_SIGNALING => match (
+                self.task_signal.is_empty(),
+                self.task_signal_reason.is_empty(),
+            ) {
+                (true, true) => "Task being sent a signal".into(),
+                (true, false) => self.task_signal_reason.clone(),
+                (false, true) => format!("Task being sent signal {}", self.task_signal),
+                (false, false) => format!(
+                    "Task being sent signal {}: {}",
+                    self.task_signal, self.task_signal_reason
+                ),
+            },
+            TASK_EVENT_RESTART_SIGNAL => {
+                if self.restart_reason.is_empty() {
+                    "Task signaled to restart".into()
+                } else {
+                    self.restart_reason.clone()
+                }
+            }
             _ => self.message.clone(),
         }
     }
@@ -544,6 +567,29 @@ mod tests {
         assert_eq!(e.default_display_message(), "Exit Code: 3");
         assert_eq!(format_go_duration_secs(15.0), "15s");
         assert_eq!(format_go_duration_secs(300.0), "5m0s");
+    }
+
+    #[test]
+    fn signal_and_restart_signal_events_display_nomads_text() {
+        let mut e = TaskEvent::new(TASK_EVENT_SIGNALING);
+        assert_eq!(e.display_message, "Task being sent a signal");
+        e.task_signal = "SIGUSR1".into();
+        assert_eq!(
+            e.default_display_message(),
+            "Task being sent signal SIGUSR1"
+        );
+        e.task_signal_reason = "template changed".into();
+        assert_eq!(
+            e.default_display_message(),
+            "Task being sent signal SIGUSR1: template changed"
+        );
+        let mut r = TaskEvent::new(TASK_EVENT_RESTART_SIGNAL);
+        assert_eq!(r.display_message, "Task signaled to restart");
+        r.restart_reason = "User requested task to restart".into();
+        assert_eq!(
+            r.default_display_message(),
+            "User requested task to restart"
+        );
     }
 }
 

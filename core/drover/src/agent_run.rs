@@ -104,6 +104,30 @@ impl drover_http::NodeClient for HttpClient {
             .inspect_err(|e| tracing::warn!(error = %e, "encoding allocation stats"))
             .ok()
     }
+    fn signal(
+        &self,
+        alloc_id: String,
+        task: Option<String>,
+        signal: String,
+    ) -> drover_http::ControlFuture<'_> {
+        Box::pin(async move {
+            self.0
+                .signal_alloc(&alloc_id, task.as_deref(), &signal)
+                .await
+        })
+    }
+    fn restart(
+        &self,
+        alloc_id: String,
+        task: Option<String>,
+        all_tasks: bool,
+    ) -> drover_http::ControlFuture<'_> {
+        Box::pin(async move {
+            self.0
+                .restart_alloc(&alloc_id, task.as_deref(), all_tasks)
+                .await
+        })
+    }
 }
 
 /// The drivers this agent offers: the built-ins (registered here, the one place that names

@@ -1,9 +1,11 @@
-//! `drover alloc status` (and `alloc logs`, in `logs`).
+//! `drover alloc status` (and `alloc logs`, in `logs`; `alloc signal` and `alloc restart`, in
+//! `alloc_lifecycle`).
 
 use drover_client::alloc_stats::{AllocResourceUsage, ResourceUsage};
 use drover_structs::{AllocListStub, Allocation, TaskState};
 use serde_json::Value;
 
+use super::alloc_lifecycle::{self, AllocRestartArgs, AllocSignalArgs};
 use super::api::{Client, escape_segment};
 use super::format::{
     FULL_ID, SHORT_ID, format_kv, format_list, format_list_with_spaces, humanize_ibytes,
@@ -30,6 +32,10 @@ pub enum AllocCommand {
     Status(AllocStatusArgs),
     /// Print a task's stdout (or stderr) log
     Logs(LogsArgs),
+    /// Send a signal to an allocation's running tasks
+    Signal(AllocSignalArgs),
+    /// Restart an allocation's running tasks in place
+    Restart(AllocRestartArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -52,6 +58,8 @@ pub fn run(cli: AllocCli) -> anyhow::Result<Exit> {
     match cli.command {
         AllocCommand::Status(args) => alloc_status(&client, args),
         AllocCommand::Logs(args) => logs::run(&client, args),
+        AllocCommand::Signal(args) => alloc_lifecycle::signal(&client, args),
+        AllocCommand::Restart(args) => alloc_lifecycle::restart(&client, args),
     }
 }
 

@@ -7,6 +7,7 @@
 //! job files.
 
 mod alloc;
+mod alloc_lifecycle;
 mod api;
 mod argv;
 mod eval;
