@@ -11,6 +11,7 @@ mod alloc_control;
 mod allocs;
 mod body;
 mod client_fs;
+mod client_fs_stream;
 mod consistency;
 mod csi;
 mod error;

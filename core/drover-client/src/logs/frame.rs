@@ -58,6 +58,36 @@ pub fn base64_encode(data: &[u8]) -> String {
     out
 }
 
+/// Standard base64 (RFC 4648, as [`base64_encode`] writes it; padding may be left out) back to
+/// bytes; `None` for anything else.
+pub fn base64_decode(text: &str) -> Option<Vec<u8>> {
+    fn sextet(c: u8) -> Option<u32> {
+        let v = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        };
+        Some(u32::from(v))
+    }
+    let body = text.trim_end_matches('=');
+    if text.len() - body.len() > 2 || body.len() % 4 == 1 {
+        return None;
+    }
+    let mut out = Vec::with_capacity(body.len() / 4 * 3 + 2);
+    for group in body.as_bytes().chunks(4) {
+        let mut n = 0u32;
+        for (i, &c) in group.iter().enumerate() {
+            n |= sextet(c)? << (18 - 6 * i);
+        }
+        // A group of k characters carries k - 1 bytes (k is 2, 3 or 4).
+        out.extend_from_slice(&n.to_be_bytes()[1..group.len()]);
+    }
+    Some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -77,6 +107,14 @@ mod tests {
             assert_eq!(base64_encode(plain.as_bytes()), encoded);
         }
         assert_eq!(base64_encode(&[0xff, 0xfe, 0x00]), "//4A");
+        for (plain, encoded) in cases {
+            assert_eq!(base64_decode(encoded), Some(plain.as_bytes().to_vec()));
+        }
+        assert_eq!(base64_decode("//4A"), Some(vec![0xff, 0xfe, 0x00]));
+        assert_eq!(base64_decode("Zm8"), Some(b"fo".to_vec()), "unpadded");
+        assert_eq!(base64_decode("Zm9v!A=="), None);
+        assert_eq!(base64_decode("Z"), None);
+        assert_eq!(base64_decode("Zg==="), None);
     }
 
     #[test]

@@ -27,7 +27,7 @@ mod rotate;
 #[cfg(test)]
 mod test_support;
 
-pub use frame::{StreamFrame, base64_encode, stream_frame_json};
+pub use frame::{StreamFrame, base64_decode, base64_encode, stream_frame_json};
 pub use pump::LogPump;
 pub use read::{LogChunk, LogCursor, follow_logs, read_log_chunk, read_logs, seek_logs};
 

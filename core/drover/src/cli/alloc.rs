@@ -1,10 +1,11 @@
-//! `drover alloc status` (and `alloc logs`, in `logs`; `alloc signal` and `alloc restart`, in
-//! `alloc_lifecycle`).
+//! `drover alloc status` (and `alloc logs`, in `logs`; `alloc fs`, in `alloc_fs`; `alloc signal`
+//! and `alloc restart`, in `alloc_lifecycle`).
 
 use drover_client::alloc_stats::{AllocResourceUsage, ResourceUsage};
 use drover_structs::{AllocListStub, Allocation, TaskState};
 use serde_json::Value;
 
+use super::alloc_fs::{self, AllocFsArgs};
 use super::alloc_lifecycle::{self, AllocRestartArgs, AllocSignalArgs};
 use super::api::{Client, escape_segment};
 use super::format::{
@@ -32,6 +33,8 @@ pub enum AllocCommand {
     Status(AllocStatusArgs),
     /// Print a task's stdout (or stderr) log
     Logs(LogsArgs),
+    /// Inspect the contents of an allocation directory
+    Fs(AllocFsArgs),
     /// Send a signal to an allocation's running tasks
     Signal(AllocSignalArgs),
     /// Restart an allocation's running tasks in place
@@ -58,6 +61,7 @@ pub fn run(cli: AllocCli) -> anyhow::Result<Exit> {
     match cli.command {
         AllocCommand::Status(args) => alloc_status(&client, args),
         AllocCommand::Logs(args) => logs::run(&client, args),
+        AllocCommand::Fs(args) => alloc_fs::run(&client, args),
         AllocCommand::Signal(args) => alloc_lifecycle::signal(&client, args),
         AllocCommand::Restart(args) => alloc_lifecycle::restart(&client, args),
     }

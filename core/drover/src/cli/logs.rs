@@ -47,15 +47,21 @@ pub struct LogsArgs {
 
 /// Where to start reading and how to trim what comes back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Window {
-    origin: &'static str,
-    offset: u64,
+pub(super) struct Window {
+    pub origin: &'static str,
+    pub offset: u64,
     /// Keep only this many trailing lines of the first chunk of output.
-    lines: Option<u64>,
+    pub lines: Option<u64>,
 }
 
 fn window(args: &LogsArgs) -> Window {
     let tail = args.tail || args.lines.is_some() || args.bytes.is_some();
+    tail_window(tail, args.lines, args.bytes)
+}
+
+/// Nomad's `-tail`/`-n`/`-c`: from the start without `tail`; else `bytes` from the end, or
+/// `lines` (10 by default) estimated at 120 bytes each and trimmed to that many lines.
+pub(super) fn tail_window(tail: bool, lines: Option<u64>, bytes: Option<u64>) -> Window {
     if !tail {
         return Window {
             origin: "start",
@@ -63,12 +69,12 @@ fn window(args: &LogsArgs) -> Window {
             lines: None,
         };
     }
-    let lines = match (args.lines, args.bytes) {
+    let lines = match (lines, bytes) {
         (Some(n), _) => Some(n),
         (None, Some(_)) => None,
         (None, None) => Some(DEFAULT_TAIL_LINES),
     };
-    let offset = match (args.bytes, lines) {
+    let offset = match (bytes, lines) {
         (Some(b), _) => b,
         (None, Some(n)) => n.saturating_mul(BYTES_PER_LINE),
         (None, None) => 0,
@@ -187,7 +193,11 @@ pub fn run(client: &Client, args: LogsArgs) -> anyhow::Result<Exit> {
 
 /// Copies the log to stdout. With a line limit, output is held back and trimmed: all of it
 /// when not following; when following, what arrives within [`TAIL_SETTLE`] of the first bytes.
-fn stream(reader: Box<dyn Read + Send>, lines: Option<u64>, follow: bool) -> std::io::Result<()> {
+pub(super) fn stream(
+    reader: Box<dyn Read + Send>,
+    lines: Option<u64>,
+    follow: bool,
+) -> std::io::Result<()> {
     let (tx, rx) = mpsc::channel::<std::io::Result<Vec<u8>>>();
     // Reads block; a thread lets the main loop notice silence while waiting for the tail.
     std::thread::spawn(move || {

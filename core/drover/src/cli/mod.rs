@@ -7,6 +7,7 @@
 //! job files.
 
 mod alloc;
+mod alloc_fs;
 mod alloc_lifecycle;
 mod api;
 mod argv;
@@ -69,6 +70,8 @@ enum Command {
     Job(job::JobCli),
     /// Interact with allocations
     Alloc(alloc::AllocCli),
+    /// Inspect the contents of an allocation directory (alias of alloc fs)
+    Fs(alloc_fs::FsCli),
     /// Interact with nodes
     Node(node::NodeCli),
     /// Interact with evaluations
@@ -180,6 +183,7 @@ fn dispatch(command: Command) -> anyhow::Result<Exit> {
         Command::Agent(_) => unreachable_agent(),
         Command::Job(cmd) => job::run(cmd),
         Command::Alloc(cmd) => alloc::run(cmd),
+        Command::Fs(cmd) => alloc_fs::run_alias(cmd),
         Command::Node(cmd) => node::run(cmd),
         Command::Eval(cmd) => eval::run(cmd),
         Command::Server(cmd) => server::run(cmd),
