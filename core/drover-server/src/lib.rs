@@ -17,6 +17,8 @@ pub mod csi;
 mod dispatch;
 pub mod fsm;
 mod heartbeat;
+#[cfg(test)]
+mod heartbeat_tests;
 mod identity;
 mod leader_task;
 mod operator;

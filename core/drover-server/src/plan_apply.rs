@@ -174,6 +174,18 @@ fn fits_node(
     let Some(node) = snap.node(node_id) else {
         return Fit::Refused;
     };
+    // Nomad's isValidForDisconnectedNode: a disconnected node takes only the scheduler's
+    // marking of its allocations as unknown, which changes nothing it holds.
+    if node.status == drover_structs::NODE_STATUS_DISCONNECTED {
+        return if places
+            .iter()
+            .all(|a| a.client_status == drover_structs::ALLOC_CLIENT_UNKNOWN)
+        {
+            Fit::Fits(None)
+        } else {
+            Fit::Refused
+        };
+    }
     if !node.ready() {
         return Fit::Refused;
     }

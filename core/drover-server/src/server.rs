@@ -45,10 +45,15 @@ pub struct ServerConfig {
     pub raft_tick: Duration,
     /// Number of scheduler workers.
     pub num_schedulers: usize,
-    /// How long a node may go without heartbeating before it is marked down.
+    /// The shortest TTL a node is given (Nomad's `min_heartbeat_ttl`); more nodes than
+    /// `max_heartbeats_per_second` allows in that time get longer ones, every TTL staggered.
     pub heartbeat_ttl: Duration,
-    /// Extra time a node gets after a leader change before it can be marked down.
+    /// Nomad's `max_heartbeats_per_second`: the heartbeat rate the TTLs are scaled to.
+    pub max_heartbeats_per_second: f64,
+    /// How long past its TTL the leader waits before marking a node down.
     pub heartbeat_grace: Duration,
+    /// Nomad's `failover_heartbeat_ttl`: the TTL every node gets from a new leader.
+    pub failover_heartbeat_ttl: Duration,
     /// Raft snapshot every this many entries.
     pub snapshot_threshold: u64,
     pub eval_nack_timeout: Duration,
@@ -69,7 +74,9 @@ impl ServerConfig {
             raft_tick: Duration::from_millis(50),
             num_schedulers: 2,
             heartbeat_ttl: Duration::from_secs(10),
+            max_heartbeats_per_second: 50.0,
             heartbeat_grace: Duration::from_secs(10),
+            failover_heartbeat_ttl: Duration::from_secs(300),
             snapshot_threshold: 8192,
             eval_nack_timeout: Duration::from_secs(60),
             eval_delivery_limit: 3,
@@ -115,6 +122,18 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
+    /// Gives the node a fresh TTL scaled to the cluster (plus grace before it expires); returns
+    /// the TTL the node is told.
+    pub fn reset_heartbeat(&self, node_id: &str) -> Duration {
+        let c = &self.config;
+        self.heartbeats.reset_scaled(
+            node_id,
+            c.heartbeat_ttl,
+            c.max_heartbeats_per_second,
+            c.heartbeat_grace,
+        )
+    }
+
     /// Proposes an entry through Raft; resolves once it is applied to the state store.
     pub async fn apply(&self, entry: LogEntry) -> Result<u64, ServerError> {
         let index = self.raft.propose(entry.encode()).await?;
@@ -533,22 +552,22 @@ impl Server {
         node.status_updated_at = now_nanos() / 1_000_000_000;
         // A node that is new or comes back gets the system jobs evaluated for it (Nomad's
         // shouldCreateNodeEval); a re-registration of a ready node does not.
-        let was_ready = self
-            .snapshot()
-            .node(&node.id)
-            .is_some_and(|n| n.status == NODE_STATUS_READY);
+        let before = self.snapshot().node(&node.id).map(|n| n.status.clone());
+        let was_ready = before.as_deref() == Some(NODE_STATUS_READY);
         let index = self
             .inner
             .apply(LogEntry::NodeRegister { node: node.clone() })
             .await?;
-        self.inner
-            .heartbeats
-            .reset(&node.id, self.inner.config.heartbeat_ttl);
+        let ttl = self.inner.reset_heartbeat(&node.id);
         self.inner.unblock_evals();
         if !was_ready {
             self.evaluate_system_jobs_for(&node.id).await?;
         }
-        Ok((index, self.inner.config.heartbeat_ttl))
+        // Back from a disconnect: its jobs decide which allocations to keep.
+        if before.as_deref() == Some(NODE_STATUS_DISCONNECTED) {
+            self.evaluate_node_jobs(&node.id).await?;
+        }
+        Ok((index, ttl))
     }
 
     /// A node's heartbeat: resets its TTL and brings a down node back to ready.
@@ -568,11 +587,13 @@ impl Server {
                 .await?;
             self.inner.unblock_evals();
             self.evaluate_system_jobs_for(node_id).await?;
+            // Nomad's nodeStatusTransitionRequiresEval: leaving `disconnected` evaluates the
+            // node's jobs, which reconcile the reconnecting allocations with their replacements.
+            if node.status == NODE_STATUS_DISCONNECTED {
+                self.evaluate_node_jobs(node_id).await?;
+            }
         }
-        self.inner
-            .heartbeats
-            .reset(node_id, self.inner.config.heartbeat_ttl);
-        Ok(self.inner.config.heartbeat_ttl)
+        Ok(self.inner.reset_heartbeat(node_id))
     }
 
     /// Applies what a client reports about its allocations, in one log entry. Failed
@@ -595,6 +616,20 @@ impl Server {
             );
             if terminal_now && !a.client_terminal() {
                 frees = true;
+            }
+            // Nomad's FollowupEvalForReconnect: a client reporting an allocation the servers
+            // hold as disconnected gets its job evaluated, to keep it or its replacement.
+            if a.needs_to_reconnect()
+                && !a.followup_eval_id.is_empty()
+                && matches!(
+                    u.client_status.as_str(),
+                    ALLOC_CLIENT_RUNNING | ALLOC_CLIENT_COMPLETE | ALLOC_CLIENT_FAILED
+                )
+                && let Some(job) = snap.job(&a.namespace, &a.job_id)
+            {
+                evals
+                    .entry((job.namespace.clone(), job.id.clone()))
+                    .or_insert_with(|| Evaluation::for_job(&job, TRIGGER_RECONNECT));
             }
             if u.client_status == ALLOC_CLIENT_FAILED
                 && a.client_status != ALLOC_CLIENT_FAILED
@@ -675,6 +710,25 @@ impl Server {
             self.evaluate_system_jobs_for(node_id).await?;
         }
         Ok(index)
+    }
+
+    /// Creates a node-update evaluation of every job with a live allocation on `node_id`.
+    async fn evaluate_node_jobs(&self, node_id: &str) -> Result<(), ServerError> {
+        let evals = node_job_evals(&self.snapshot(), node_id);
+        if evals.is_empty() {
+            return Ok(());
+        }
+        let index = self
+            .inner
+            .apply(LogEntry::EvalUpdate {
+                evals: evals.clone(),
+            })
+            .await?;
+        for mut e in evals {
+            e.modify_index = index;
+            self.inner.enqueue_when_due(e);
+        }
+        Ok(())
     }
 
     /// Creates a node-update evaluation of every running system and sysbatch job for `node_id`,
@@ -799,12 +853,13 @@ async fn establish_leadership(inner: &Arc<Inner>) {
             b.insert((e.namespace.clone(), e.job_id.clone()), e);
         }
     }
-    // Every live node gets a fresh TTL plus grace: none is marked down just because the
-    // leader changed.
-    let grace = inner.config.heartbeat_ttl + inner.config.heartbeat_grace;
+    // Every live node gets the failover TTL (Nomad's initializeHeartbeatTimers): none is
+    // marked down just because the leader changed.
     for n in snap.nodes() {
         if n.status != NODE_STATUS_DOWN {
-            inner.heartbeats.reset(&n.id, grace);
+            inner
+                .heartbeats
+                .reset(&n.id, inner.config.failover_heartbeat_ttl);
         }
     }
     inner.periodic.start(inner.clone());
@@ -812,28 +867,65 @@ async fn establish_leadership(inner: &Arc<Inner>) {
     tracing::info!(pending = np, blocked = nb, "leadership established");
 }
 
+/// Nomad's `disconnectState`: whether the node may be disconnected rather than down (one of
+/// its allocations' groups allows a disconnect), and whether one such allocation still waits
+/// to reconnect (wanted running, not past its `lost_after`).
+fn disconnect_state(snap: &StateSnapshot, node: &Node, now: i64) -> (bool, bool) {
+    if node.status == NODE_STATUS_DOWN || node.status == NODE_STATUS_INIT {
+        return (false, false);
+    }
+    let mut can_disconnect = false;
+    for a in snap.allocs_by_node(&node.id) {
+        let allows = a.disconnect_timeout(None, now) > now;
+        can_disconnect |= allows;
+        if allows && a.desired_status == ALLOC_DESIRED_RUN && !a.disconnect_expired(None, now) {
+            return (true, true);
+        }
+    }
+    (can_disconnect, false)
+}
+
+/// A node-update evaluation of every job with a live allocation on the node.
+fn node_job_evals(snap: &StateSnapshot, node_id: &str) -> Vec<Evaluation> {
+    let jobs: BTreeSet<(String, String)> = snap
+        .allocs_by_node(node_id)
+        .iter()
+        .filter(|a| !a.terminal())
+        .map(|a| (a.namespace.clone(), a.job_id.clone()))
+        .collect();
+    jobs.iter()
+        .filter_map(|(ns, id)| snap.job(ns, id))
+        .map(|job| {
+            let mut e = Evaluation::for_job(&job, TRIGGER_NODE_UPDATE);
+            e.node_id = node_id.to_string();
+            e
+        })
+        .collect()
+}
+
 async fn expire_nodes(inner: &Arc<Inner>) {
     for node_id in inner.heartbeats.take_expired() {
         let snap = inner.state.snapshot();
-        let jobs: BTreeSet<(String, String)> = snap
-            .allocs_by_node(&node_id)
-            .iter()
-            .filter(|a| !a.terminal())
-            .map(|a| (a.namespace.clone(), a.job_id.clone()))
-            .collect();
-        let evals: Vec<Evaluation> = jobs
-            .iter()
-            .filter_map(|(ns, id)| snap.job(ns, id))
-            .map(|job| {
-                let mut e = Evaluation::for_job(&job, TRIGGER_NODE_UPDATE);
-                e.node_id = node_id.clone();
-                e
-            })
-            .collect();
-        tracing::warn!(node = %node_id, jobs = evals.len(), "node missed its heartbeat: marking down");
+        let Some(node) = snap.node(&node_id) else {
+            continue;
+        };
+        let status = match disconnect_state(&snap, &node, now_nanos()) {
+            (true, true) => NODE_STATUS_DISCONNECTED,
+            _ => NODE_STATUS_DOWN,
+        };
+        if status == NODE_STATUS_DISCONNECTED {
+            // A disconnected node keeps a timer (Nomad resets it on every status but down):
+            // once none of its allocations waits any more, it goes down.
+            inner.reset_heartbeat(&node_id);
+            if node.status == NODE_STATUS_DISCONNECTED {
+                continue;
+            }
+        }
+        let evals = node_job_evals(&snap, &node_id);
+        tracing::warn!(node = %node_id, jobs = evals.len(), status, "node missed its heartbeat");
         let entry = LogEntry::NodeStatusUpdate {
             node_id: node_id.clone(),
-            status: NODE_STATUS_DOWN.into(),
+            status: status.into(),
             updated_at: now_nanos() / 1_000_000_000,
             evals: evals.clone(),
         };
