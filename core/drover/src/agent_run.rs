@@ -419,6 +419,16 @@ fn server_config(
         sc.heartbeat_ttl = drover_jobspec::parse_duration(t)
             .map_err(|e| anyhow::anyhow!("server.min_heartbeat_ttl: {e}"))?;
     }
+    if let Some(r) = block.max_heartbeats_per_second {
+        if !(r > 0.0) {
+            bail!("server.max_heartbeats_per_second must be positive, got {r}");
+        }
+        sc.max_heartbeats_per_second = r;
+    }
+    if let Some(t) = &block.failover_heartbeat_ttl {
+        sc.failover_heartbeat_ttl = drover_jobspec::parse_duration(t)
+            .map_err(|e| anyhow::anyhow!("server.failover_heartbeat_ttl: {e}"))?;
+    }
     if let Some(m) = block.raft_multiplier {
         if !(1..=10).contains(&m) {
             bail!("server.raft_multiplier must be between 1 and 10, got {m}");

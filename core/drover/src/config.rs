@@ -55,6 +55,10 @@ pub struct ServerBlock {
     pub num_schedulers: Option<usize>,
     pub heartbeat_grace: Option<String>,
     pub min_heartbeat_ttl: Option<String>,
+    /// Heartbeats a second the node TTLs are scaled to (Nomad's default 50).
+    pub max_heartbeats_per_second: Option<f64>,
+    /// The TTL every node gets from a new leader (Nomad's default 5m).
+    pub failover_heartbeat_ttl: Option<String>,
     /// `server_join { retry_join = ["host:port", ...] }`.
     #[serde(deserialize_with = "one_or_many_blocks")]
     pub server_join: Option<ServerJoin>,
@@ -309,6 +313,21 @@ plugin "raw_exec" {
         assert_eq!(c.meta.unwrap()["rack"], "r1");
         let p = f.plugin.unwrap();
         assert_eq!(p["raw_exec"].config.as_ref().unwrap()["enabled"], true);
+    }
+
+    #[test]
+    fn server_heartbeat_settings_parse() {
+        let f = parse_str(
+            "server {\n  min_heartbeat_ttl = \"20s\"\n  max_heartbeats_per_second = 25\n  heartbeat_grace = \"15s\"\n  failover_heartbeat_ttl = \"10m\"\n}\n",
+            "a.hcl",
+        )
+        .unwrap();
+        let s = f.server.unwrap();
+        assert_eq!(s.min_heartbeat_ttl.as_deref(), Some("20s"));
+        assert_eq!(s.max_heartbeats_per_second, Some(25.0));
+        assert_eq!(s.heartbeat_grace.as_deref(), Some("15s"));
+        assert_eq!(s.failover_heartbeat_ttl.as_deref(), Some("10m"));
+        assert!(s.other.is_empty(), "{:?}", s.other);
     }
 
     #[test]

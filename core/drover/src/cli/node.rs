@@ -371,6 +371,17 @@ mod tests {
     }
 
     #[test]
+    fn list_table_shows_a_disconnected_node_as_nomad_does() {
+        let mut n = node();
+        n.status = drover_structs::NODE_STATUS_DISCONNECTED.into();
+        assert_eq!(
+            node_list_table(&[n.stub()], false),
+            "ID        DC   Name  Class   Drain  Eligibility  Status\n\
+             0d816e8c  dc1  vm    <none>  false  eligible     disconnected"
+        );
+    }
+
+    #[test]
     fn list_table_shows_short_ids() {
         let stub = node().stub();
         assert_eq!(
