@@ -131,6 +131,7 @@ impl ClientProc {
             .expect("spawn drover client");
         self.agent = Some(Agent {
             child,
+            host: self.host.clone(),
             http_port: self.http_port,
             rpc_port: 0,
             data_dir: self.dir.clone(),
@@ -212,4 +213,35 @@ impl ClientProc {
         self.kill9();
         self.spawn();
     }
+}
+
+/// A Go duration as Nomad prints it ("1m2.5s", "350ms", "4.2µs"); `None` when unreadable.
+pub fn parse_go_duration(text: &str) -> Option<Duration> {
+    let mut rest = text.trim();
+    if rest == "0" || rest == "0s" {
+        return Some(Duration::ZERO);
+    }
+    let mut total = 0f64;
+    while !rest.is_empty() {
+        let number_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let value: f64 = rest[..number_len].parse().ok()?;
+        rest = &rest[number_len..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let seconds = match &rest[..unit_len] {
+            "h" => 3600.0,
+            "m" => 60.0,
+            "s" => 1.0,
+            "ms" => 1e-3,
+            "us" | "µs" => 1e-6,
+            "ns" => 1e-9,
+            _ => return None,
+        };
+        total += value * seconds;
+        rest = &rest[unit_len..];
+    }
+    Some(Duration::from_secs_f64(total))
 }

@@ -3,6 +3,9 @@
 //!
 //! Must not depend on: any Drover crate's internals. These tests see Drover as a user does.
 
+pub mod clients;
+pub mod netns;
+
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -75,6 +78,8 @@ fn uuid_like() -> u128 {
 /// A running `drover agent --dev` process.
 pub struct Agent {
     pub child: Child,
+    /// The address its HTTP API listens on.
+    pub host: String,
     pub http_port: u16,
     pub rpc_port: u16,
     pub data_dir: PathBuf,
@@ -127,6 +132,7 @@ impl Agent {
         let child = cmd.spawn().expect("spawn drover agent");
         let agent = Agent {
             child,
+            host: "127.0.0.1".into(),
             http_port,
             rpc_port,
             data_dir: data_dir.to_path_buf(),
@@ -137,7 +143,7 @@ impl Agent {
     }
 
     pub fn addr(&self) -> String {
-        format!("http://127.0.0.1:{}", self.http_port)
+        format!("http://{}:{}", self.host, self.http_port)
     }
 
     pub fn log(&self) -> String {
@@ -306,6 +312,8 @@ pub struct ServerProc {
     pub agent: Option<Agent>,
     pub http_port: u16,
     pub rpc_port: u16,
+    /// The address it binds and is reached at.
+    pub host: String,
     pub dir: PathBuf,
     /// Addresses listed here are cut off from this server (read every 100 ms).
     pub faults_file: PathBuf,
@@ -314,11 +322,11 @@ pub struct ServerProc {
 
 impl ServerProc {
     pub fn rpc_addr(&self) -> String {
-        format!("127.0.0.1:{}", self.rpc_port)
+        format!("{}:{}", self.host, self.rpc_port)
     }
 
     pub fn http_addr(&self) -> String {
-        format!("http://127.0.0.1:{}", self.http_port)
+        format!("http://{}:{}", self.host, self.http_port)
     }
 
     pub fn log_path(&self) -> PathBuf {
@@ -341,6 +349,7 @@ impl ServerProc {
             .expect("spawn drover server");
         self.agent = Some(Agent {
             child,
+            host: self.host.clone(),
             http_port: self.http_port,
             rpc_port: self.rpc_port,
             data_dir: self.dir.clone(),
@@ -364,8 +373,14 @@ impl ServerCluster {
     /// Starts `n` servers; `config` (agent HCL) is given to each when not empty. Returns once
     /// every server knows the same leader.
     pub fn start(dir: &Path, n: usize, config: &str) -> ServerCluster {
+        Self::start_on(dir, n, config, "127.0.0.1")
+    }
+
+    /// As [`ServerCluster::start`], every server bound to `host` (an address of this host's,
+    /// such as the host end of a test network namespace's link).
+    pub fn start_on(dir: &Path, n: usize, config: &str, host: &str) -> ServerCluster {
         let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
-        let seed = format!("127.0.0.1:{}", ports[0].1);
+        let seed = format!("{host}:{}", ports[0].1);
         let mut servers = Vec::new();
         for (i, (http_port, rpc_port)) in ports.into_iter().enumerate() {
             let sdir = dir.join(format!("s{i}"));
@@ -374,7 +389,7 @@ impl ServerCluster {
                 "agent",
                 "--server",
                 "--bind",
-                "127.0.0.1",
+                host,
                 "--node",
                 &format!("s{i}"),
                 "--bootstrap-expect",
@@ -404,6 +419,7 @@ impl ServerCluster {
                 agent: None,
                 http_port,
                 rpc_port,
+                host: host.to_string(),
                 faults_file: sdir.join("faults"),
                 dir: sdir,
                 args,

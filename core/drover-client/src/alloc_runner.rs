@@ -44,6 +44,8 @@ pub struct AllocRunnerHandle {
     pub live: LiveTasks,
     /// Signals and restarts of the allocation's tasks (`alloc signal`, `alloc restart`).
     pub control: AllocControl,
+    /// How long the allocation may run without a heartbeat (`stop_after_client_disconnect`).
+    pub stop_after_disconnect: Option<std::time::Duration>,
     done: watch::Receiver<bool>,
 }
 
@@ -51,6 +53,11 @@ impl AllocRunnerHandle {
     /// Asks every task to stop (idempotent).
     pub fn stop(&self) {
         let _ = self.stop_tx.send(true);
+    }
+
+    /// Whether the allocation was asked to stop.
+    pub fn stop_requested(&self) -> bool {
+        *self.stop_tx.borrow()
     }
 
     /// Whether every task has ended.
@@ -128,6 +135,7 @@ pub fn start(
         alloc_dir: dir.path().to_path_buf(),
         live: live.clone(),
         control,
+        stop_after_disconnect: crate::heartbeat_stop::stop_after(&group),
         done: done_rx,
     };
     tokio::spawn(run(

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use drover_abi::{Driver, HealthState, TaskHandle};
 use drover_structs::time::{format_rfc3339_nanos, now_nanos};
@@ -16,6 +16,7 @@ use tokio::sync::{mpsc, watch};
 use crate::alloc_control::{AllocControl, AllocControlError};
 use crate::alloc_runner::{self, AllocRunnerHandle, RunnerEnv};
 use crate::csi::{CsiManager, ServerCsi};
+use crate::heartbeat_stop::{DisconnectStops, HeartbeatClock};
 use crate::state_db::ClientStateDb;
 use crate::taskenv::EnvDenylist;
 
@@ -117,8 +118,8 @@ struct AllocRecord {
     task_states: BTreeMap<String, TaskState>,
 }
 
-struct Shared {
-    runners: Mutex<HashMap<String, AllocRunnerHandle>>,
+pub(crate) struct Shared {
+    pub(crate) runners: Mutex<HashMap<String, AllocRunnerHandle>>,
     /// The node as last fingerprinted; a change is pushed to the servers.
     node: watch::Sender<Arc<Node>>,
 }
@@ -126,10 +127,35 @@ struct Shared {
 /// A running client. Cheap to clone.
 #[derive(Clone)]
 pub struct Client {
-    shared: Arc<Shared>,
-    config: Arc<ClientConfig>,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) config: Arc<ClientConfig>,
     shutdown: watch::Sender<bool>,
     csi: CsiManager,
+    /// The last successful heartbeat (kept across restarts).
+    heartbeat: Arc<HeartbeatClock>,
+    pub(crate) db: ClientStateDb,
+}
+
+/// The allocations `stop_after_client_disconnect` watches: the runners with a grace that
+/// still run.
+struct RunnerStops(Arc<Shared>);
+
+impl DisconnectStops for RunnerStops {
+    fn watched(&self) -> HashMap<String, Duration> {
+        let runners = self.0.runners.lock().unwrap_or_else(|e| e.into_inner());
+        runners
+            .iter()
+            .filter(|(_, r)| !r.is_done() && !r.stop_requested())
+            .filter_map(|(id, r)| Some((id.clone(), r.stop_after_disconnect?)))
+            .collect()
+    }
+
+    fn stop(&self, alloc_id: &str) {
+        let runners = self.0.runners.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(r) = runners.get(alloc_id) {
+            r.stop();
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -186,11 +212,14 @@ impl Client {
         };
         // Pumps end with the client (`shutdown`); the drivers' events reach the runners.
         crate::driver_events::start_pumps(&config.drivers, &env.driver_events, &shutdown_rx);
+        let heartbeat = Arc::new(HeartbeatClock::load(db.clone(), SystemTime::now()));
         let client = Client {
             shared: shared.clone(),
             config: config.clone(),
             shutdown,
             csi: csi.clone(),
+            heartbeat: heartbeat.clone(),
+            db: db.clone(),
         };
         let known = client.restore(&env, &db);
         tokio::spawn(sync_updates(
@@ -207,6 +236,12 @@ impl Client {
         tokio::spawn(register_and_heartbeat(
             server.clone(),
             shared.clone(),
+            heartbeat.clone(),
+            shutdown_rx.clone(),
+        ));
+        tokio::spawn(crate::heartbeat_stop::watch(
+            heartbeat,
+            Arc::new(RunnerStops(shared.clone())),
             shutdown_rx.clone(),
         ));
         tokio::spawn(watch_allocs(
@@ -221,6 +256,11 @@ impl Client {
 
     pub fn node(&self) -> Arc<Node> {
         self.shared.node.borrow().clone()
+    }
+
+    /// When a heartbeat last reached a server (or the client started, if none has yet).
+    pub fn last_heartbeat(&self) -> SystemTime {
+        self.heartbeat.last_ok()
     }
 
     /// The node's CSI plugins and mounted volumes.
@@ -531,14 +571,22 @@ fn events_delivered(shared: &Shared, sent: &Node) {
 async fn register_and_heartbeat<S: ServerConn>(
     server: Arc<S>,
     shared: Arc<Shared>,
+    clock: Arc<HeartbeatClock>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let heard = |clock: &Arc<HeartbeatClock>| {
+        let clock = clock.clone();
+        // The state write blocks; the time is the answer's arrival.
+        let now = SystemTime::now();
+        tokio::task::spawn_blocking(move || clock.heartbeat_ok(now))
+    };
     let mut node = shared.node.subscribe();
     let current = |node: &mut watch::Receiver<Arc<Node>>| (**node.borrow_and_update()).clone();
     let mut ttl = loop {
         let sent = current(&mut node);
         match server.register_node(sent.clone()).await {
             Ok(ttl) => {
+                heard(&clock);
                 events_delivered(&shared, &sent);
                 break ttl;
             }
@@ -564,6 +612,7 @@ async fn register_and_heartbeat<S: ServerConn>(
             match server.register_node(sent.clone()).await {
                 Ok(t) => {
                     ttl = t;
+                    heard(&clock);
                     events_delivered(&shared, &sent);
                 }
                 Err(e) => {
@@ -576,11 +625,15 @@ async fn register_and_heartbeat<S: ServerConn>(
             continue;
         }
         match server.heartbeat(&node_id).await {
-            Ok(t) => ttl = t,
+            Ok(t) => {
+                ttl = t;
+                heard(&clock);
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "heartbeat failed; re-registering");
                 if let Ok(t) = server.register_node(current(&mut node)).await {
                     ttl = t;
+                    heard(&clock);
                 } else {
                     ttl = Duration::from_secs(2);
                 }
@@ -629,25 +682,25 @@ async fn watch_allocs<S: ServerConn>(
         let mut to_save = Vec::new();
         for alloc in allocs {
             let seen = known.get(&alloc.id).copied();
-            if seen == Some(alloc.alloc_modify_index) {
-                continue;
-            }
-            known.insert(alloc.id.clone(), alloc.alloc_modify_index);
             let mut runners = client
                 .shared
                 .runners
                 .lock()
                 .unwrap_or_else(|e| e.into_inner());
-            match runners.get(&alloc.id) {
-                Some(r) => {
-                    if alloc.server_terminal() {
+            let runner = runners.get(&alloc.id);
+            let action = decide(seen, &alloc, runner.is_some());
+            if action != AllocAction::Ignore {
+                known.insert(alloc.id.clone(), alloc.alloc_modify_index);
+            }
+            match action {
+                AllocAction::Ignore => continue,
+                AllocAction::Noted => {}
+                AllocAction::Stop => {
+                    if let Some(r) = runner {
                         r.stop();
                     }
                 }
-                None => {
-                    if alloc.terminal() {
-                        continue;
-                    }
+                AllocAction::Start => {
                     to_save.push(alloc.clone());
                     match alloc_runner::start(
                         env.clone(),
@@ -695,6 +748,37 @@ async fn watch_allocs<S: ServerConn>(
             })
             .await;
         }
+    }
+}
+
+/// What the client does with an allocation the servers sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AllocAction {
+    /// Not newer than what was applied: nothing changes.
+    Ignore,
+    /// Newer, but nothing to do beyond remembering it.
+    Noted,
+    /// Stop its runner: the servers want it stopped.
+    Stop,
+    /// Start a runner for it.
+    Start,
+}
+
+/// The client's rule for an allocation update: `applied` is the allocation index already
+/// applied (if any), `running` whether a runner exists for it.
+fn decide(applied: Option<u64>, alloc: &Allocation, running: bool) -> AllocAction {
+    // An answer older than what was applied (a lagging server) changes nothing, and above
+    // all never stops a running workload (Nomad #18267).
+    if applied.is_some_and(|applied| alloc.alloc_modify_index <= applied) {
+        return AllocAction::Ignore;
+    }
+    match (running, alloc.server_terminal()) {
+        (true, true) => AllocAction::Stop,
+        (true, false) => AllocAction::Noted,
+        // Known but not running: it ended here (and the client restarted since, or it was
+        // stopped by stop_after_client_disconnect); never started again.
+        (false, _) if alloc.terminal() || applied.is_some() => AllocAction::Noted,
+        (false, _) => AllocAction::Start,
     }
 }
 
@@ -748,4 +832,39 @@ async fn persist_task_states(db: &ClientStateDb, batch: &[AllocClientUpdate]) {
         }
     })
     .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn alloc(index: u64, desired: &str, client_status: &str) -> Allocation {
+        Allocation {
+            id: "a1".into(),
+            alloc_modify_index: index,
+            desired_status: desired.into(),
+            client_status: client_status.into(),
+            ..Allocation::default()
+        }
+    }
+
+    #[test]
+    fn an_update_older_than_the_applied_one_never_stops_a_running_allocation() {
+        let stale_stop = alloc(5, ALLOC_DESIRED_STOP, ALLOC_CLIENT_RUNNING);
+        assert_eq!(decide(Some(10), &stale_stop, true), AllocAction::Ignore);
+        assert_eq!(decide(Some(5), &stale_stop, true), AllocAction::Ignore);
+        // The same stop, newer than what was applied, stops it.
+        let stop = alloc(11, ALLOC_DESIRED_STOP, ALLOC_CLIENT_RUNNING);
+        assert_eq!(decide(Some(10), &stop, true), AllocAction::Stop);
+    }
+
+    #[test]
+    fn a_new_allocation_starts_and_a_known_one_without_a_runner_never_restarts() {
+        let run = alloc(3, ALLOC_DESIRED_RUN, ALLOC_CLIENT_PENDING);
+        assert_eq!(decide(None, &run, false), AllocAction::Start);
+        assert_eq!(decide(Some(2), &run, false), AllocAction::Noted);
+        assert_eq!(decide(Some(2), &run, true), AllocAction::Noted);
+        let done = alloc(3, ALLOC_DESIRED_RUN, ALLOC_CLIENT_COMPLETE);
+        assert_eq!(decide(None, &done, false), AllocAction::Noted);
+    }
 }

@@ -15,6 +15,8 @@ pub mod csi;
 pub mod dispatch_payload;
 pub mod driver_events;
 pub mod fingerprint;
+pub mod gc;
+pub mod heartbeat_stop;
 pub mod interpolate;
 pub mod logs;
 pub mod mountinfo;

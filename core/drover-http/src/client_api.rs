@@ -17,7 +17,9 @@ use axum::routing::{get, put};
 use tokio::io::DuplexStream;
 
 use crate::error::ApiError;
-use crate::{NodeClient, alloc_control, allocs, client_fs, client_fs_stream, logs, proxy};
+use crate::{
+    NodeClient, alloc_control, allocs, client_fs, client_fs_stream, client_gc, logs, proxy,
+};
 
 /// What the client endpoints' handlers share: the node client beside this API, if any.
 #[derive(Clone)]
@@ -213,6 +215,18 @@ pub(crate) fn routes(client: Option<Arc<dyn NodeClient>>, routing: ClientRouting
         .route(
             "/v1/client/allocation/{id}/restart",
             put(alloc_control::restart).post(alloc_control::restart),
+        )
+        .route(
+            "/v1/client/gc",
+            get(client_gc::collect_all)
+                .put(client_gc::collect_all)
+                .post(client_gc::collect_all),
+        )
+        .route(
+            "/v1/client/allocation/{id}/gc",
+            get(client_gc::collect_alloc)
+                .put(client_gc::collect_alloc)
+                .post(client_gc::collect_alloc),
         )
         .route_layer(axum::middleware::from_fn_with_state(dispatcher, dispatch))
         .with_state(ClientState { client })

@@ -10,7 +10,9 @@ mod agent;
 mod alloc_control;
 mod allocs;
 mod body;
+mod client_api;
 mod client_fs;
+mod client_gc;
 mod client_fs_stream;
 mod consistency;
 mod csi;
@@ -21,6 +23,7 @@ mod jobspec;
 mod logs;
 mod nodes;
 mod operator;
+mod proxy;
 mod query;
 mod response;
 mod stream;
@@ -37,6 +40,8 @@ use axum::extract::DefaultBodyLimit;
 use axum::routing::{delete, get, post};
 
 pub use alloc_control::ControlFuture;
+pub use client_api::{BoxFuture, NoTunnels, TunnelOpener, Upstream};
+pub use proxy::{call_over, serve_connection};
 pub use query::parse_go_duration;
 
 /// Largest request body accepted (a job with many groups stays far below this).
@@ -89,6 +94,16 @@ pub trait NodeClient: Send + Sync + 'static {
         let _ = (alloc_id, task, all_tasks);
         alloc_control::not_supported("restarting allocations")
     }
+    /// Garbage-collects an allocation that ended on this node (`/v1/client/allocation/:id/gc`).
+    /// Blocks on the filesystem; the API calls it on a blocking thread.
+    fn collect_alloc(&self, alloc_id: &str) -> Result<(), drover_client::gc::GcError> {
+        Err(drover_client::gc::GcError::Unknown(alloc_id.to_string()))
+    }
+    /// Garbage-collects every allocation that ended on this node (`/v1/client/gc`); returns how
+    /// many went and what failed. Blocks like [`NodeClient::collect_alloc`].
+    fn collect_all(&self) -> (usize, Vec<drover_client::gc::GcError>) {
+        (0, Vec::new())
+    }
 }
 
 /// What every handler shares.
@@ -99,12 +114,19 @@ pub(crate) struct AppState {
     pub agent: Arc<AgentInfo>,
 }
 
-/// The whole `/v1` API.
+/// The whole `/v1` API of a server agent. Client calls for allocations on other nodes go
+/// through `tunnels`.
 pub fn router(
     server: drover_server::Server,
     client: Option<Arc<dyn NodeClient>>,
     agent: AgentInfo,
+    tunnels: Arc<dyn TunnelOpener>,
 ) -> Router {
+    let routing = client_api::ClientRouting::Server {
+        server: server.clone(),
+        tunnels,
+    };
+    let client_routes = client_api::routes(client.clone(), routing);
     let state = AppState {
         server,
         client,
@@ -149,15 +171,6 @@ pub fn router(
         .route("/v1/status/leader", get(agent::leader))
         .route("/v1/status/peers", get(agent::peers))
         .route("/v1/regions", get(agent::regions))
-        .route("/v1/client/fs/logs/{alloc}", get(logs::logs))
-        .route("/v1/client/fs/ls/{alloc}", get(client_fs::ls))
-        .route("/v1/client/fs/stat/{alloc}", get(client_fs::stat))
-        .route("/v1/client/fs/cat/{alloc}", get(client_fs::cat))
-        .route("/v1/client/stats", get(client_fs::stats))
-        .route(
-            "/v1/client/allocation/{id}/stats",
-            get(allocs::client_stats),
-        )
         .route(
             "/v1/operator/raft/configuration",
             get(operator::raft_configuration),
@@ -180,14 +193,50 @@ pub fn router(
                 .layer(DefaultBodyLimit::max(operator::MAX_SNAPSHOT_BYTES)),
         )
         .merge(csi::routes())
+        .with_state(state.clone())
+        .merge(client_routes)
         .fallback(error::not_found_fallback)
         .method_not_allowed_fallback(error::method_not_allowed_fallback)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
+            state,
             consistency::layer,
         ))
-        .with_state(state)
+}
+
+/// The API of a client-only agent: its client endpoints for its own allocations, `local`
+/// (its self report and health), and everything else forwarded to a server through
+/// `tunnels`, as Nomad's client agents forward to their servers.
+pub fn client_agent_router(
+    client: Arc<dyn NodeClient>,
+    local: Router,
+    tunnels: Arc<dyn TunnelOpener>,
+) -> Router {
+    let routing = client_api::ClientRouting::ClientOnly {
+        tunnels: tunnels.clone(),
+    };
+    client_api::routes(Some(client), routing)
+        .merge(local)
+        .fallback(move |request: axum::extract::Request| {
+            let tunnels = tunnels.clone();
+            async move {
+                use axum::response::IntoResponse;
+                client_api::forward(tunnels.as_ref(), Upstream::Server, request)
+                    .await
+                    .unwrap_or_else(IntoResponse::into_response)
+            }
+        })
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+}
+
+/// The client endpoints of this node alone, plus the agent's `internal` routes (calls only
+/// servers make, such as CSI controller calls): what a server's call through a tunnel
+/// reaches. Never served on the agent's own listener.
+pub fn node_router(client: Arc<dyn NodeClient>, internal: Router) -> Router {
+    client_api::routes(Some(client), client_api::ClientRouting::LocalOnly)
+        .merge(internal)
+        .fallback(error::not_found_fallback)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
 }
 
 /// How long [`serve`] waits, after `shutdown` completes, for open requests to finish.

@@ -48,7 +48,13 @@ pub fn router(
         .route(
             "/v1/agent/self",
             get(move || {
-                let body = self_report.clone();
+                let mut body = self_report.clone();
+                // Nomad's `last_heartbeat`: the time since the last heartbeat reached a server.
+                if let Some(c) = &client {
+                    let since = c.last_heartbeat().elapsed().unwrap_or_default();
+                    body["stats"]["client"]["last_heartbeat"] =
+                        json!(crate::cli::timefmt::go_duration(since.as_nanos() as i64));
+                }
                 async move { json_response(StatusCode::OK, body) }
             }),
         )

@@ -128,6 +128,12 @@ impl drover_http::NodeClient for HttpClient {
                 .await
         })
     }
+    fn collect_alloc(&self, alloc_id: &str) -> Result<(), drover_client::gc::GcError> {
+        self.0.collect_alloc(alloc_id)
+    }
+    fn collect_all(&self) -> (usize, Vec<drover_client::gc::GcError>) {
+        self.0.collect_all()
+    }
 }
 
 /// The drivers this agent offers: the built-ins (registered here, the one place that names
@@ -259,6 +265,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     };
     let mut rpc_advertise = rpc_addr.to_string();
     let mut server = None;
+    let mut server_tunnels = None;
     if server_enabled {
         // Bound before anything starts: a busy port is an error, not a silent cluster split.
         let rpc_listener = tokio::net::TcpListener::bind(rpc_addr)
@@ -276,6 +283,9 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             rpc_advertise.clone(),
             Arc::new(drover_rpc::Faults::from_env()),
         );
+        server_tunnels = Some(Arc::new(crate::agent_tunnels::ServerTunnels::new(
+            net.tunnels(),
+        )));
         let s = Server::start_with_net(sc, Arc::new(net))
             .await
             .context("starting server")?;
@@ -290,6 +300,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     }
 
     let mut client = None;
+    let remote = (!server_enabled).then(|| Arc::new(RemoteServers::new(remote_servers.clone())));
     if client_enabled {
         let mut cc = ClientConfig::new(data_dir.join("client"));
         cc.node_name = node_name.clone();
@@ -315,12 +326,13 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         }
         let c = match &server {
             Some(server) => Client::start(cc, Arc::new(LocalServer(server.clone()))).await,
-            None => Client::start(cc, Arc::new(RemoteServers::new(remote_servers.clone()))).await,
+            None => {
+                // A client-only agent always has its servers (checked above).
+                let remote = remote.clone().context("no servers for the client")?;
+                Client::start(cc, remote).await
+            }
         }
         .context("starting client")?;
-        if let Some(server) = &server {
-            crate::agent_csi::wire(server, &c);
-        }
         client = Some(c);
     }
 
@@ -348,9 +360,35 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     let node_client: Option<Arc<dyn drover_http::NodeClient>> = client
         .clone()
         .map(|c| Arc::new(HttpClient(c)) as Arc<dyn drover_http::NodeClient>);
-    let router = match &server {
-        Some(server) => drover_http::router(server.clone(), node_client, agent),
-        None => crate::agent_client_api::router(client.clone(), agent, remote_servers.clone()),
+    let mut sessions = Vec::new();
+    let router = match (&server, &server_tunnels, &remote, &node_client) {
+        (Some(server), Some(tunnels), _, _) => {
+            let router =
+                drover_http::router(server.clone(), node_client.clone(), agent, tunnels.clone());
+            tunnels.serve_api(server.clone(), rpc_advertise.clone(), router.clone());
+            // Controller and node-detach calls reach the node that runs the plugin.
+            server.set_csi_client_rpc(Arc::new(crate::agent_csi_routes::RoutedCsiRpc::new(
+                client.clone(),
+                tunnels.clone(),
+            )));
+            router
+        }
+        (None, _, Some(remote), Some(node_client)) => {
+            sessions = crate::agent_tunnels::keep_sessions(
+                remote.rpc(),
+                remote.servers(),
+                &node_client.node_id(),
+                node_client.clone(),
+                client
+                    .clone()
+                    .map(crate::agent_csi_routes::internal_routes)
+                    .unwrap_or_default(),
+            );
+            let local =
+                crate::agent_client_api::router(client.clone(), agent, remote_servers.clone());
+            drover_http::client_agent_router(node_client.clone(), local, remote.clone())
+        }
+        _ => bail!("an agent runs a server, a client, or both"),
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let http = tokio::spawn(drover_http::serve(listener, router, async move {
@@ -380,6 +418,9 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     wait_for_signal().await;
     println!("==> Caught signal: shutting down");
     let _ = stop_tx.send(());
+    for session in sessions {
+        session.abort();
+    }
     if let Some(c) = &client {
         c.shutdown();
     }

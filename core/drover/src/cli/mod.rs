@@ -28,7 +28,7 @@ mod operator_scheduler;
 mod plugin;
 mod server;
 mod status;
-mod timefmt;
+pub(crate) mod timefmt;
 mod ui;
 mod volume;
 mod volume_spec;
