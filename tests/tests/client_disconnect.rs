@@ -16,7 +16,12 @@ const GRACE: Duration = Duration::from_secs(10);
 /// Servers notice a silent node within its TTL (10 s, the minimum) plus this grace.
 const SERVER_CONFIG: &str = "server {\n  heartbeat_grace = \"2s\"\n}\n";
 
-fn job(marker: &str) -> String {
+/// The group's setting in its older form.
+const STOP_AFTER: &str = "stop_after_client_disconnect = \"10s\"";
+/// The same in Nomad's newer `disconnect` block.
+const STOP_ON_CLIENT_AFTER: &str = "disconnect {\n      stop_on_client_after = \"10s\"\n    }";
+
+fn job(marker: &str, setting: &str) -> String {
     format!(
         r#"
 job "partitioned" {{
@@ -24,7 +29,7 @@ job "partitioned" {{
   type        = "service"
 
   group "g" {{
-    stop_after_client_disconnect = "10s"
+    {setting}
 
     task "t" {{
       driver = "raw_exec"
@@ -76,7 +81,11 @@ fn allocs(cluster: &ServerCluster) -> Vec<Value> {
 
 /// Runs the scenario; `restart_during_partition` kills the client with SIGKILL once it is cut
 /// off and starts it again, still cut off.
-fn partitioned_client_stops_its_allocation(marker: &str, restart_during_partition: bool) {
+fn partitioned_client_stops_its_allocation(
+    marker: &str,
+    setting: &str,
+    restart_during_partition: bool,
+) {
     let ns = match NetNs::create() {
         Ok(ns) => ns,
         Err(e) => {
@@ -95,7 +104,7 @@ fn partitioned_client_stops_its_allocation(marker: &str, restart_during_partitio
         &ns.name,
         &ns.ns_ip,
     );
-    let job_file = write_job(&dir, "partitioned.nomad", &job(marker));
+    let job_file = write_job(&dir, "partitioned.nomad", &job(marker, setting));
     let out = cluster.cli(0, &["job", "run", "-detach", &job_file]);
     assert!(out.status.success(), "job run: {}", output_text(&out));
     let pid = wait_for("the task's process", || {
@@ -170,10 +179,15 @@ fn partitioned_client_stops_its_allocation(marker: &str, restart_during_partitio
 
 #[test]
 fn a_partitioned_client_stops_the_task_when_stop_after_client_disconnect_runs_out() {
-    partitioned_client_stops_its_allocation("3600.101", false);
+    partitioned_client_stops_its_allocation("3600.101", STOP_AFTER, false);
 }
 
 #[test]
 fn a_client_restarted_while_partitioned_still_stops_the_task_on_time() {
-    partitioned_client_stops_its_allocation("3600.102", true);
+    partitioned_client_stops_its_allocation("3600.102", STOP_AFTER, true);
+}
+
+#[test]
+fn a_partitioned_client_stops_the_task_when_disconnect_stop_on_client_after_runs_out() {
+    partitioned_client_stops_its_allocation("3600.103", STOP_ON_CLIENT_AFTER, false);
 }

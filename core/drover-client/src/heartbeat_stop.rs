@@ -22,10 +22,11 @@ const LAST_HEARTBEAT_KEY: &str = "last_heartbeat_ms";
 const CHECK_INTERVAL: Duration = Duration::from_millis(250);
 
 /// How long an allocation of `group` may run without a heartbeat: the group's
-/// `stop_after_client_disconnect` (nanoseconds in the job), if positive.
+/// `stop_after_client_disconnect`, else its `disconnect.stop_on_client_after` (nanoseconds in
+/// the job), if positive.
 pub fn stop_after(group: &TaskGroup) -> Option<Duration> {
     group
-        .stop_after_client_disconnect
+        .disconnect_stop_after()
         .filter(|ns| *ns > 0)
         .map(|ns| Duration::from_nanos(ns as u64))
 }
@@ -224,5 +225,12 @@ mod tests {
         assert_eq!(stop_after(&group), None);
         group.stop_after_client_disconnect = Some(10_000_000_000);
         assert_eq!(stop_after(&group), Some(Duration::from_secs(10)));
+        // The newer form of the same setting.
+        group.stop_after_client_disconnect = None;
+        group.disconnect = Some(drover_structs::disconnect::DisconnectStrategy {
+            stop_on_client_after: Some(5_000_000_000),
+            ..Default::default()
+        });
+        assert_eq!(stop_after(&group), Some(Duration::from_secs(5)));
     }
 }
