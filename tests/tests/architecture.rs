@@ -183,6 +183,13 @@ fn dependency_arrows_of_architecture_md_hold() {
         "clients talk to servers only through their API",
         &mut e,
     );
+    check(
+        &c,
+        "drover-http",
+        &["drover-rpc"],
+        "the API reaches other agents through the TunnelOpener trait",
+        &mut e,
+    );
     for core in CORE {
         check(
             &c,
