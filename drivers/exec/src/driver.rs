@@ -7,18 +7,20 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use drover_abi::{
-    Capabilities, DRIVER_API_VERSION, Driver, DriverError, ExitResult, Fingerprint, FsIsolation,
-    HealthState, PluginInfo, TaskConfig, TaskHandle, TaskResourceUsage, TaskState, TaskStatus,
-    signal_number,
+    Capabilities, DRIVER_API_VERSION, Driver, DriverError, ExecOptions, ExecOutput, ExecStream,
+    ExitResult, Fingerprint, FsIsolation, HealthState, PluginInfo, TaskConfig, TaskHandle,
+    TaskResourceUsage, TaskState, TaskStatus, signal_number,
 };
 use nix::errno::Errno;
 
 use crate::caps::{CapSet, kernel_last_cap};
 use crate::cgroup::{self, Layout, TaskCgroup};
+use crate::enter::{EnterCommand, EnterSpec, spawn_in_task};
 use crate::isolate::{CommandSpec, IsolateError, IsolatedCommand, Step, spawn_isolated};
 use crate::plugin_config::{IsolationMode, PluginConfig, parse_plugin_config};
 use crate::rewrite::PathRewrite;
 use crate::rootfs::TaskRoot;
+use crate::shared::exec_stream::{collect_exec, exec_stdio, relay};
 use crate::shared::fifo::open_fifo_writer;
 use crate::shared::procfs;
 use crate::shared::task_state::{ProcessState, TASK_STATE_VERSION};
@@ -240,6 +242,61 @@ impl ExecDriver {
         }
     }
 
+    /// Starts `options.command` inside the running task and relays it to `stream`.
+    fn exec_in_task(
+        &self,
+        task: &IsolatedTask,
+        options: &ExecOptions,
+        stream: &dyn ExecStream,
+    ) -> Result<ExitResult, DriverError> {
+        if options.command.is_empty() {
+            return Err(DriverError::InvalidConfig(
+                "exec command must name a program".to_string(),
+            ));
+        }
+        let config = &task.config;
+        let isolation = self
+            .parse_task_config(&config.driver_config)?
+            .isolation(&self.plugin_config(), self.supported_caps)
+            .map_err(|e| DriverError::InvalidConfig(e.to_string()))?;
+        let user = if config.user.is_empty() {
+            DEFAULT_USER
+        } else {
+            config.user.as_str()
+        };
+        let run_as = resolve_user(user).map_err(DriverError::other)?;
+        let env = PathRewrite::for_task(config).apply_env(&config.env);
+        let (io, stdio) = exec_stdio(options.tty)
+            .map_err(|e| DriverError::Other(format!("setting up the exec's stdio: {e}")))?;
+        let procs = task.cgroup.procs_files();
+        let command = EnterCommand::new(EnterSpec {
+            pid: task.watch.pid(),
+            command: &options.command,
+            env: &env,
+            cgroup_procs: &procs,
+            stdio,
+            run_as,
+            caps: isolation.caps,
+            last_cap: self.last_cap,
+        })
+        .map_err(DriverError::other)?;
+        let pid = spawn_in_task(command).map_err(|e| {
+            DriverError::Other(format!(
+                "starting {:?} in the task: {e}",
+                options.command[0]
+            ))
+        })?;
+        let watch = ProcessWatch::child(pid, None).map_err(|e| {
+            // SAFETY: plain syscalls on the child we just forked and have not reaped.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, std::ptr::null_mut(), 0);
+            }
+            DriverError::other(e)
+        })?;
+        relay(io, &watch, stream)
+    }
+
     /// Kills (if needed) and reaps the task, then removes its cgroup.
     fn release(task: &IsolatedTask) -> Result<(), DriverError> {
         if task.watch.exit_result().is_none() {
@@ -276,9 +333,8 @@ impl Driver for ExecDriver {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             send_signals: true,
-            // Running a command inside the task's namespaces would need an nsenter-style
-            // helper; not implemented.
-            exec: false,
+            // `exec_task_streaming` enters the task's namespaces and root (see `enter`).
+            exec: true,
             // Tasks see their task directory as `/`, with chroot_env bound read-only in it.
             fs_isolation: FsIsolation::Chroot,
             network_isolation: false,
@@ -454,7 +510,40 @@ impl Driver for ExecDriver {
         let task = self.task(task_id)?;
         procfs::group_usage(task.watch.pid()).map_err(DriverError::other)
     }
+
+    /// The command runs inside the task: its namespaces, root, cgroup, user, capabilities and
+    /// environment (with Nomad's in-task paths), starting in `/`.
+    fn exec_task_streaming(
+        &self,
+        task_id: &str,
+        options: &ExecOptions,
+        stream: &dyn ExecStream,
+    ) -> Result<ExitResult, DriverError> {
+        let task = self.task(task_id)?;
+        if task.watch.exit_result().is_some() {
+            return Err(DriverError::Other(format!("task {task_id} is not running")));
+        }
+        self.exec_in_task(&task, options, stream)
+    }
+
+    /// The one-shot form (script checks): the same command inside the task, without stdin,
+    /// its output gathered; killed after `timeout`.
+    fn exec_task(
+        &self,
+        task_id: &str,
+        command: &[String],
+        timeout: Duration,
+    ) -> Result<ExecOutput, DriverError> {
+        let task = self.task(task_id)?;
+        let options = ExecOptions {
+            command: command.to_vec(),
+            tty: false,
+        };
+        collect_exec(timeout, |stream| self.exec_in_task(&task, &options, stream))
+    }
 }
 
+#[cfg(test)]
+mod exec_tests;
 #[cfg(test)]
 mod tests;

@@ -375,7 +375,7 @@ unsafe fn enter_root(root: &CString, no_pivot_root: bool) -> Result<(), ()> {
 /// prctl(2) with two arguments, passing the unused ones as zero `unsigned long`s: the kernel
 /// rejects some options (PR_CAP_AMBIENT) whose unused arguments are not zero, and a variadic
 /// `int` would leave the upper half of the register undefined. Async-signal-safe.
-fn prctl(option: libc::c_int, arg2: libc::c_ulong, arg3: libc::c_ulong) -> libc::c_int {
+pub(crate) fn prctl(option: libc::c_int, arg2: libc::c_ulong, arg3: libc::c_ulong) -> libc::c_int {
     let zero: libc::c_ulong = 0;
     // SAFETY: prctl with integer arguments only.
     unsafe { libc::prctl(option, arg2, arg3, zero, zero) }
@@ -383,7 +383,7 @@ fn prctl(option: libc::c_int, arg2: libc::c_ulong, arg3: libc::c_ulong) -> libc:
 
 /// Drops every capability outside `caps` from the bounding set, so neither the task nor
 /// anything it execs can regain it. Async-signal-safe.
-fn limit_bounding_set(caps: CapSet, last_cap: u32) -> Result<(), ()> {
+pub(crate) fn limit_bounding_set(caps: CapSet, last_cap: u32) -> Result<(), ()> {
     for cap in 0..=last_cap {
         if caps.contains(cap) {
             continue;
@@ -415,7 +415,7 @@ const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
 /// Sets permitted, effective and inheritable to `caps` and raises each of them in the ambient
 /// set, as Nomad's executor does: ambient capabilities survive exec as a non-root user, and a
 /// root task gets exactly its bounding set. Async-signal-safe.
-fn set_capabilities(caps: CapSet) -> Result<(), ()> {
+pub(crate) fn set_capabilities(caps: CapSet) -> Result<(), ()> {
     let bits = caps.bits();
     let words = [bits as u32, (bits >> 32) as u32];
     let data = words.map(|word| CapData {

@@ -5,7 +5,8 @@
 //! (Docker's default without NET_RAW, narrowed by `allow_caps`, `cap_add`, `cap_drop`), and with
 //! memory and CPU limits from a per-task cgroup (v1 or v2, detected at runtime). The agent
 //! clones the task process itself, with no intermediate process, so the command is PID 1 of its
-//! namespace and sees only its own processes in `/proc`. Needs root.
+//! namespace and sees only its own processes in `/proc`. Needs root. `alloc exec` runs a command
+//! inside a running task's namespaces, root, cgroup, user and capabilities (see `enter`).
 //!
 //! Must not depend on: tokio, or any Drover crate other than drover-abi.
 //!
@@ -16,6 +17,7 @@
 mod caps;
 mod cgroup;
 mod driver;
+mod enter;
 mod isolate;
 mod mounts;
 mod plugin_config;

@@ -5,12 +5,13 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use drover_abi::{
-    Capabilities, DRIVER_API_VERSION, Driver, DriverError, ExecOutput, ExitResult, Fingerprint,
-    FsIsolation, HealthState, PluginInfo, TaskConfig, TaskHandle, TaskResourceUsage, TaskState,
-    TaskStatus, signal_number,
+    Capabilities, DRIVER_API_VERSION, Driver, DriverError, ExecOptions, ExecOutput, ExecStream,
+    ExitResult, Fingerprint, FsIsolation, HealthState, PluginInfo, TaskConfig, TaskHandle,
+    TaskResourceUsage, TaskState, TaskStatus, signal_number,
 };
 
 use crate::exec_in_task::exec_in_task;
+use crate::exec_streaming::exec_streaming;
 use crate::lookup::resolve_command;
 use crate::plugin_config::{PluginConfig, parse_plugin_config};
 use crate::shared::fifo::open_fifo_writer;
@@ -337,6 +338,21 @@ impl Driver for RawExecDriver {
     ) -> Result<ExecOutput, DriverError> {
         let task = self.task(task_id)?;
         exec_in_task(&task.config, command, timeout)
+    }
+
+    /// The command runs on the host as the task does (its environment, directory and user),
+    /// on a new terminal with `tty`.
+    fn exec_task_streaming(
+        &self,
+        task_id: &str,
+        options: &ExecOptions,
+        stream: &dyn ExecStream,
+    ) -> Result<ExitResult, DriverError> {
+        let task = self.task(task_id)?;
+        if task.watch.exit_result().is_some() {
+            return Err(DriverError::Other(format!("task {task_id} is not running")));
+        }
+        exec_streaming(&task.config, options, stream)
     }
 }
 

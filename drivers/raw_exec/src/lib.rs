@@ -14,6 +14,7 @@
 
 mod driver;
 mod exec_in_task;
+mod exec_streaming;
 mod lookup;
 mod plugin_config;
 mod shared;

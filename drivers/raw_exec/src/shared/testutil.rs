@@ -137,3 +137,42 @@ impl FifoReader {
         out
     }
 }
+
+/// What an interactive exec gave back: stdout, stderr and the driver's answer.
+pub struct ExecRun {
+    pub stdout: String,
+    pub stderr: String,
+    pub result: Result<drover_abi::ExitResult, drover_abi::DriverError>,
+}
+
+/// Runs `exec_task_streaming` of `driver` with `inputs` queued up front (the caller stays
+/// until the command exits).
+pub fn run_exec(
+    driver: &dyn drover_abi::Driver,
+    task_id: &str,
+    command: &[&str],
+    tty: bool,
+    inputs: Vec<drover_abi::ExecInput>,
+) -> ExecRun {
+    let (stream, caller) = drover_abi::ChannelExecStream::new();
+    for input in inputs {
+        caller.input.send(input).unwrap();
+    }
+    let options = drover_abi::ExecOptions {
+        command: command.iter().map(|s| s.to_string()).collect(),
+        tty,
+    };
+    let result = driver.exec_task_streaming(task_id, &options, &stream);
+    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+    for out in caller.output.try_iter() {
+        match out {
+            drover_abi::ExecStreamOutput::Stdout(d) => stdout.extend(d),
+            drover_abi::ExecStreamOutput::Stderr(d) => stderr.extend(d),
+        }
+    }
+    ExecRun {
+        stdout: String::from_utf8_lossy(&stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&stderr).into_owned(),
+        result,
+    }
+}
