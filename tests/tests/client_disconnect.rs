@@ -79,10 +79,34 @@ fn allocs(cluster: &ServerCluster) -> Vec<Value> {
         .unwrap_or_default()
 }
 
+/// Kills the task's process, if it still runs, when the test ends (pass or fail): agents leave
+/// their tasks running by design, and a leftover would be found by the next run.
+struct KillOnDrop(&'static str);
+
+impl KillOnDrop {
+    fn new(marker: &'static str) -> KillOnDrop {
+        // A leftover of an earlier run that was killed: not this run's task.
+        while let Some(pid) = find_process(&["/bin/sleep", marker]) {
+            drover_tests::signal(pid, 9);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        KillOnDrop(marker)
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        while let Some(pid) = find_process(&["/bin/sleep", self.0]) {
+            drover_tests::signal(pid, 9);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
 /// Runs the scenario; `restart_during_partition` kills the client with SIGKILL once it is cut
 /// off and starts it again, still cut off.
 fn partitioned_client_stops_its_allocation(
-    marker: &str,
+    marker: &'static str,
     setting: &str,
     restart_during_partition: bool,
 ) {
@@ -93,6 +117,7 @@ fn partitioned_client_stops_its_allocation(
             return;
         }
     };
+    let _task = KillOnDrop::new(marker);
     let dir = TempDir::new("client-disconnect");
     let cluster = ServerCluster::start_on(dir.path(), 1, SERVER_CONFIG, &ns.host_ip);
     let servers = vec![cluster.servers[0].rpc_addr()];
@@ -124,7 +149,15 @@ fn partitioned_client_stops_its_allocation(
         assert!(is_alive(pid), "a killed agent leaves its task running");
         cut_off.restart();
     }
-    wait_for("the task to be stopped", || (!is_alive(pid)).then_some(()));
+    let deadline = Instant::now() + WAIT;
+    while is_alive(pid) {
+        assert!(
+            Instant::now() < deadline,
+            "the task was not stopped; client log:\n{}",
+            cut_off.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let stopped_after = SystemTime::now()
         .duration_since(last_ok)
         .unwrap_or_default();

@@ -305,6 +305,16 @@ impl Client {
         Some(live.sample(task, mhz_per_core(&self.node())))
     }
 
+    /// The running tasks of an allocation this client runs (for `alloc exec`).
+    pub(crate) fn live_tasks(&self, alloc_id: &str) -> Option<crate::alloc_stats::LiveTasks> {
+        self.shared
+            .runners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(alloc_id)
+            .map(|r| r.live.clone())
+    }
+
     /// The signal and restart controls of an allocation this client runs.
     fn alloc_control(&self, alloc_id: &str) -> Result<AllocControl, AllocControlError> {
         self.shared
@@ -601,12 +611,23 @@ async fn register_and_heartbeat<S: ServerConn>(
     };
     let node_id = node.borrow().id.clone();
     tracing::info!(node = %node_id, "node registered");
+    let stops = RunnerStops(shared.clone());
+    let mut last_attempt = std::time::Instant::now();
     loop {
+        // Half the TTL, and often enough that no allocation's stop_after_client_disconnect
+        // runs out between two heartbeats that succeed.
+        let due = heartbeat_interval(ttl, stops.watched().values().min().copied());
         let changed = tokio::select! {
-            _ = tokio::time::sleep(ttl / 2) => false,
+            _ = tokio::time::sleep(HEARTBEAT_TICK) => {
+                if last_attempt.elapsed() < due {
+                    continue;
+                }
+                false
+            }
             c = node.changed() => c.is_ok(),
             _ = shutdown.changed() => return,
         };
+        last_attempt = std::time::Instant::now();
         if changed {
             let sent = current(&mut node);
             match server.register_node(sent.clone()).await {
@@ -639,6 +660,20 @@ async fn register_and_heartbeat<S: ServerConn>(
                 }
             }
         }
+    }
+}
+
+/// How often the heartbeat loop looks whether a heartbeat is due.
+const HEARTBEAT_TICK: Duration = Duration::from_millis(250);
+
+/// When the next heartbeat is due after a successful one: half the TTL the servers gave, but
+/// at most a third of the shortest `stop_after_client_disconnect` of what runs here (a grace
+/// shorter than the gap between heartbeats would stop allocations of a connected client).
+fn heartbeat_interval(ttl: Duration, shortest_grace: Option<Duration>) -> Duration {
+    let half = ttl / 2;
+    match shortest_grace {
+        Some(grace) => half.min(grace / 3).max(HEARTBEAT_TICK),
+        None => half,
     }
 }
 
@@ -856,6 +891,24 @@ mod tests {
         // The same stop, newer than what was applied, stops it.
         let stop = alloc(11, ALLOC_DESIRED_STOP, ALLOC_CLIENT_RUNNING);
         assert_eq!(decide(Some(10), &stop, true), AllocAction::Stop);
+    }
+
+    #[test]
+    fn heartbeats_come_often_enough_for_the_shortest_stop_after_client_disconnect() {
+        let ttl = Duration::from_secs(20);
+        assert_eq!(heartbeat_interval(ttl, None), Duration::from_secs(10));
+        assert_eq!(
+            heartbeat_interval(ttl, Some(Duration::from_secs(9))),
+            Duration::from_secs(3)
+        );
+        assert_eq!(
+            heartbeat_interval(ttl, Some(Duration::from_secs(60))),
+            Duration::from_secs(10)
+        );
+        assert_eq!(
+            heartbeat_interval(ttl, Some(Duration::from_millis(1))),
+            HEARTBEAT_TICK
+        );
     }
 
     #[test]
