@@ -735,6 +735,7 @@ async fn watch_allocs<S: ServerConn>(
                         r.stop();
                     }
                 }
+                AllocAction::Report => report_again(&env, &alloc.id),
                 AllocAction::Start => {
                     to_save.push(alloc.clone());
                     match alloc_runner::start(
@@ -795,6 +796,9 @@ enum AllocAction {
     Noted,
     /// Stop its runner: the servers want it stopped.
     Stop,
+    /// Report its status again: the servers lost track of it (`unknown` while this node was
+    /// disconnected) and reconcile it once they hear it runs.
+    Report,
     /// Start a runner for it.
     Start,
 }
@@ -809,11 +813,30 @@ fn decide(applied: Option<u64>, alloc: &Allocation, running: bool) -> AllocActio
     }
     match (running, alloc.server_terminal()) {
         (true, true) => AllocAction::Stop,
+        (true, false) if alloc.client_status == ALLOC_CLIENT_UNKNOWN => AllocAction::Report,
         (true, false) => AllocAction::Noted,
         // Known but not running: it ended here (and the client restarted since, or it was
         // stopped by stop_after_client_disconnect); never started again.
         (false, _) if alloc.terminal() || applied.is_some() => AllocAction::Noted,
         (false, _) => AllocAction::Start,
+    }
+}
+
+/// Sends the last status this client reported for an allocation again, as new.
+fn report_again(env: &RunnerEnv, alloc_id: &str) {
+    let last = env
+        .db
+        .get_alloc_status(alloc_id)
+        .ok()
+        .flatten()
+        .and_then(|b| serde_json::from_slice::<AllocClientUpdate>(&b).ok());
+    match last {
+        Some(mut update) => {
+            tracing::info!(alloc = %alloc_id, "the servers lost track of the allocation: reporting its status again");
+            update.modify_time = now_nanos();
+            let _ = env.updates.send(update);
+        }
+        None => tracing::warn!(alloc = %alloc_id, "no status of the allocation to report again"),
     }
 }
 
@@ -919,5 +942,15 @@ mod tests {
         assert_eq!(decide(Some(2), &run, true), AllocAction::Noted);
         let done = alloc(3, ALLOC_DESIRED_RUN, ALLOC_CLIENT_COMPLETE);
         assert_eq!(decide(None, &done, false), AllocAction::Noted);
+    }
+
+    #[test]
+    fn an_allocation_the_servers_hold_unknown_is_reported_again_while_it_runs() {
+        let unknown = alloc(8, ALLOC_DESIRED_RUN, ALLOC_CLIENT_UNKNOWN);
+        assert_eq!(decide(Some(7), &unknown, true), AllocAction::Report);
+        // Not running here any more: nothing to report.
+        assert_eq!(decide(Some(7), &unknown, false), AllocAction::Noted);
+        // An old answer is still ignored.
+        assert_eq!(decide(Some(9), &unknown, true), AllocAction::Ignore);
     }
 }
