@@ -124,7 +124,7 @@ pub fn start(
     let dir = AllocDir::new(&env.data_dir, &alloc.id).map_err(|e| e.to_string())?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let (done_tx, done_rx) = watch::channel(false);
-    let live = LiveTasks::default();
+    let live = LiveTasks::for_tasks(group.tasks.iter().map(|t| t.name.clone()));
     let (control, commands) = AllocControl::new(
         group.tasks.iter().map(|t| t.name.clone()),
         stop_tx.subscribe(),

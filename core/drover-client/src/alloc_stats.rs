@@ -117,9 +117,22 @@ struct LiveTask {
 }
 
 /// The running tasks of one allocation, by task name. Cheap to clone; the task runners write
-/// it, stats requests read it.
+/// it, stats requests and `alloc exec` read it. The second map has every task of the
+/// allocation and whether it ever started.
 #[derive(Clone, Default)]
-pub struct LiveTasks(Arc<Mutex<BTreeMap<String, LiveTask>>>);
+pub struct LiveTasks(
+    Arc<Mutex<BTreeMap<String, LiveTask>>>,
+    Arc<Mutex<BTreeMap<String, bool>>>,
+);
+
+/// Why a task has no running instance to exec into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotLive {
+    /// The allocation has no such task.
+    UnknownTask,
+    NotStarted,
+    NotRunning,
+}
 
 /// A sample as the contract gives it: (memory RSS bytes, cumulative CPU ticks, unix nanos).
 type Sample = (u64, f64, i64);
@@ -129,8 +142,33 @@ impl LiveTasks {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The tracker of an allocation with these tasks, none started yet.
+    pub fn for_tasks(tasks: impl IntoIterator<Item = String>) -> LiveTasks {
+        let live = LiveTasks::default();
+        live.started()
+            .extend(tasks.into_iter().map(|name| (name, false)));
+        live
+    }
+
+    fn started(&self) -> MutexGuard<'_, BTreeMap<String, bool>> {
+        self.1.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The driver and driver task id of task `task` while it runs, for `alloc exec`.
+    pub fn exec_target(&self, task: &str) -> Result<(Arc<dyn Driver>, String), NotLive> {
+        if let Some(t) = self.lock().get(task) {
+            return Ok((Arc::clone(&t.driver), t.task_id.clone()));
+        }
+        match self.started().get(task) {
+            None => Err(NotLive::UnknownTask),
+            Some(false) => Err(NotLive::NotStarted),
+            Some(true) => Err(NotLive::NotRunning),
+        }
+    }
+
     /// Task `task` now runs as the driver's task `task_id`.
     pub fn running(&self, task: &str, driver: Arc<dyn Driver>, task_id: &str) {
+        self.started().insert(task.to_string(), true);
         self.lock().insert(
             task.to_string(),
             LiveTask {
@@ -379,5 +417,20 @@ mod tests {
         assert!(json["ResourceUsage"]["DeviceStats"].is_array());
         assert!(json["Timestamp"].as_i64().unwrap() > 0);
         assert!(json["Tasks"]["web"]["Pids"].is_null());
+    }
+
+    #[test]
+    fn a_task_is_an_exec_target_only_while_it_runs() {
+        let live = LiveTasks::for_tasks(["web".to_string()]);
+        assert_eq!(live.exec_target("web").err(), Some(NotLive::NotStarted));
+        assert_eq!(live.exec_target("db").err(), Some(NotLive::UnknownTask));
+        let driver: Arc<dyn Driver> = Arc::new(Meter {
+            rss: Some(1),
+            samples: Mutex::new(0),
+        });
+        live.running("web", driver, "a/web/1");
+        assert_eq!(live.exec_target("web").map(|(_, id)| id), Ok("a/web/1".into()));
+        live.ended("web");
+        assert_eq!(live.exec_target("web").err(), Some(NotLive::NotRunning));
     }
 }

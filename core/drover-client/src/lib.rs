@@ -7,6 +7,7 @@
 //! the agent talks to servers only over their public API. It talks to drivers through drover-abi.
 
 pub mod alloc_control;
+pub mod alloc_exec;
 pub mod alloc_runner;
 pub mod alloc_stats;
 pub mod allocdir;

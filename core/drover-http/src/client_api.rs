@@ -18,7 +18,8 @@ use tokio::io::DuplexStream;
 
 use crate::error::ApiError;
 use crate::{
-    NodeClient, alloc_control, allocs, client_fs, client_fs_stream, client_gc, logs, proxy,
+    NodeClient, alloc_control, alloc_exec, allocs, client_fs, client_fs_stream, client_gc, logs,
+    proxy,
 };
 
 /// What the client endpoints' handlers share: the node client beside this API, if any.
@@ -212,6 +213,7 @@ pub(crate) fn routes(client: Option<Arc<dyn NodeClient>>, routing: ClientRouting
             "/v1/client/allocation/{id}/signal",
             put(alloc_control::signal).post(alloc_control::signal),
         )
+        .route("/v1/client/allocation/{id}/exec", get(alloc_exec::exec))
         .route(
             "/v1/client/allocation/{id}/restart",
             put(alloc_control::restart).post(alloc_control::restart),

@@ -8,6 +8,7 @@
 
 mod agent;
 mod alloc_control;
+mod alloc_exec;
 mod allocs;
 mod body;
 mod client_api;
@@ -82,6 +83,21 @@ pub trait NodeClient: Send + Sync + 'static {
     fn signal(&self, alloc_id: String, task: Option<String>, signal: String) -> ControlFuture<'_> {
         let _ = (alloc_id, task, signal);
         alloc_control::not_supported("signalling allocations")
+    }
+    /// Nomad's `alloc exec`: runs `options.command` in task `task` of an allocation this client
+    /// runs, relaying `stream`, for `/v1/client/allocation/:id/exec`. Blocks on the driver; the
+    /// API calls it on a blocking thread.
+    fn exec(
+        &self,
+        alloc_id: &str,
+        task: &str,
+        options: &drover_client::alloc_exec::ExecOptions,
+        stream: &dyn drover_client::alloc_exec::ExecStream,
+    ) -> Result<drover_client::alloc_exec::ExitResult, drover_client::alloc_exec::ExecError> {
+        let _ = (alloc_id, task, options, stream);
+        Err(drover_client::alloc_exec::ExecError::Unavailable(
+            "exec is not supported by this client".into(),
+        ))
     }
     /// Nomad's `alloc restart`: restarts task `task` of an allocation this client runs, or its
     /// running tasks, for `/v1/client/allocation/:id/restart`.

@@ -88,6 +88,15 @@ impl drover_http::NodeClient for HttpClient {
     fn alloc_dir(&self, alloc_id: &str) -> Option<PathBuf> {
         self.0.alloc_dir(alloc_id)
     }
+    fn exec(
+        &self,
+        alloc_id: &str,
+        task: &str,
+        options: &drover_client::alloc_exec::ExecOptions,
+        stream: &dyn drover_client::alloc_exec::ExecStream,
+    ) -> Result<drover_client::alloc_exec::ExitResult, drover_client::alloc_exec::ExecError> {
+        self.0.exec_task(alloc_id, task, options, stream)
+    }
     fn stats(&self) -> serde_json::Value {
         json!({
             "Timestamp": drover_structs::time::now_nanos(),

@@ -5,6 +5,7 @@ use drover_client::alloc_stats::{AllocResourceUsage, ResourceUsage};
 use drover_structs::{AllocListStub, Allocation, TaskState};
 use serde_json::Value;
 
+use super::alloc_exec::{self, AllocExecArgs};
 use super::alloc_fs::{self, AllocFsArgs};
 use super::alloc_lifecycle::{self, AllocRestartArgs, AllocSignalArgs};
 use super::api::{Client, escape_segment};
@@ -39,6 +40,8 @@ pub enum AllocCommand {
     Signal(AllocSignalArgs),
     /// Restart an allocation's running tasks in place
     Restart(AllocRestartArgs),
+    /// Run a command inside a running task of an allocation
+    Exec(AllocExecArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -64,6 +67,7 @@ pub fn run(cli: AllocCli) -> anyhow::Result<Exit> {
         AllocCommand::Fs(args) => alloc_fs::run(&client, args),
         AllocCommand::Signal(args) => alloc_lifecycle::signal(&client, args),
         AllocCommand::Restart(args) => alloc_lifecycle::restart(&client, args),
+        AllocCommand::Exec(args) => alloc_exec::run(&client, args),
     }
 }
 

@@ -217,7 +217,7 @@ fn display_name(file: &AllocFileInfo) -> String {
 
 /// Nomad's `getRandomJobAlloc`: one of the job's running allocations, or of all of them when
 /// none runs. `Err` is the message after "Error fetching allocations: ".
-fn random_job_alloc(client: &Client, job_id: &str) -> Result<String, String> {
+pub(crate) fn random_job_alloc(client: &Client, job_id: &str) -> Result<String, String> {
     let (allocs, _): (Vec<AllocListStub>, _) = client
         .get_json(
             &format!("/v1/job/{}/allocations", escape_segment(job_id)),

@@ -132,6 +132,12 @@ impl Client {
         })
     }
 
+    /// Where and as whom this client talks to the agent (for connections of its own: the
+    /// websocket of `alloc exec`).
+    pub fn connection(&self) -> &Connection {
+        &self.conn
+    }
+
     /// The namespace requests go to when the command names none.
     pub fn namespace(&self) -> Option<&str> {
         self.conn.namespace.as_deref()

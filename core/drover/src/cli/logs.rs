@@ -87,7 +87,7 @@ pub(super) fn tail_window(tail: bool, lines: Option<u64>, bytes: Option<u64>) ->
 }
 
 /// The task whose logs to show: the one named, or the group's only task. Messages are Nomad's.
-fn pick_task(alloc: &Allocation, named: Option<&str>) -> Result<String, String> {
+pub(crate) fn pick_task(alloc: &Allocation, named: Option<&str>) -> Result<String, String> {
     let tasks: Vec<String> = match alloc
         .job
         .as_ref()

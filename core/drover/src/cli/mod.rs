@@ -7,6 +7,7 @@
 //! job files.
 
 mod alloc;
+mod alloc_exec;
 mod alloc_fs;
 mod alloc_lifecycle;
 mod api;

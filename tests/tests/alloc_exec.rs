@@ -1,0 +1,192 @@
+//! `drover alloc exec` end to end: a dev agent runs a long task, and the CLI execs a shell in
+//! it through the agent's websocket, with stdin piped, as a script would. raw_exec runs the
+//! shell on the host, exec inside the task's namespaces and root, docker in its container.
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use drover_tests::{Agent, TempDir, allocs, drover_bin, output_text, run_long_sleep, write_job};
+
+/// What the shell is fed: `$((1+2))` shows the remote shell evaluated it.
+pub const SCRIPT: &str = "echo hello-$((1+2))\nexit 3\n";
+
+/// Runs `drover alloc exec <args>` against `addr` with `stdin` piped in; gives up after a
+/// minute (killing the CLI) so a hang fails the test instead of stalling it.
+pub fn exec_cli(addr: &str, args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(drover_bin())
+        .arg("alloc")
+        .arg("exec")
+        .args(args)
+        .env("DROVER_ADDR", addr)
+        .env_remove("NOMAD_ADDR")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn drover alloc exec");
+    child
+        .stdin
+        .take()
+        .expect("piped stdin")
+        .write_all(stdin.as_bytes())
+        .expect("write the script");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().expect("poll the CLI").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().expect("the CLI's output")
+}
+
+/// The job's one allocation.
+fn alloc_id(agent: &Agent, job: &str) -> String {
+    allocs(agent, job)[0]["ID"]
+        .as_str()
+        .expect("an allocation id")
+        .to_string()
+}
+
+fn assert_shell_ran(out: &Output, what: &str) {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("hello-3"),
+        "{what}: no hello-3 in the output: {}",
+        output_text(out)
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{what}: exit code: {}",
+        output_text(out)
+    );
+}
+
+#[test]
+fn alloc_exec_runs_an_interactive_shell_in_a_raw_exec_task_and_exits_with_its_code() {
+    let dir = TempDir::new("exec-raw");
+    let agent = Agent::start_dev(dir.path(), &[]);
+    run_long_sleep(&agent, &dir, "raw_exec", "3600.701");
+    let id = alloc_id(&agent, "long");
+    let out = exec_cli(&agent.addr(), &["-i", "-t", &id, "/bin/sh"], SCRIPT);
+    assert_shell_ran(&out, "raw_exec with a tty");
+    // Without a tty: stdout and stderr stay apart, and the task's environment is there.
+    let out = exec_cli(
+        &agent.addr(),
+        &[
+            "-t=false",
+            "-task",
+            "sleep",
+            &id[..8],
+            "/bin/sh",
+            "-c",
+            "echo task=$NOMAD_TASK_NAME; echo oops >&2; exit 4",
+        ],
+        "",
+    );
+    assert_eq!(out.status.code(), Some(4), "{}", output_text(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "task=sleep\n");
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "oops\n");
+}
+
+#[test]
+fn alloc_exec_runs_a_shell_inside_an_exec_task() {
+    let dir = TempDir::new("exec-exec");
+    let agent = Agent::start_dev(dir.path(), &[]);
+    run_long_sleep(&agent, &dir, "exec", "3600.702");
+    let id = alloc_id(&agent, "long");
+    let out = exec_cli(&agent.addr(), &["-i", "-t", &id, "/bin/sh"], SCRIPT);
+    assert_shell_ran(&out, "exec with a tty");
+    // Inside the task: PID 1 is the task's command, and the user is the task's (nobody).
+    let out = exec_cli(
+        &agent.addr(),
+        &[
+            "-t=false",
+            &id,
+            "/bin/sh",
+            "-c",
+            "tr '\\0' ' ' < /proc/1/cmdline; echo; id -un",
+        ],
+        "",
+    );
+    assert!(out.status.success(), "{}", output_text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("sleep 3600.702"), "{stdout}");
+    assert!(stdout.ends_with("nobody\n"), "{stdout}");
+}
+
+#[test]
+fn alloc_exec_refuses_what_cannot_run_with_nomads_messages() {
+    let dir = TempDir::new("exec-refused");
+    let agent = Agent::start_dev(dir.path(), &[]);
+    run_long_sleep(&agent, &dir, "raw_exec", "3600.703");
+    let id = alloc_id(&agent, "long");
+    let out = exec_cli(&agent.addr(), &["-task", "nope", &id, "sh"], "");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        output_text(&out).contains("Could not find task named: nope"),
+        "{}",
+        output_text(&out)
+    );
+    let out = exec_cli(&agent.addr(), &[&id], "");
+    assert!(
+        output_text(&out).contains("A command is required"),
+        "{}",
+        output_text(&out)
+    );
+    let out = exec_cli(&agent.addr(), &["-i=false", "-t", &id, "sh"], "");
+    assert!(
+        output_text(&out).contains("-i must be enabled if running with tty"),
+        "{}",
+        output_text(&out)
+    );
+    // A program that does not exist: the driver's error comes back through the socket.
+    let out = exec_cli(&agent.addr(), &["-t=false", &id, "/no/such/program"], "");
+    assert_eq!(out.status.code(), Some(1), "{}", output_text(&out));
+    assert!(
+        output_text(&out).contains("failed to exec into task:"),
+        "{}",
+        output_text(&out)
+    );
+    // A finished task cannot be exec'd into.
+    let batch = write_job(
+        &dir,
+        "done.nomad",
+        r#"
+job "done" {
+  datacenters = ["dc1"]
+  type = "batch"
+  group "g" {
+    task "t" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/true"
+      }
+    }
+  }
+}
+"#,
+    );
+    let run = agent.cli(&["job", "run", &batch]);
+    assert!(run.status.success(), "{}", output_text(&run));
+    agent.eventually(
+        "the batch alloc to complete",
+        Duration::from_secs(60),
+        || {
+            allocs(&agent, "done")
+                .iter()
+                .any(|a| a["ClientStatus"] == "complete")
+        },
+    );
+    let done = alloc_id(&agent, "done");
+    let out = exec_cli(&agent.addr(), &["-t=false", &done, "sh"], "");
+    assert_eq!(out.status.code(), Some(1), "{}", output_text(&out));
+    assert!(
+        output_text(&out).contains("task \"t\" is not running."),
+        "{}",
+        output_text(&out)
+    );
+}
