@@ -190,3 +190,58 @@ job "done" {
         output_text(&out)
     );
 }
+
+// Builds the docker test image; plain std and the docker CLI, shared with the driver's tests.
+#[path = "../../drivers/docker/src/testing.rs"]
+#[allow(dead_code)]
+mod docker_image;
+
+#[test]
+fn alloc_exec_runs_a_shell_in_a_docker_task() {
+    match docker_image::docker_tests_enabled() {
+        Ok(true) => {}
+        Ok(false) => return,
+        Err(e) => panic!("{e}"),
+    }
+    let dir = TempDir::new("exec-docker");
+    let agent = Agent::start_dev(dir.path(), &[]);
+    let job = write_job(
+        &dir,
+        "box.nomad",
+        &format!(
+            r#"
+job "box" {{
+  datacenters = ["dc1"]
+  group "g" {{
+    task "box" {{
+      driver = "docker"
+      kill_timeout = "1s"
+      config {{
+        image   = "{}"
+        command = "/bin/sleep"
+        args    = ["3600"]
+      }}
+      resources {{
+        cpu    = 50
+        memory = 32
+      }}
+    }}
+  }}
+}}
+"#,
+            docker_image::TEST_IMAGE
+        ),
+    );
+    let run = agent.cli(&["job", "run", "-detach", &job]);
+    assert!(run.status.success(), "{}", output_text(&run));
+    agent.eventually("the container to run", Duration::from_secs(90), || {
+        allocs(&agent, "box")
+            .iter()
+            .any(|a| a["ClientStatus"] == "running")
+    });
+    let id = alloc_id(&agent, "box");
+    let out = exec_cli(&agent.addr(), &["-i", "-t", &id, "/bin/sh"], SCRIPT);
+    assert_shell_ran(&out, "docker with a tty");
+    let stop = agent.cli(&["job", "stop", "-purge", "box"]);
+    assert!(stop.status.success(), "{}", output_text(&stop));
+}

@@ -10,15 +10,16 @@ use bollard::query_parameters::{
     CreateContainerOptions, KillContainerOptions, RemoveContainerOptions, StatsOptions,
 };
 use drover_abi::{
-    Capabilities, DRIVER_API_VERSION, Driver, DriverError, ExecOutput, ExitResult, Fingerprint,
-    FsIsolation, HealthState, PluginInfo, TaskConfig, TaskHandle, TaskResourceUsage, TaskState,
-    TaskStatus, signal_number,
+    Capabilities, DRIVER_API_VERSION, Driver, DriverError, ExecOptions, ExecOutput, ExecStream,
+    ExitResult, Fingerprint, FsIsolation, HealthState, PluginInfo, TaskConfig, TaskHandle,
+    TaskResourceUsage, TaskState, TaskStatus, signal_number,
 };
 use futures_util::StreamExt;
 
 use crate::container_spec::{ContainerSpec, build_container_spec};
 use crate::daemon::{Daemon, DaemonError, is_not_found, message_of, status_of};
 use crate::exec::exec_in_container;
+use crate::exec_stream::exec_streaming;
 use crate::images::{ImageRefs, ensure_image};
 use crate::plugin_config::{PluginConfig, parse_plugin_config};
 use crate::runtime::{self, AbortOnDrop, RuntimeError};
@@ -657,6 +658,24 @@ impl Driver for DockerDriver {
                 "exec timed out after {timeout:?}"
             ))),
         }
+    }
+
+    /// Docker's exec in the task's container, attached with stdin (and a terminal with
+    /// `tty`, resized as asked).
+    fn exec_task_streaming(
+        &self,
+        task_id: &str,
+        options: &ExecOptions,
+        stream: &dyn ExecStream,
+    ) -> Result<ExitResult, DriverError> {
+        if options.command.is_empty() {
+            return Err(DriverError::InvalidConfig(
+                "exec command must name a program".to_string(),
+            ));
+        }
+        let task = self.task(task_id)?;
+        let docker = self.client()?;
+        exec_streaming(docker, task.container_id.clone(), options, stream)
     }
 }
 

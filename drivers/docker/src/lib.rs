@@ -12,6 +12,7 @@ mod container_spec;
 mod daemon;
 mod driver;
 mod exec;
+mod exec_stream;
 mod fields;
 mod images;
 mod paths;

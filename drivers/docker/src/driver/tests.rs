@@ -457,6 +457,72 @@ fn exec_runs_in_the_container_and_returns_its_output() {
     d.destroy_task(&cfg.id, true).unwrap();
 }
 
+/// Runs `command` through `exec_task_streaming` with `inputs` queued; (output, result).
+fn exec_streaming(
+    d: &DockerDriver,
+    task_id: &str,
+    command: &[&str],
+    tty: bool,
+    inputs: Vec<drover_abi::ExecInput>,
+) -> (String, String, Result<drover_abi::ExitResult, DriverError>) {
+    let (stream, caller) = drover_abi::ChannelExecStream::new();
+    for input in inputs {
+        caller.input.send(input).unwrap();
+    }
+    let options = drover_abi::ExecOptions {
+        command: command.iter().map(|s| s.to_string()).collect(),
+        tty,
+    };
+    let result = d.exec_task_streaming(task_id, &options, &stream);
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    for piece in caller.output.try_iter() {
+        match piece {
+            drover_abi::ExecStreamOutput::Stdout(b) => out.extend(b),
+            drover_abi::ExecStreamOutput::Stderr(b) => err.extend(b),
+        }
+    }
+    (
+        String::from_utf8_lossy(&out).into_owned(),
+        String::from_utf8_lossy(&err).into_owned(),
+        result,
+    )
+}
+
+#[test]
+fn an_interactive_exec_in_the_container_takes_stdin_and_exits_with_its_code() {
+    require_docker!();
+    let f = Fixture::new("exec-stream");
+    let d = driver();
+    let cfg = f.config(json!({"image": TEST_IMAGE, "command": "/bin/sleep", "args": ["300"]}));
+    d.start_task(&cfg).unwrap();
+    let stdin = |s: &str| drover_abi::ExecInput::Stdin(s.as_bytes().to_vec());
+    let (out, _, result) = exec_streaming(
+        &d,
+        &cfg.id,
+        &["/bin/sh"],
+        true,
+        vec![
+            drover_abi::ExecInput::Resize(drover_abi::TerminalSize {
+                height: 30,
+                width: 90,
+            }),
+            stdin("echo hello-$((1+2))\nexit 3\n"),
+        ],
+    );
+    assert_eq!(result.unwrap().exit_code, 3, "{out}");
+    assert!(out.contains("hello-3"), "{out:?}");
+    let (out, err, result) = exec_streaming(
+        &d,
+        &cfg.id,
+        &["/bin/sh", "-c", "cat; echo oops >&2"],
+        false,
+        vec![stdin("piped"), drover_abi::ExecInput::CloseStdin],
+    );
+    assert_eq!(result.unwrap().exit_code, 0);
+    assert_eq!((out.as_str(), err.as_str()), ("piped", "oops\n"));
+    d.destroy_task(&cfg.id, true).unwrap();
+}
+
 #[test]
 fn stats_report_memory_and_cpu_of_the_container() {
     require_docker!();
