@@ -178,14 +178,12 @@ fn client_calls_reach_every_allocation_through_every_server_and_client_agent() {
             wait_for(&format!("the task's first line through {entry}"), || {
                 logs(entry, id).contains(&format!("started on {id}"))
             });
-            let listing = get(entry, &format!("/v1/client/fs/ls/{id}?path=/web"));
-            let names: Vec<&str> = listing
-                .as_array()
-                .expect("a listing")
-                .iter()
-                .filter_map(|e| e["Name"].as_str())
-                .collect();
-            assert!(names.contains(&"local"), "ls through {entry}: {listing}");
+            let out = cli(entry, &["alloc", "fs", id, "web"]);
+            assert!(
+                out.status.success() && output_text(&out).contains("local/"),
+                "alloc fs through {entry}: {}",
+                output_text(&out)
+            );
             let stats = get(entry, &format!("/v1/client/stats?node_id={node}"));
             assert!(stats.get("AllocationsKnown").is_some(), "{stats}");
             let out = cli(entry, &["alloc", "status", "-stats", id]);
