@@ -1,6 +1,6 @@
 //! `SidecarDriver`: the skeleton driver with what this build adds, to show the parts of the
-//! protocol a cdylib does not reach: exec (`exec_task`, which the SDK also serves as Nomad's
-//! streaming exec). Everything else is the skeleton's, unchanged, including the task event it
+//! protocol a cdylib does not reach: exec (`exec_task`, and `exec_task_streaming`, which the SDK
+//! serves as Nomad's streaming exec). Everything else is the skeleton's, unchanged, including the task event it
 //! emits on start (which the sidecar streams as Nomad's `TaskEvents`).
 
 use std::collections::HashMap;
@@ -12,8 +12,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use drover_plugin_sdk::{
-    Capabilities, Driver, DriverError, ExecOutput, ExitResult, Fingerprint, PluginInfo, TaskConfig,
-    TaskHandle, TaskResourceUsage, TaskStatus,
+    Capabilities, Driver, DriverError, ExecOptions, ExecOutput, ExecStream, ExitResult,
+    Fingerprint, PluginInfo, TaskConfig, TaskHandle, TaskResourceUsage, TaskStatus,
 };
 use skeleton_driver::SkeletonDriver;
 
@@ -180,6 +180,21 @@ impl Driver for SidecarDriver {
             .cloned()
             .ok_or_else(|| DriverError::TaskNotFound(task_id.to_string()))?;
         exec_in(&config, command, timeout)
+    }
+
+    /// Interactive exec over pipes (see `exec_stream`).
+    fn exec_task_streaming(
+        &self,
+        task_id: &str,
+        options: &ExecOptions,
+        stream: &dyn ExecStream,
+    ) -> Result<ExitResult, DriverError> {
+        let config = self
+            .tasks()
+            .get(task_id)
+            .cloned()
+            .ok_or_else(|| DriverError::TaskNotFound(task_id.to_string()))?;
+        crate::exec_stream::exec_streaming_in(&config, options, stream)
     }
 }
 

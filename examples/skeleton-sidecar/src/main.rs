@@ -5,11 +5,13 @@
 //!
 //! What this file adds to the driver is what the protocol needs: the hclspecs of the plugin
 //! config (no settings) and of a task's `config` block (`command`, `args`). `driver.rs` adds
-//! exec, which only a sidecar can carry to the agent.
+//! exec (one-shot, and interactive in `exec_stream.rs`), which only a sidecar can carry to the
+//! agent.
 //!
 //! Must not depend on: any Drover crate other than drover-plugin-sdk and the skeleton driver.
 
 mod driver;
+mod exec_stream;
 
 use std::process::ExitCode;
 

@@ -23,9 +23,10 @@
 
 pub use drover_abi;
 pub use drover_abi::{
-    Capabilities, DRIVER_API_VERSION, Driver, DriverError, DriverTaskEvent, ExecOutput, ExitResult,
-    Fingerprint, FsIsolation, HealthState, PluginInfo, TaskConfig, TaskHandle, TaskResourceUsage,
-    TaskResources, TaskState, TaskStatus, signal_number,
+    CallerGone, Capabilities, ChannelExecStream, DRIVER_API_VERSION, Driver, DriverError,
+    DriverTaskEvent, ExecInput, ExecOptions, ExecOutput, ExecRecv, ExecStream, ExecStreamOutput,
+    ExitResult, Fingerprint, FsIsolation, HealthState, PluginInfo, TaskConfig, TaskHandle,
+    TaskResourceUsage, TaskResources, TaskState, TaskStatus, TerminalSize, signal_number,
 };
 
 pub mod events;

@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use drover_abi::{
-    Capabilities, DRIVER_API_VERSION, Driver, DriverError, DriverTaskEvent, ExecOutput, ExitResult,
-    Fingerprint, FsIsolation, HealthState, PluginInfo, TaskConfig, TaskHandle, TaskResourceUsage,
-    TaskStatus,
+    Capabilities, DRIVER_API_VERSION, Driver, DriverError, DriverTaskEvent, ExecOptions,
+    ExecOutput, ExecStream, ExitResult, Fingerprint, FsIsolation, HealthState, PluginInfo,
+    TaskConfig, TaskHandle, TaskResourceUsage, TaskStatus,
 };
 use drover_plugin_proto::drivers as pb;
 use drover_plugin_proto::hcl::ConfigError;
@@ -461,6 +461,24 @@ impl Driver for GrpcDriver {
             .chain(events.try_iter())
             .map(DriverTaskEvent::from)
             .collect())
+    }
+
+    /// Nomad's ExecTaskStreaming, relayed to `stream` (see `exec_relay`). A plugin that does
+    /// not implement it answers `NotSupported`: unlike [`GrpcDriver::exec_streaming`], no
+    /// one-shot fallback, since the caller expects a command that reads its stdin.
+    fn exec_task_streaming(
+        &self,
+        task_id: &str,
+        options: &ExecOptions,
+        stream: &dyn ExecStream,
+    ) -> Result<ExitResult, DriverError> {
+        let (conn, _) = self.shared.current(RECONNECT_WAIT)?;
+        let session =
+            ExecSession::start(conn.driver, task_id, &options.command, options.tty, false)?;
+        super::exec_relay::relay(session, stream).map_err(|e| match e {
+            DriverError::NotSupported(_) => DriverError::NotSupported("exec_task_streaming".into()),
+            other => other,
+        })
     }
 
     /// ExecTask, the contract's one-shot form; a plugin that only implements

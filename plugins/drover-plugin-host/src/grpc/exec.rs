@@ -24,11 +24,61 @@ pub enum ExecEvent {
     Exited(ExitResult),
 }
 
-/// One command running in a task through the plugin.
+/// One command running in a task through the plugin. Dropping it ends the call (the plugin
+/// sees it cancelled).
 pub struct ExecSession {
     /// `None` once stdin is closed.
     input: Option<UnboundedSender<pb::ExecTaskStreamingRequest>>,
     events: Receiver<Result<ExecEvent, DriverError>>,
+    call: tokio::task::AbortHandle,
+}
+
+impl Drop for ExecSession {
+    fn drop(&mut self) {
+        self.call.abort();
+    }
+}
+
+/// The input side of a session, for a thread of its own (see [`ExecSession::input`]).
+#[derive(Clone)]
+pub struct ExecInputs(UnboundedSender<pb::ExecTaskStreamingRequest>);
+
+impl ExecInputs {
+    fn send(&self, request: pb::ExecTaskStreamingRequest) -> Result<(), DriverError> {
+        self.0
+            .send(request)
+            .map_err(|_| DriverError::Other("the exec session no longer takes input".into()))
+    }
+
+    pub fn write_stdin(&self, data: &[u8]) -> Result<(), DriverError> {
+        self.send(stdin_request(data, false))
+    }
+
+    /// Tells the command its stdin ended (the call itself stays open).
+    pub fn close_stdin(&self) -> Result<(), DriverError> {
+        self.send(stdin_request(&[], true))
+    }
+
+    pub fn resize(&self, height: i32, width: i32) -> Result<(), DriverError> {
+        self.send(resize_request(height, width))
+    }
+}
+
+fn stdin_request(data: &[u8], close: bool) -> pb::ExecTaskStreamingRequest {
+    pb::ExecTaskStreamingRequest {
+        stdin: Some(pb::ExecTaskStreamingIoOperation {
+            data: data.to_vec(),
+            close,
+        }),
+        ..Default::default()
+    }
+}
+
+fn resize_request(height: i32, width: i32) -> pb::ExecTaskStreamingRequest {
+    pb::ExecTaskStreamingRequest {
+        tty_size: Some(pb::exec_task_streaming_request::TerminalSize { height, width }),
+        ..Default::default()
+    }
 }
 
 /// Whether a plugin's answer means it does not implement the exec RPC it was asked (tonic's
@@ -70,7 +120,7 @@ impl ExecSession {
         );
         let task_id = task_id.to_string();
         let command = command.to_vec();
-        runtime.spawn(async move {
+        let call = runtime.spawn(async move {
             let mut client = driver.clone();
             let failure = match client.exec_task_streaming(outbound).await {
                 Ok(response) => match relay(response.into_inner(), &events_tx).await {
@@ -88,7 +138,14 @@ impl ExecSession {
         Ok(ExecSession {
             input: Some(input),
             events,
+            call: call.abort_handle(),
         })
+    }
+
+    /// A handle that sends stdin and terminal sizes, usable from another thread while this one
+    /// waits for events; `None` once stdin was closed through [`ExecSession::close_stdin`].
+    pub fn input(&self) -> Option<ExecInputs> {
+        self.input.clone().map(ExecInputs)
     }
 
     fn send(&self, request: pb::ExecTaskStreamingRequest) -> Result<(), DriverError> {

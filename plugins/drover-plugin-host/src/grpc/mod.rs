@@ -26,6 +26,7 @@ mod conn;
 mod convert;
 mod events;
 mod exec;
+mod exec_relay;
 mod process;
 mod reattach;
 pub mod runtime;
@@ -42,7 +43,7 @@ use drover_abi::{DriverError, TaskHandle};
 pub use adapter::GrpcDriver;
 use conn::Conn;
 pub use events::PluginTaskEvent;
-pub use exec::{ExecEvent, ExecSession};
+pub use exec::{ExecEvent, ExecInputs, ExecSession};
 use process::PluginProcess;
 pub use reattach::ReattachConfig;
 

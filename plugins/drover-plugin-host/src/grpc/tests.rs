@@ -233,7 +233,7 @@ fn exec_streaming_through_the_sidecar_delivers_both_streams_and_the_exit() {
     let script = "echo out in $NOMAD_TASK_NAME; echo err >&2; exit 4";
     let command = ["/bin/sh".to_string(), "-c".into(), script.into()];
     let mut session = driver.exec_streaming(&config.id, &command, false).unwrap();
-    // The contract has no stdin: what is sent is taken and dropped, never an error.
+    // `sh -c` reads no stdin: what is sent is taken and dropped, never an error.
     session.write_stdin(b"ignored\n").unwrap();
     session.resize(24, 80).unwrap();
     session.close_stdin().unwrap();
@@ -258,6 +258,66 @@ fn exec_streaming_through_the_sidecar_delivers_both_streams_and_the_exit() {
         .exec_task(&config.id, &command, Duration::from_secs(10))
         .unwrap();
     assert_eq!((out.stdout, out.exit_code), (b"out in long\n".to_vec(), 4));
+    driver.destroy_task(&config.id, true).unwrap();
+}
+
+#[test]
+fn the_contracts_streaming_exec_crosses_the_sidecar_with_stdin_and_sees_the_caller_leave() {
+    let plugin = load(sidecar(), &GrpcOptions::default()).unwrap();
+    let driver = Arc::clone(&plugin.driver);
+    let dirs = TaskDirs::new("grpc-exec-stream").unwrap();
+    let config = dirs.config("long", json!({"command": "sleep", "args": ["1000"]}));
+    driver.start_task(&config).unwrap();
+    let options = |script: &str| drover_abi::ExecOptions {
+        command: vec!["/bin/sh".into(), "-c".into(), script.into()],
+        tty: false,
+    };
+
+    let (stream, caller) = drover_abi::ChannelExecStream::new();
+    caller
+        .input
+        .send(drover_abi::ExecInput::Stdin(b"piped".to_vec()))
+        .unwrap();
+    caller
+        .input
+        .send(drover_abi::ExecInput::CloseStdin)
+        .unwrap();
+    let exit = driver
+        .exec_task_streaming(&config.id, &options("cat; echo err >&2; exit 4"), &stream)
+        .unwrap();
+    assert_eq!(exit.exit_code, 4);
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    for piece in caller.output.try_iter() {
+        match piece {
+            drover_abi::ExecStreamOutput::Stdout(d) => out.extend(d),
+            drover_abi::ExecStreamOutput::Stderr(d) => err.extend(d),
+        }
+    }
+    assert_eq!(
+        (out.as_slice(), err.as_slice()),
+        (&b"piped"[..], &b"err\n"[..])
+    );
+
+    // The caller leaves while the command waits for stdin: the call ends, and so does it.
+    let (stream, caller) = drover_abi::ChannelExecStream::new();
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            drop(caller);
+        });
+        let e = driver
+            .exec_task_streaming(&config.id, &options("cat"), &stream)
+            .unwrap_err();
+        assert!(e.to_string().contains("went away"), "{e}");
+    });
+    assert!(started.elapsed() < Duration::from_secs(10));
+
+    let (stream, _caller) = drover_abi::ChannelExecStream::new();
+    assert_eq!(
+        driver.exec_task_streaming("nope", &options("true"), &stream),
+        Err(DriverError::TaskNotFound("nope".into()))
+    );
     driver.destroy_task(&config.id, true).unwrap();
 }
 

@@ -310,10 +310,8 @@ impl DriverRpc for DriverService {
 
     type ExecTaskStreamingStream = BoxStream<pb::ExecTaskStreamingResponse>;
 
-    /// The contract's exec is not interactive: the command runs to its end through
-    /// `exec_task`, then its output goes out in pieces, each stream closed, and the exit last,
-    /// as Nomad's plugins end an exec stream. Stdin and terminal sizes the caller sends are read
-    /// and dropped (the contract has no stdin), and a `tty` request gets no terminal.
+    /// Interactive, over the contract's `exec_task_streaming` (see `exec_stream`); a driver
+    /// without it runs the command through `exec_task`, without stdin.
     async fn exec_task_streaming(
         &self,
         request: Request<Streaming<pb::ExecTaskStreamingRequest>>,
@@ -324,34 +322,11 @@ impl DriverRpc for DriverService {
             .await?
             .and_then(|first| first.setup)
             .ok_or_else(|| Status::invalid_argument("first message should always be setup"))?;
-        // Read what the caller sends so that its writes never stall on flow control.
-        tokio::spawn(async move { while let Ok(Some(_)) = inbound.message().await {} });
-        let (tx, rx) = tokio::sync::mpsc::channel(8);
-        let driver = Arc::clone(&self.driver);
-        tokio::spawn(async move {
-            let ran = tokio::task::spawn_blocking(move || {
-                driver.exec_task(&setup.task_id, &setup.command, EXEC_WITHOUT_LIMIT)
-            })
-            .await;
-            let messages = match ran {
-                Ok(Ok(out)) => convert::exec_stream_messages(&out),
-                Ok(Err(e)) => {
-                    let _ = tx.send(Err(convert::status(e))).await;
-                    return;
-                }
-                Err(e) => {
-                    let status = Status::internal(format!("the driver panicked in exec_task: {e}"));
-                    let _ = tx.send(Err(status)).await;
-                    return;
-                }
-            };
-            for message in messages {
-                if tx.send(Ok(message)).await.is_err() {
-                    return;
-                }
-            }
-        });
-        ok(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx)))
+        let answers =
+            super::exec_stream::serve(Arc::clone(&self.driver), setup, inbound, EXEC_WITHOUT_LIMIT);
+        ok(Box::pin(tokio_stream::wrappers::ReceiverStream::new(
+            answers,
+        )))
     }
 
     // The contract has no network namespace creation: the answers (and code Unimplemented,

@@ -33,6 +33,7 @@
 mod base;
 mod convert;
 mod driver;
+mod exec_stream;
 mod services;
 
 use std::path::{Path, PathBuf};
