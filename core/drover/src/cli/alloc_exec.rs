@@ -28,7 +28,7 @@ use super::alloc::find_alloc;
 use super::alloc_fs::random_job_alloc;
 use super::api::{Client, Connection, escape_segment};
 use super::logs::pick_task;
-use super::{Exit, ui};
+use super::{ConnArgs, Exit, ui};
 
 /// How long one read of the socket waits before the loop looks at stdin and resizes.
 const READ_SLICE: Duration = Duration::from_millis(20);
@@ -61,6 +61,20 @@ pub struct AllocExecArgs {
     /// The command to run, and its arguments
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     pub command: Vec<String>,
+}
+
+/// `drover exec`: Nomad's alias of `alloc exec`.
+#[derive(Debug, clap::Args)]
+pub struct ExecCli {
+    #[command(flatten)]
+    pub conn: ConnArgs,
+    #[command(flatten)]
+    pub args: AllocExecArgs,
+}
+
+pub fn run_alias(cli: ExecCli) -> anyhow::Result<Exit> {
+    let client = cli.conn.client()?;
+    run(&client, cli.args)
 }
 
 /// Go's `strconv.ParseBool`, as Nomad's flags read booleans.
@@ -652,5 +666,43 @@ mod tests {
         assert_eq!(parse_go_bool("false"), Ok(false));
         assert_eq!(parse_go_bool("1"), Ok(true));
         assert!(parse_go_bool("yes").is_err());
+    }
+
+    fn parse(args: &[&str]) -> AllocExecArgs {
+        use clap::{CommandFactory, Parser};
+        let known = super::super::argv::known_long_flags(&super::super::Cli::command());
+        let argv = ["drover", "alloc", "exec"]
+            .iter()
+            .chain(args)
+            .map(std::ffi::OsString::from)
+            .collect();
+        let cli = super::super::Cli::try_parse_from(super::super::argv::rewrite_single_dash_flags(
+            argv, &known,
+        ))
+        .expect("parses");
+        let Some(super::super::Command::Alloc(alloc)) = cli.command else {
+            panic!("expected the alloc command");
+        };
+        let super::super::alloc::AllocCommand::Exec(exec) = alloc.command else {
+            panic!("expected exec");
+        };
+        exec
+    }
+
+    #[test]
+    fn nomads_exec_command_line_parses_and_the_command_keeps_its_own_flags() {
+        let a = parse(&["-i", "-t", "-task", "web", "ab12", "/bin/sh", "-c", "ls -t"]);
+        assert_eq!((a.stdin, a.tty), (Some(true), Some(true)));
+        assert_eq!(a.task.as_deref(), Some("web"));
+        assert_eq!(a.alloc.as_deref(), Some("ab12"));
+        assert_eq!(a.command, ["/bin/sh", "-c", "ls -t"]);
+        let a = parse(&["-i=false", "-t=false", "-job", "web", "ls", "-t", "-i"]);
+        assert_eq!((a.stdin, a.tty, a.job), (Some(false), Some(false), true));
+        assert_eq!(a.command, ["ls", "-t", "-i"]);
+        // Flags after the command are the command's, even ones Drover knows.
+        let a = parse(&["-task", "web", "ab12", "ls", "-verbose", "-task"]);
+        assert_eq!(a.command, ["ls", "-verbose", "-task"]);
+        let a = parse(&["ab12", "echo"]);
+        assert_eq!((a.stdin, a.tty, a.escape.as_str()), (None, None, "~"));
     }
 }

@@ -31,9 +31,10 @@ fn collect(cmd: &clap::Command, names: &mut BTreeSet<String>) {
 pub fn rewrite_single_dash_flags(args: Vec<OsString>, known: &BTreeSet<String>) -> Vec<OsString> {
     let mut out = Vec::with_capacity(args.len());
     let mut passthrough = false;
+    let remote_command = exec_command_start(&args);
     for (i, arg) in args.into_iter().enumerate() {
-        // argv[0] is the program name.
-        if i == 0 || passthrough {
+        // argv[0] is the program name; the command `alloc exec` runs keeps its own flags.
+        if i == 0 || passthrough || remote_command.is_some_and(|start| i >= start) {
             out.push(arg);
             continue;
         }
@@ -56,6 +57,44 @@ pub fn rewrite_single_dash_flags(args: Vec<OsString>, known: &BTreeSet<String>) 
         out.push(rewritten.map_or(arg, OsString::from));
     }
     out
+}
+
+/// Flags of `alloc exec` (and the connection's) that take the next argument as their value.
+const EXEC_VALUE_FLAGS: [&str; 6] = ["task", "e", "address", "region", "namespace", "token"];
+
+/// Where the command of `alloc exec ALLOC CMD...` (or `exec ...`) starts: Nomad's flag parsing
+/// stops at the first argument that is not a flag, so what follows the allocation is the
+/// command's own, flags included.
+fn exec_command_start(args: &[OsString]) -> Option<usize> {
+    let words: Vec<Option<&str>> = args.iter().map(|a| a.to_str()).collect();
+    let after = match words.get(1..3) {
+        Some([Some("alloc"), Some("exec")]) => 3,
+        _ if words.get(1) == Some(&Some("exec")) => 2,
+        _ => return None,
+    };
+    let mut positionals = 0;
+    let mut i = after;
+    while i < words.len() {
+        let word = words[i]?;
+        if word == "--" {
+            return None;
+        }
+        match word.strip_prefix('-').map(|w| w.trim_start_matches('-')) {
+            Some(flag) if !flag.is_empty() => {
+                if !flag.contains('=') && EXEC_VALUE_FLAGS.contains(&flag) {
+                    i += 1;
+                }
+            }
+            _ => {
+                positionals += 1;
+                if positionals == 2 {
+                    return Some(i);
+                }
+            }
+        }
+        i += 1;
+    }
+    None
 }
 
 #[cfg(test)]

@@ -73,6 +73,8 @@ enum Command {
     Alloc(alloc::AllocCli),
     /// Inspect the contents of an allocation directory (alias of alloc fs)
     Fs(alloc_fs::FsCli),
+    /// Run a command inside a running task (alias of alloc exec)
+    Exec(alloc_exec::ExecCli),
     /// Interact with nodes
     Node(node::NodeCli),
     /// Interact with evaluations
@@ -185,6 +187,7 @@ fn dispatch(command: Command) -> anyhow::Result<Exit> {
         Command::Job(cmd) => job::run(cmd),
         Command::Alloc(cmd) => alloc::run(cmd),
         Command::Fs(cmd) => alloc_fs::run_alias(cmd),
+        Command::Exec(cmd) => alloc_exec::run_alias(cmd),
         Command::Node(cmd) => node::run(cmd),
         Command::Eval(cmd) => eval::run(cmd),
         Command::Server(cmd) => server::run(cmd),
