@@ -248,10 +248,20 @@ impl node_server::Node for Node {
         use proto::volume_usage::Unit;
         let req = request.into_inner();
         required("volume_id", &req.volume_id)?;
-        let path = required_path("volume_path", &req.volume_path)?;
+        required("volume_path", &req.volume_path)?;
+        let path = Path::new(&req.volume_path);
         {
             let store = self.0.store.lock().await;
             volume_must_exist(&store, &req.volume_id)?;
+            // The spec's NOT_FOUND: the volume is not at volume_path. Stats of whatever file
+            // system holds some other path would be another volume's (or the node's) numbers.
+            if !volume_is_at(&store, &req.volume_id, path)? {
+                return Err(Status::not_found(format!(
+                    "volume {} is not staged or published at {}",
+                    req.volume_id,
+                    path.display()
+                )));
+            }
         }
         let stats = match nix::sys::statvfs::statvfs(path) {
             Ok(stats) => stats,
@@ -304,6 +314,26 @@ impl node_server::Node for Node {
             accessible_topology: Some(self.0.topology()),
         }))
     }
+}
+
+/// Whether `volume_id` is at `path`: staged or published there (by this plugin's records) and
+/// still mounted there (by the kernel's word). A relative path names no place the plugin
+/// mounted anything (the CO's paths are absolute), so the volume is not there.
+fn volume_is_at(store: &Store, volume_id: &str, path: &Path) -> Result<bool, Status> {
+    if !path.is_absolute() {
+        return Ok(false);
+    }
+    let staged = store
+        .state
+        .stages
+        .get(path)
+        .is_some_and(|s| s.volume_id == volume_id);
+    let published = store
+        .state
+        .publishes
+        .get(path)
+        .is_some_and(|p| p.volume_id == volume_id);
+    Ok((staged || published) && is_mounted(path)?)
 }
 
 /// The spec's second-publish table: a volume that is not multi-node is published at one

@@ -439,3 +439,76 @@ async fn volume_stats_report_bytes_and_inodes_of_a_published_volume() {
         .await;
     assert_eq!(raw_code(gone), Code::NotFound);
 }
+
+fn stats_request(volume_id: &str, volume_path: &str) -> proto::NodeGetVolumeStatsRequest {
+    proto::NodeGetVolumeStatsRequest {
+        volume_id: volume_id.into(),
+        volume_path: volume_path.into(),
+        staging_target_path: String::new(),
+    }
+}
+
+#[tokio::test]
+async fn volume_stats_of_an_unknown_volume_are_not_found_whatever_the_path() {
+    let h = Harness::start().await;
+    let mut raw = NodeClient::new(h.raw().await);
+    let missing_id = raw
+        .node_get_volume_stats(stats_request("", "/some/path"))
+        .await;
+    assert_eq!(raw_code(missing_id), Code::InvalidArgument);
+    let missing_path = raw.node_get_volume_stats(stats_request("nope", "")).await;
+    assert_eq!(raw_code(missing_path), Code::InvalidArgument);
+    // The volume's absence is the answer, before anything about the path (csi-sanity).
+    for path in ["some/path", "/some/path"] {
+        let unknown = raw.node_get_volume_stats(stats_request("nope", path)).await;
+        assert_eq!(raw_code(unknown), Code::NotFound, "{path}");
+    }
+}
+
+#[tokio::test]
+async fn volume_stats_are_not_found_where_the_volume_is_not_staged_or_published() {
+    let h = Harness::start().await;
+    let volume = h.create("where").await;
+    let other = h.create("elsewhere").await;
+    let staging = staging_dir(&h);
+    let target = h.path("where-target");
+    let other_target = h.path("elsewhere-target");
+    h.client
+        .node_stage_volume(&stage(&volume, &staging, writer()))
+        .await
+        .unwrap();
+    h.client
+        .node_publish_volume(&publish(&volume, Some(&staging), &target))
+        .await
+        .unwrap();
+    h.client
+        .node_publish_volume(&publish(&other, None, &other_target))
+        .await
+        .unwrap();
+    let mut raw = NodeClient::new(h.raw().await);
+    let id = volume.external_id.as_str();
+    for at in [&staging, &target] {
+        let stats = raw
+            .node_get_volume_stats(stats_request(id, &at.display().to_string()))
+            .await;
+        assert!(stats.is_ok(), "{}: {stats:?}", at.display());
+    }
+    // A relative path, a directory that exists but holds no mount of this volume (its
+    // numbers would be the node's), and another volume's target.
+    let root = h.root().display().to_string();
+    let elsewhere = other_target.display().to_string();
+    for path in ["some/path", root.as_str(), elsewhere.as_str()] {
+        let wrong = raw.node_get_volume_stats(stats_request(id, path)).await;
+        assert_eq!(raw_code(wrong), Code::NotFound, "{path}");
+    }
+    h.client.node_unpublish_volume(id, &target).await.unwrap();
+    let unpublished = raw
+        .node_get_volume_stats(stats_request(id, &target.display().to_string()))
+        .await;
+    assert_eq!(raw_code(unpublished), Code::NotFound);
+    h.client.node_unstage_volume(id, &staging).await.unwrap();
+    h.client
+        .node_unpublish_volume(&other.external_id, &other_target)
+        .await
+        .unwrap();
+}
