@@ -1,6 +1,7 @@
 //! `drover alloc exec` end to end: a dev agent runs a long task, and the CLI execs a shell in
 //! it through the agent's websocket, with stdin piped, as a script would. raw_exec runs the
-//! shell on the host, exec inside the task's namespaces and root, docker in its container.
+//! shell on the host, exec inside the task's namespaces and root, docker in its container, a
+//! sidecar plugin over Nomad's ExecTaskStreaming.
 
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
@@ -243,5 +244,48 @@ job "box" {{
     let out = exec_cli(&agent.addr(), &["-i", "-t", &id, "/bin/sh"], SCRIPT);
     assert_shell_ran(&out, "docker with a tty");
     let stop = agent.cli(&["job", "stop", "-purge", "box"]);
+    assert!(stop.status.success(), "{}", output_text(&stop));
+}
+
+/// `cargo test` builds no binary of another package: build the sidecar (a no-op when fresh).
+fn build_sidecar() -> std::path::PathBuf {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args(["build", "-p", "skeleton-sidecar"])
+        .current_dir(drover_tests::workspace_root())
+        .output()
+        .expect("run cargo build");
+    assert!(
+        out.status.success(),
+        "cargo build -p skeleton-sidecar failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| drover_tests::workspace_root().join("target"))
+        .join("debug")
+        .join("skeleton-sidecar")
+}
+
+#[test]
+fn alloc_exec_reaches_a_sidecar_plugins_task_over_execstreaming() {
+    let dir = TempDir::new("exec-sidecar");
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir_all(&plugins).expect("plugin dir");
+    std::fs::copy(build_sidecar(), plugins.join("skeleton-sidecar")).expect("copy the plugin");
+    let _reaper = drover_tests::PluginReaper {
+        dir: dir.path().to_path_buf(),
+        program: "skeleton-sidecar",
+    };
+    let plugin_dir = plugins.display().to_string();
+    let agent = Agent::start_dev(dir.path(), &["--plugin-dir", &plugin_dir]);
+    let seconds = (3_000_000 + std::process::id()).to_string();
+    run_long_sleep(&agent, &dir, "skeleton-sidecar", &seconds);
+    let id = alloc_id(&agent, "long");
+    // The skeleton execs over pipes (it has no terminal), so the shell reads the script as a
+    // file; stdin still goes all the way through the plugin protocol.
+    let out = exec_cli(&agent.addr(), &["-i", "-t=false", &id, "/bin/sh"], SCRIPT);
+    assert_shell_ran(&out, "skeleton-sidecar");
+    let stop = agent.cli(&["job", "stop", "long"]);
     assert!(stop.status.success(), "{}", output_text(&stop));
 }
