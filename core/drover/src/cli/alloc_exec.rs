@@ -443,7 +443,11 @@ fn relay(
             }
             Ok(_) => continue,
             Err(WsError::Io(e))
-                if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) =>
+                // A socket read with a timeout is not restarted after SIGWINCH's handler.
+                if matches!(
+                    e.kind(),
+                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                ) =>
             {
                 continue;
             }
