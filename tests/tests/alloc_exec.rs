@@ -289,3 +289,127 @@ fn alloc_exec_reaches_a_sidecar_plugins_task_over_execstreaming() {
     let stop = agent.cli(&["job", "stop", "long"]);
     assert!(stop.status.success(), "{}", output_text(&stop));
 }
+
+/// A pseudo-terminal for the CLI to run on: (master, slave), sized `rows` x `cols`.
+fn open_pty(rows: u16, cols: u16) -> (std::fs::File, std::fs::File) {
+    use std::os::fd::FromRawFd;
+    // SAFETY: plain libc calls on descriptors this function opens and then owns.
+    unsafe {
+        let master = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
+        assert!(master >= 0, "posix_openpt");
+        assert_eq!(libc::grantpt(master), 0);
+        assert_eq!(libc::unlockpt(master), 0);
+        let mut name = [0 as libc::c_char; 128];
+        assert_eq!(libc::ptsname_r(master, name.as_mut_ptr(), name.len()), 0);
+        let slave = libc::open(
+            name.as_ptr(),
+            libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
+        );
+        assert!(slave >= 0, "open the pty's slave");
+        let master = std::fs::File::from_raw_fd(master);
+        set_window(&master, rows, cols);
+        (master, std::fs::File::from_raw_fd(slave))
+    }
+}
+
+fn set_window(fd: &std::fs::File, rows: u16, cols: u16) {
+    use std::os::fd::AsRawFd;
+    let size = libc::winsize {
+        ws_row: rows,
+        ws_col: cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCSWINSZ reads one live winsize.
+    assert_eq!(
+        unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCSWINSZ, &size) },
+        0
+    );
+}
+
+/// Whether the terminal on `fd` is in canonical mode with echo (not raw).
+fn is_cooked(fd: &std::fs::File) -> bool {
+    use std::os::fd::AsRawFd;
+    // SAFETY: termios is plain data that tcgetattr fills.
+    let mut t: libc::termios = unsafe { std::mem::zeroed() };
+    // SAFETY: reads the terminal's settings into a live struct.
+    assert_eq!(unsafe { libc::tcgetattr(fd.as_raw_fd(), &mut t) }, 0);
+    t.c_lflag & libc::ICANON != 0 && t.c_lflag & libc::ECHO != 0
+}
+
+#[test]
+fn alloc_exec_on_a_real_terminal_is_raw_follows_resizes_and_restores_the_terminal() {
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
+    use std::sync::{Arc, Mutex};
+
+    let dir = TempDir::new("exec-terminal");
+    let agent = Agent::start_dev(dir.path(), &[]);
+    run_long_sleep(&agent, &dir, "raw_exec", "3600.704");
+    let id = alloc_id(&agent, "long");
+    let (mut master, slave) = open_pty(24, 80);
+    let mut cli = Command::new(drover_bin());
+    cli.args(["alloc", "exec", &id, "/bin/sh"])
+        .env("DROVER_ADDR", agent.addr())
+        .env_remove("NOMAD_ADDR")
+        .stdin(slave.try_clone().expect("dup the slave"))
+        .stdout(slave.try_clone().expect("dup the slave"))
+        .stderr(slave.try_clone().expect("dup the slave"));
+    // SAFETY: async-signal-safe calls between fork and exec: the CLI gets the terminal as its
+    // controlling terminal, as in a shell, so resizes reach it as SIGWINCH.
+    unsafe {
+        cli.pre_exec(|| {
+            if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cli.spawn().expect("spawn the CLI on a terminal");
+    let screen = Arc::new(Mutex::new(String::new()));
+    let mut reader = master.try_clone().expect("dup the master");
+    let seen = Arc::clone(&screen);
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = reader.read(&mut buf) {
+            if n == 0 {
+                return;
+            }
+            let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+            seen.lock().expect("screen").push_str(&text);
+        }
+    });
+    let wait_for = |text: &str| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !screen.lock().expect("screen").contains(text) {
+            assert!(
+                Instant::now() < deadline,
+                "{text:?} never showed; screen: {:?}",
+                screen.lock().expect("screen")
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    master.write_all(b"echo size-$(stty size)\r").expect("type");
+    wait_for("size-24 80");
+    // The session holds the local terminal raw: nothing is echoed or edited locally.
+    assert!(!is_cooked(&slave), "the terminal is raw during the session");
+    set_window(&master, 40, 132);
+    std::thread::sleep(Duration::from_millis(300));
+    master.write_all(b"echo size-$(stty size)\r").expect("type");
+    wait_for("size-40 132");
+    master.write_all(b"exit 5\r").expect("type");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("poll the CLI") {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the CLI never exited");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(5));
+    assert!(
+        is_cooked(&slave),
+        "the terminal is restored after the session"
+    );
+}
