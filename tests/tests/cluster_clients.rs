@@ -1,10 +1,10 @@
 //! The shape people deploy: three servers and separate client-only agents. Every client call
-//! (logs, fs, stats, signal, restart) works through every server and every client agent, for
+//! (logs, fs, exec, stats, signal, restart) works through every server and every client agent, for
 //! allocations on every node: servers reach clients over the sessions the clients opened (a
 //! server a client does not know relays through one it does), and client agents forward what
 //! they cannot answer to a server.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -61,6 +61,34 @@ fn cli(addr: &str, args: &[&str]) -> std::process::Output {
         .env_remove("NOMAD_ADDR")
         .output()
         .expect("run drover CLI")
+}
+
+/// `drover alloc exec -i -t ALLOC /bin/sh` through `addr` with `script` typed on stdin.
+fn exec_shell(addr: &str, alloc: &str, script: &str) -> std::process::Output {
+    let mut child = Command::new(drover_bin())
+        .args(["alloc", "exec", "-i", "-t", alloc, "/bin/sh"])
+        .env("DROVER_ADDR", addr)
+        .env_remove("NOMAD_ADDR")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn drover alloc exec");
+    child
+        .stdin
+        .take()
+        .expect("piped stdin")
+        .write_all(script.as_bytes())
+        .expect("type the script");
+    let deadline = Instant::now() + WAIT;
+    while child.try_wait().expect("poll the CLI").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().expect("the CLI's output")
 }
 
 fn get(addr: &str, path: &str) -> Value {
@@ -186,6 +214,12 @@ fn client_calls_reach_every_allocation_through_every_server_and_client_agent() {
             );
             let stats = get(entry, &format!("/v1/client/stats?node_id={node}"));
             assert!(stats.get("AllocationsKnown").is_some(), "{stats}");
+            let out = exec_shell(entry, id, "echo answer-$((40+2)) $NOMAD_ALLOC_ID\nexit 7\n");
+            let text = output_text(&out);
+            assert!(
+                out.status.code() == Some(7) && text.contains(&format!("answer-42 {id}")),
+                "alloc exec through {entry}: {text}"
+            );
             let out = cli(entry, &["alloc", "status", "-stats", id]);
             assert!(
                 out.status.success() && !output_text(&out).contains("Couldn't retrieve stats"),
