@@ -66,7 +66,7 @@ fn last_heartbeat(client: &ClientProc) -> SystemTime {
     let report = client.get("/v1/agent/self").expect("client self report");
     let ago = report["stats"]["client"]["last_heartbeat"]
         .as_str()
-        .and_then(|d| drover_tests::clients::parse_go_duration(d))
+        .and_then(drover_tests::clients::parse_go_duration)
         .unwrap_or_else(|| panic!("no last_heartbeat in {report}"));
     SystemTime::now() - ago
 }

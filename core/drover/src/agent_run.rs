@@ -470,7 +470,7 @@ fn server_config(
             .map_err(|e| anyhow::anyhow!("server.min_heartbeat_ttl: {e}"))?;
     }
     if let Some(r) = block.max_heartbeats_per_second {
-        if !(r > 0.0) {
+        if r.is_nan() || r <= 0.0 {
             bail!("server.max_heartbeats_per_second must be positive, got {r}");
         }
         sc.max_heartbeats_per_second = r;
