@@ -25,9 +25,7 @@ use crate::wire::{TaskEventsArgs, decode_error, duration_to_nanos, extension};
 /// Why a library could not be used as a driver plugin. Every message names the file.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    #[error(
-        "{path}: not a Drover driver plugin (cannot open it or it has no abi_stable root module): {detail}"
-    )]
+    #[error("{path}: not a Drover driver plugin: {detail}")]
     NoRootModule { path: PathBuf, detail: String },
     #[error("{path}: its root module is not a Drover driver plugin of ABI {expected}: {detail}")]
     WrongRootModule {
@@ -54,6 +52,18 @@ fn shorten(detail: &str) -> String {
     }
 }
 
+/// Why opening `path` gave no root module, in our words: abi_stable's own text names the mangled
+/// symbol and reads "Could load symbol" for a symbol it could not load.
+fn not_a_plugin(e: &LibraryError) -> String {
+    match e {
+        LibraryError::OpenError { err, .. } => format!("cannot open it as a shared library: {err}"),
+        LibraryError::GetSymbolError { .. } => "it exports no Drover root module (a driver plugin \
+             exports one with `drover_plugin_sdk::export_driver!`)"
+            .to_string(),
+        other => shorten(other.to_string().trim()),
+    }
+}
+
 /// A loaded plugin library: its root module, from which drivers are made.
 pub struct PluginLibrary {
     path: PathBuf,
@@ -66,7 +76,7 @@ pub struct PluginLibrary {
 pub fn load_library(path: &Path, logger: Option<HostLogger>) -> Result<PluginLibrary, LoadError> {
     let header = lib_header_from_path(path).map_err(|e| LoadError::NoRootModule {
         path: path.to_path_buf(),
-        detail: shorten(&e.to_string()),
+        detail: not_a_plugin(&e),
     })?;
     let abi_version = header.version_strings().version.to_string();
     let module = match header.init_root_module::<DriverPluginRef>() {

@@ -214,10 +214,18 @@ fn a_library_with_another_root_module_is_refused_naming_the_file() {
 }
 
 #[test]
-fn a_library_without_a_root_module_is_refused_naming_the_file() {
+fn a_library_without_a_root_module_is_refused_naming_the_file_in_our_words() {
     let path = current_fixture("libplugin_no_root.so");
     let e = load_library(&path, None).err().expect("must be refused");
     let text = e.to_string();
     assert!(matches!(e, LoadError::NoRootModule { .. }), "{text}");
     assert!(text.starts_with(&path.display().to_string()), "{text}");
+    assert!(
+        text.contains("exports no Drover root module") && text.contains("export_driver!"),
+        "{text}"
+    );
+    // Not abi_stable's text ("Could load symbol", the mangled symbol name with its NUL), and
+    // one line: the reason is said once.
+    assert!(!text.contains("Could load") && !text.contains("_1as_0lib"), "{text}");
+    assert!(!text.contains('\0') && !text.contains('\n'), "{text}");
 }

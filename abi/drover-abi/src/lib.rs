@@ -148,7 +148,9 @@ pub struct TaskConfig {
     pub resources: TaskResources,
     /// User to run as; empty means the driver's default.
     pub user: String,
-    /// `<data_dir>/alloc/<alloc_id>`: holds `alloc/`, and one directory per task.
+    /// The allocation's directory, `<data_dir>/client/alloc/<alloc_id>` on a Drover agent
+    /// (Nomad's `<alloc_dir>/<alloc_id>`): holds `alloc/` (shared by the group's tasks), and one
+    /// directory per task.
     pub alloc_dir: PathBuf,
     /// `<alloc_dir>/<task>`: the working directory; holds `local/`, `secrets/`, `tmp/`.
     pub task_dir: PathBuf,
