@@ -10,6 +10,7 @@ use tonic::{Request, Response, Status};
 use crate::plugin::{
     DEFAULT_VOLUME_BYTES, Plugin, internal, mount_capability, parse_capability, required,
 };
+use crate::snapshot;
 use crate::store::{Attachment, VolumeRecord};
 
 pub struct Controller(pub Arc<Plugin>);
@@ -19,9 +20,9 @@ pub const CAPABILITIES: ControllerCapabilities = ControllerCapabilities {
     publish_unpublish_volume: true,
     list_volumes: true,
     get_capacity: true,
-    create_delete_snapshot: false,
-    list_snapshots: false,
-    clone_volume: false,
+    create_delete_snapshot: true,
+    list_snapshots: true,
+    clone_volume: true,
     publish_readonly: true,
     expand_volume: true,
     list_volumes_published_nodes: true,
@@ -41,7 +42,10 @@ impl Controller {
             capacity_bytes: record.capacity_bytes,
             volume_id: record.id.clone(),
             volume_context: StringMap::new(),
-            content_source: None,
+            content_source: record
+                .content_source
+                .as_ref()
+                .map(snapshot::content_source_proto),
             accessible_topology: vec![self.0.topology()],
         }
     }
@@ -100,11 +104,6 @@ impl controller_server::Controller for Controller {
             mount_capability("volume_capabilities", Some(cap))?;
         }
         let range = capacity_range(req.capacity_range.as_ref())?;
-        if req.volume_content_source.is_some() {
-            return Err(Status::invalid_argument(
-                "volume_content_source: creating from a snapshot or a volume is not supported",
-            ));
-        }
         if let Some(wanted) = &req.accessibility_requirements {
             let here = self.0.topology();
             if !wanted.requisite.is_empty() && !wanted.requisite.contains(&here) {
@@ -116,9 +115,14 @@ impl controller_server::Controller for Controller {
         }
 
         let mut store = self.0.store.lock().await;
+        let source = snapshot::find_source(&store, req.volume_content_source.as_ref())?;
+        let content_source = source.as_ref().map(|s| s.content.clone());
         if let Some(existing) = store.state.volume_by_name(&req.name) {
             // Idempotency: the same name again is the same volume, if it still fits.
-            if fits(existing.capacity_bytes, range) && existing.parameters == req.parameters {
+            if fits(existing.capacity_bytes, range)
+                && existing.parameters == req.parameters
+                && existing.content_source == content_source
+            {
                 return Ok(Response::new(proto::CreateVolumeResponse {
                     volume: Some(self.volume(existing)),
                 }));
@@ -128,7 +132,14 @@ impl controller_server::Controller for Controller {
                 req.name, existing.id, existing.capacity_bytes
             )));
         }
-        let size = size_for(range);
+        let size = match &source {
+            None => size_for(range),
+            Some(source) => snapshot::size_from_source(
+                range.map(|r| size_for(Some(r))),
+                range.map_or(0, |r| r.limit_bytes),
+                source,
+            )?,
+        };
         let pool = self.0.config.capacity_bytes;
         if size > pool {
             return Err(Status::out_of_range(format!(
@@ -149,12 +160,19 @@ impl controller_server::Controller for Controller {
         // Tasks may run as any user: the directory is theirs to write.
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))
             .map_err(|e| internal(format!("opening up {}", dir.display()), e))?;
+        if let Some(source) = &source
+            && let Err(e) = snapshot::fill(source, &dir)
+        {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(e);
+        }
         let record = VolumeRecord {
             id: id.clone(),
             name: req.name.clone(),
             capacity_bytes: size,
             parameters: req.parameters.clone(),
             attachments: Default::default(),
+            content_source,
         };
         let mut next = store.state.clone();
         next.volumes.insert(id, record.clone());
@@ -526,6 +544,27 @@ impl controller_server::Controller for Controller {
             .commit(next)
             .map_err(|e| internal("saving the new capacity", e))?;
         answer(target)
+    }
+
+    async fn create_snapshot(
+        &self,
+        request: Request<proto::CreateSnapshotRequest>,
+    ) -> Result<Response<proto::CreateSnapshotResponse>, Status> {
+        snapshot::create(&self.0, request.into_inner()).await
+    }
+
+    async fn delete_snapshot(
+        &self,
+        request: Request<proto::DeleteSnapshotRequest>,
+    ) -> Result<Response<proto::DeleteSnapshotResponse>, Status> {
+        snapshot::delete(&self.0, request.into_inner()).await
+    }
+
+    async fn list_snapshots(
+        &self,
+        request: Request<proto::ListSnapshotsRequest>,
+    ) -> Result<Response<proto::ListSnapshotsResponse>, Status> {
+        snapshot::list(&self.0, request.into_inner()).await
     }
 
     async fn controller_get_volume(

@@ -10,7 +10,9 @@
 //!   read-only when asked or when the access mode only reads.
 //! - Volumes live on one node: every volume's accessible topology is this node
 //!   ([`TOPOLOGY_KEY`] = node id), and ControllerPublishVolume knows only this node.
-//! - Block devices and snapshots are not supported.
+//! - Snapshots are copies of a volume's directory (`<state-dir>/snapshots/<id>`), ready at
+//!   once; CreateVolume from a snapshot or from another volume (cloning) starts from a copy.
+//! - Block devices are not supported.
 //!
 //! Must not depend on: Drover's server, client or drivers (only drover-csi, the protocol).
 
@@ -19,6 +21,7 @@ mod identity;
 mod mounts;
 mod node;
 mod plugin;
+mod snapshot;
 mod store;
 
 use std::future::Future;

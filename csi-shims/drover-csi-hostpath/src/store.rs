@@ -1,16 +1,17 @@
-//! The plugin's memory: volumes (name, capacity, attachments), and what the node side staged
-//! and published, kept in `<state-dir>/state.json` (versioned JSON, written atomically) so
-//! that a restarted plugin answers as the one before it.
+//! The plugin's memory: volumes (name, capacity, attachments, source), snapshots, and what the
+//! node side staged and published, kept in `<state-dir>/state.json` (versioned JSON, written
+//! atomically) so that a restarted plugin answers as the one before it.
 
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use drover_csi::{StringMap, VolumeCapability};
+use drover_csi::{StringMap, VolumeCapability, VolumeContentSource};
 use serde::{Deserialize, Serialize};
 
 const STATE_FILE: &str = "state.json";
 const VOLUMES_DIR: &str = "volumes";
+const SNAPSHOTS_DIR: &str = "snapshots";
 const VERSION: u32 = 1;
 
 #[derive(Debug, thiserror::Error)]
@@ -41,6 +42,9 @@ pub struct VolumeRecord {
     /// Controller attachments, by node id.
     #[serde(default)]
     pub attachments: BTreeMap<String, Attachment>,
+    /// The snapshot or volume it was made from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_source: Option<VolumeContentSource>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -76,6 +80,9 @@ pub struct State {
     /// By target path.
     #[serde(default)]
     pub publishes: BTreeMap<PathBuf, PublishRecord>,
+    /// By snapshot id.
+    #[serde(default)]
+    pub snapshots: BTreeMap<String, crate::snapshot::SnapshotRecord>,
 }
 
 impl State {
@@ -147,6 +154,11 @@ impl Store {
         self.volumes_dir.join(id)
     }
 
+    /// Where the snapshot's copy of its volume lives.
+    pub fn snapshot_dir(&self, id: &str) -> PathBuf {
+        self.volumes_dir.with_file_name(SNAPSHOTS_DIR).join(id)
+    }
+
     /// Replaces the state with `next` once it is on disk; on failure the state is unchanged.
     pub fn commit(&mut self, next: State) -> Result<(), StoreError> {
         self.write(&next)?;
@@ -195,6 +207,7 @@ mod tests {
                     readonly: false,
                 },
             )]),
+            content_source: None,
         }
     }
 

@@ -15,40 +15,14 @@ const PLUGIN: &str = env!("CARGO_BIN_EXE_drover-csi-hostpath");
 
 /// What csi-sanity v5.4.0 reports for this plugin (92 specs).
 const EXPECTED: Counts = Counts {
-    passed: 54,
+    passed: 73,
     failed: 0,
-    skipped: 37,
+    skipped: 18,
     pending: 1,
 };
 
 /// Every skip: csi-sanity's message, how many specs give it, and why skipping is right.
 const SKIPS: &[(&str, usize, &str)] = &[
-    (
-        "skipped - CreateSnapshot not supported",
-        5,
-        "CREATE_DELETE_SNAPSHOT is not advertised: volumes are plain directories, with no snapshots",
-    ),
-    (
-        "skipped - DeleteSnapshot not supported",
-        3,
-        "CREATE_DELETE_SNAPSHOT is not advertised (as above)",
-    ),
-    (
-        "skipped - ListSnapshots not supported",
-        7,
-        "LIST_SNAPSHOTS is not advertised: there are no snapshots to list",
-    ),
-    (
-        "skipped - Snapshot not supported",
-        2,
-        "CreateVolume from a snapshot needs CREATE_DELETE_SNAPSHOT; the plugin refuses a \
-         volume_content_source with INVALID_ARGUMENT",
-    ),
-    (
-        "skipped - Volume Cloning not supported",
-        2,
-        "CLONE_VOLUME is not advertised; CreateVolume refuses a source volume",
-    ),
     (
         "skipped - Modify volume not supported",
         1,

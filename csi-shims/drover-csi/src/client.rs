@@ -433,10 +433,25 @@ impl CsiClient {
         max_entries: i32,
         starting_token: &str,
     ) -> Result<SnapshotPage, CsiError> {
-        let request = proto::ListSnapshotsRequest {
+        self.list_snapshots_with(&ListSnapshotsRequest {
             max_entries,
             starting_token: starting_token.to_string(),
             ..Default::default()
+        })
+        .await
+    }
+
+    /// `ListSnapshots` with every argument: filters and the secrets the plugin may need.
+    pub async fn list_snapshots_with(
+        &self,
+        req: &ListSnapshotsRequest,
+    ) -> Result<SnapshotPage, CsiError> {
+        let request = proto::ListSnapshotsRequest {
+            max_entries: req.max_entries,
+            starting_token: req.starting_token.clone(),
+            source_volume_id: req.source_volume_id.clone(),
+            snapshot_id: req.snapshot_id.clone(),
+            secrets: req.secrets.0.clone(),
         };
         let resp = self
             .call("ListSnapshots", request, |ch, r| async move {

@@ -29,7 +29,7 @@
 //! `controller_get_capabilities`, `controller_validate_capabilities`,
 //! `controller_publish_volume`, `controller_unpublish_volume`, `create_volume`,
 //! `delete_volume`, `list_volumes`, `get_capacity`, `controller_expand_volume`,
-//! `create_snapshot`, `delete_snapshot`, `list_snapshots`, `node_get_capabilities`,
+//! `create_snapshot`, `delete_snapshot`, `list_snapshots[_with]`, `node_get_capabilities`,
 //! `node_get_info`, `node_stage_volume`, `node_unstage_volume`, `node_publish_volume`,
 //! `node_unpublish_volume`, `node_expand_volume`). Failures are [`CsiError`]s naming the RPC;
 //! a plugin's status keeps its gRPC [`Code`] (`err.code() == Some(Code::NotFound)`).

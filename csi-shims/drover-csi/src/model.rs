@@ -375,6 +375,17 @@ pub struct Snapshot {
     pub ready: bool,
 }
 
+/// `ListSnapshots`' arguments: one page of at most `max_entries` (0: no limit) from
+/// `starting_token` (empty: the start), filtered by snapshot or source volume when set.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListSnapshotsRequest {
+    pub max_entries: i32,
+    pub starting_token: String,
+    pub source_volume_id: String,
+    pub snapshot_id: String,
+    pub secrets: Secrets,
+}
+
 /// A page of `ListSnapshots`; an empty `next_token` means the last page.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SnapshotPage {

@@ -155,7 +155,7 @@ async fn create_volume_checks_its_required_and_invalid_fields() {
 }
 
 #[tokio::test]
-async fn create_volume_refuses_block_devices_and_content_sources() {
+async fn create_volume_refuses_block_devices_and_unknown_content_sources() {
     let h = Harness::start().await;
     let mut req = sized("blk", GIB, 0);
     req.capabilities = vec![block()];
@@ -167,7 +167,7 @@ async fn create_volume_refuses_block_devices_and_content_sources() {
     clone.content_source = Some(VolumeContentSource::Volume("some-volume".into()));
     assert_eq!(
         code_of(h.client.create_volume(&clone).await),
-        Code::InvalidArgument
+        Code::NotFound
     );
 }
 
@@ -557,23 +557,7 @@ async fn controller_capabilities_list_what_the_plugin_does() {
     assert_eq!(caps, crate::controller::CAPABILITIES);
     assert!(caps.create_delete_volume && caps.publish_unpublish_volume);
     assert!(caps.list_volumes && caps.list_volumes_published_nodes && caps.get_capacity);
-    assert!(!caps.create_delete_snapshot);
-}
-
-#[tokio::test]
-async fn snapshots_are_unimplemented() {
-    let h = Harness::start().await;
-    let volume = h.create("v").await;
-    let snap = h
-        .client
-        .create_snapshot(
-            &volume.external_id,
-            "s",
-            &StringMap::new(),
-            &Secrets::default(),
-        )
-        .await;
-    assert_eq!(code_of(snap), Code::Unimplemented);
+    assert!(caps.create_delete_snapshot && caps.list_snapshots && caps.clone_volume);
 }
 
 fn expand(volume: &Volume, required_bytes: i64) -> ControllerExpandRequest {

@@ -5,6 +5,7 @@
 mod controller;
 mod identity;
 mod node;
+mod snapshot;
 
 use std::path::{Path, PathBuf};
 
