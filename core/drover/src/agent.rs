@@ -62,5 +62,13 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    rt.block_on(crate::agent_run::run(args))
+    let result = rt.block_on(crate::agent_run::run(args));
+    // Dropping the runtime would wait for every blocking call still running, and task runners
+    // sit in drivers' `wait_task` for up to 30 s at a time. Their tasks are meant to outlive the
+    // agent (the next one recovers them), so those calls are abandoned instead of awaited.
+    rt.shutdown_timeout(SHUTDOWN_GRACE);
+    result
 }
+
+/// How long the agent waits, once its own shutdown is done, for work still on its runtime.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_millis(200);
