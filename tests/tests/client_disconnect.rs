@@ -207,6 +207,9 @@ fn partitioned_client_stops_its_allocation(
         replacement["NodeID"].as_str(),
         Some(spare.node_id().as_str())
     );
+    eprintln!(
+        "task stopped {stopped_after:?} after the last heartbeat; replacement running {placed_after:?} after the loss was seen"
+    );
     drop((spare, cut_off, cluster, ns));
 }
 
