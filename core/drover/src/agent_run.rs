@@ -160,10 +160,15 @@ fn driver_catalog(
     catalog.register(Arc::new(drover_driver_exec::ExecDriver::new()));
     catalog.register(Arc::new(drover_driver_mock::MockDriver::new()));
     catalog.register(Arc::new(drover_driver_docker::DockerDriver::new()));
-    if let Some(dir) = plugin_dir {
-        catalog.load_plugin_dir(dir)?;
+    let loaded = match plugin_dir {
+        Some(dir) => catalog.load_plugin_dir(dir),
+        None => Ok(()),
+    };
+    if let Err(e) = loaded.and_then(|()| catalog.configure(&plugin_configs(file, dev))) {
+        // The agent does not start: the sidecars it started must not outlive it.
+        catalog.stop_started_plugins();
+        return Err(e.into());
     }
-    catalog.configure(&plugin_configs(file, dev))?;
     Ok(catalog.into_map())
 }
 

@@ -22,10 +22,12 @@ use serde_json::Value;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PluginHostError {
-    #[error("plugin \"{name}\" config: {source}")]
+    /// The driver's message is part of this one and not its `source`: error chains (anyhow's
+    /// `{:#}`) would print it twice.
+    #[error("plugin \"{name}\" config: {error}")]
     Config {
         name: String,
-        source: drover_abi::DriverError,
+        error: drover_abi::DriverError,
     },
     #[error("plugin \"{0}\" is configured, but no built-in driver or plugin has that name")]
     UnknownPlugin(String),
@@ -127,6 +129,8 @@ struct Entry {
 pub struct DriverCatalog {
     drivers: BTreeMap<String, Entry>,
     grpc: grpc::GrpcOptions,
+    /// The gRPC plugin processes this catalog started (not reattached to).
+    started: Vec<Arc<grpc::GrpcDriver>>,
 }
 
 impl DriverCatalog {
@@ -192,6 +196,9 @@ impl DriverCatalog {
                 (entry, detail)
             } else {
                 let plugin = grpc::load(&candidate.path, &self.grpc)?;
+                if !plugin.reattached {
+                    self.started.push(Arc::clone(&plugin.driver));
+                }
                 let detail = format!("gRPC, pid {}", plugin.driver.pid().unwrap_or(0));
                 let entry = Entry {
                     driver: plugin.driver,
@@ -262,12 +269,22 @@ impl DriverCatalog {
             entry
                 .driver
                 .set_config(cfg)
-                .map_err(|source| PluginHostError::Config {
+                .map_err(|error| PluginHostError::Config {
                     name: block.to_string(),
-                    source,
+                    error,
                 })?;
         }
         Ok(())
+    }
+
+    /// Shuts down the gRPC plugin processes this catalog started and removes their reattach
+    /// configs: for an agent that refuses to start (a bad plugin config, a bad plugin), which
+    /// must leave no plugin running without an agent. Plugins an earlier agent left running,
+    /// with their tasks, stay for the next agent.
+    pub fn stop_started_plugins(&mut self) {
+        for driver in self.started.drain(..) {
+            driver.shut_down_plugin();
+        }
     }
 
     pub fn get(&self, name: &str) -> Option<Arc<dyn Driver>> {
@@ -375,6 +392,22 @@ mod tests {
         bad.insert("rec".to_string(), serde_json::json!({"bad": true}));
         let e = cat.configure(&bad).unwrap_err().to_string();
         assert!(e.contains("plugin \"rec\"") && e.contains("bad"), "{e}");
+    }
+
+    #[test]
+    fn a_refused_plugin_config_is_said_once_in_the_error_chain() {
+        let mut cat = DriverCatalog::new();
+        cat.register(Arc::new(RecordingDriver::default()));
+        let bad = BTreeMap::from([("rec".to_string(), serde_json::json!({"bad": true}))]);
+        let e = cat.configure(&bad).unwrap_err();
+        // What anyhow's `{:#}` prints: the error, then each source after ": ".
+        let mut chain = e.to_string();
+        let mut source = std::error::Error::source(&e);
+        while let Some(s) = source {
+            chain.push_str(&format!(": {s}"));
+            source = s.source();
+        }
+        assert_eq!(chain.matches("unknown field").count(), 1, "{chain}");
     }
 
     /// A plugin_dir holding one executable script.

@@ -147,6 +147,23 @@ impl Drop for GrpcDriver {
         if self.shared.options.state_dir.is_some() {
             return;
         }
+        self.end_process();
+    }
+}
+
+impl GrpcDriver {
+    /// Shuts the plugin process down and forgets its reattach config, for an agent that refuses
+    /// to start after starting it: nothing is left for a next agent that may never come.
+    pub fn shut_down_plugin(&self) {
+        self.shared.stop();
+        self.end_process();
+        if let Some(dir) = &self.shared.options.state_dir {
+            super::reattach::remove(dir, &self.shared.config_name);
+        }
+    }
+
+    /// Asks the live plugin process to shut down (go-plugin's Shutdown), kills it after 5 s.
+    fn end_process(&self) {
         if let Some(conn) = self.shared.now() {
             let process = Arc::clone(&conn.process);
             let socket = conn.handshake.clone();

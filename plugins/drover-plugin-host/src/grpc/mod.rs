@@ -83,6 +83,8 @@ pub struct GrpcPlugin {
     /// The name its `plugin "NAME"` block uses: the file name, as Nomad matches plugin blocks.
     pub config_name: String,
     pub driver: Arc<GrpcDriver>,
+    /// Whether an earlier agent started the process (this one reattached to it).
+    pub reattached: bool,
 }
 
 /// The `plugin "NAME"` block an executable answers to: its file name (Nomad strips only a
@@ -344,6 +346,7 @@ pub fn load(path: &Path, options: &GrpcOptions) -> Result<GrpcPlugin, GrpcError>
         .state_dir
         .as_deref()
         .and_then(|dir| reattach_to(dir, &config_name, path));
+    let was_running = reattached.is_some();
     let conn = match reattached {
         Some(conn) => conn,
         None => start(path, options, &config_name)?,
@@ -365,6 +368,7 @@ pub fn load(path: &Path, options: &GrpcOptions) -> Result<GrpcPlugin, GrpcError>
         path: path.to_path_buf(),
         config_name,
         driver: Arc::new(GrpcDriver::new(shared)),
+        reattached: was_running,
     })
 }
 
