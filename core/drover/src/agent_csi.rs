@@ -32,7 +32,7 @@ impl LocalCsiRpc {
         }
         self.0
             .csi()
-            .plugin(plugin_id)
+            .controller_plugin(plugin_id)
             .ok_or_else(|| format!("CSI plugin {plugin_id:?} is not running on node {here}"))
     }
 }

@@ -3,7 +3,9 @@
 //!
 //! - [`CsiManager`]: the registry of healthy plugin instances (one socket each) and what the
 //!   node reports about them (`CSIControllerPlugins` / `CSINodePlugins`); the client pushes a
-//!   node update whenever that changes.
+//!   node update whenever that changes. Instances are kept per service, as Nomad's dynamic
+//!   plugin registry keeps them per type: a node may run a plugin's controller and its node
+//!   plugin as two allocations, and a monolith serves both.
 //! - [`supervisor`]: a task with a `csi_plugin` block: its socket directory and mounts before it
 //!   starts, then probing and fingerprinting it while it runs.
 //! - [`volumes`]: a group's `volume "x" { type = "csi" }`: claim, stage, publish before the tasks
@@ -66,9 +68,29 @@ impl PluginInstance {
 /// Key of a staged volume: plugin, volume id, usage directory name.
 type StageKey = (String, String, String);
 
+/// The two services of a CSI plugin an instance can serve on a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum CsiService {
+    Controller,
+    Node,
+}
+
+impl CsiService {
+    /// The services an instance of `kind` serves.
+    pub fn of(kind: CsiPluginType) -> impl Iterator<Item = CsiService> {
+        [
+            kind.runs_controller().then_some(CsiService::Controller),
+            kind.runs_node().then_some(CsiService::Node),
+        ]
+        .into_iter()
+        .flatten()
+    }
+}
+
 struct Inner {
     root: PathBuf,
-    plugins: Mutex<BTreeMap<String, PluginInstance>>,
+    /// The registered instances, by plugin id and the service they serve.
+    plugins: Mutex<BTreeMap<(String, CsiService), PluginInstance>>,
     /// Bumped whenever a plugin is registered, for volume hooks waiting on one.
     registered: watch::Sender<u64>,
     node_plugins: watch::Sender<NodeCsiPlugins>,
@@ -125,57 +147,105 @@ impl CsiManager {
         self.inner.node_plugins.borrow().clone()
     }
 
-    /// Records a healthy, fingerprinted plugin and what the node reports about it.
+    /// Records a healthy, fingerprinted plugin instance and what the node reports about it,
+    /// for the services its type serves only: a node plugin registering leaves the same
+    /// plugin's controller on this node alone.
     pub fn register(
         &self,
         instance: PluginInstance,
         controller: Option<CsiInfo>,
         node: Option<CsiInfo>,
     ) {
-        let id = instance.id.clone();
-        lock(&self.inner.plugins).insert(id.clone(), instance);
-        self.set_infos(&id, controller, node);
+        let (id, kind) = (instance.id.clone(), instance.kind);
+        {
+            let mut plugins = lock(&self.inner.plugins);
+            for service in CsiService::of(kind) {
+                plugins.insert((id.clone(), service), instance.clone());
+            }
+        }
+        self.set_reports(&id, kind, controller, node);
         self.inner.registered.send_modify(|n| *n += 1);
     }
 
-    /// Updates what the node reports about a plugin (health changes).
-    pub fn set_infos(&self, plugin_id: &str, controller: Option<CsiInfo>, node: Option<CsiInfo>) {
-        // A report that differs only in its time is no news: the node is not updated for it.
-        self.inner.node_plugins.send_if_modified(|p| {
-            let a = replace_info(&mut p.controllers, plugin_id, controller);
-            let b = replace_info(&mut p.nodes, plugin_id, node);
-            a || b
+    /// Sets what the node reports about the services an instance of `kind` serves; the report
+    /// of the plugin's other service stays as it is.
+    fn set_reports(
+        &self,
+        plugin_id: &str,
+        kind: CsiPluginType,
+        controller: Option<CsiInfo>,
+        node: Option<CsiInfo>,
+    ) {
+        let (mut controller, mut node) = (controller, node);
+        self.update_reports(plugin_id, |service, _| {
+            CsiService::of(kind)
+                .any(|s| s == service)
+                .then(|| match service {
+                    CsiService::Controller => controller.take(),
+                    CsiService::Node => node.take(),
+                })
         });
     }
 
-    /// Forgets the plugin served by `alloc_id` (its task stopped).
+    /// Marks what `alloc_id` reports of a plugin unhealthy, saying why (its probe failed).
+    pub fn mark_unhealthy(&self, plugin_id: &str, alloc_id: &str, error: &str) {
+        self.update_reports(plugin_id, |_, current| {
+            let current = current.filter(|i| i.alloc_id == alloc_id)?;
+            Some(Some(fingerprint::unhealthy(current, error)))
+        });
+    }
+
+    /// Forgets what `alloc_id` serves of a plugin (its task stopped); an instance of the same
+    /// plugin from another allocation stays.
     pub fn deregister(&self, plugin_id: &str, alloc_id: &str) {
-        let removed = {
-            let mut plugins = lock(&self.inner.plugins);
-            match plugins.get(plugin_id) {
-                Some(p) if p.alloc_id == alloc_id => plugins.remove(plugin_id).is_some(),
-                _ => false,
-            }
-        };
-        let reported_by_alloc = {
-            let p = self.inner.node_plugins.borrow();
-            p.controllers
-                .get(plugin_id)
-                .or_else(|| p.nodes.get(plugin_id))
+        lock(&self.inner.plugins).retain(|(id, _), p| id != plugin_id || p.alloc_id != alloc_id);
+        self.update_reports(plugin_id, |_, current| {
+            current
                 .is_some_and(|i| i.alloc_id == alloc_id)
-        };
-        if removed || reported_by_alloc {
-            self.set_infos(plugin_id, None, None);
-        }
+                .then_some(None)
+        });
     }
 
-    /// The running instance of a plugin on this node.
-    pub fn plugin(&self, plugin_id: &str) -> Option<PluginInstance> {
-        lock(&self.inner.plugins).get(plugin_id).cloned()
+    /// Changes what the node reports about a plugin, service by service: `change` answers the
+    /// new report (`Some(None)` removes it) or `None` to leave it. A report that differs only in
+    /// its time is no news: the node is not updated for it.
+    fn update_reports(
+        &self,
+        plugin_id: &str,
+        mut change: impl FnMut(CsiService, Option<&CsiInfo>) -> Option<Option<CsiInfo>>,
+    ) {
+        self.inner.node_plugins.send_if_modified(|p| {
+            let mut modified = false;
+            for (service, map) in [
+                (CsiService::Controller, &mut p.controllers),
+                (CsiService::Node, &mut p.nodes),
+            ] {
+                if let Some(new) = change(service, map.get(plugin_id)) {
+                    modified |= replace_info(map, plugin_id, new);
+                }
+            }
+            modified
+        });
     }
 
-    /// Waits up to `timeout` for a plugin to be registered.
-    pub async fn wait_for_plugin(
+    /// The running instance serving a plugin's controller on this node.
+    pub fn controller_plugin(&self, plugin_id: &str) -> Option<PluginInstance> {
+        self.instance(plugin_id, CsiService::Controller)
+    }
+
+    /// The running instance serving a plugin's node service on this node.
+    pub fn node_plugin(&self, plugin_id: &str) -> Option<PluginInstance> {
+        self.instance(plugin_id, CsiService::Node)
+    }
+
+    fn instance(&self, plugin_id: &str, service: CsiService) -> Option<PluginInstance> {
+        lock(&self.inner.plugins)
+            .get(&(plugin_id.to_string(), service))
+            .cloned()
+    }
+
+    /// Waits up to `timeout` for a plugin's node service to be registered.
+    pub async fn wait_for_node_plugin(
         &self,
         plugin_id: &str,
         timeout: Duration,
@@ -183,12 +253,12 @@ impl CsiManager {
         let mut rx = self.inner.registered.subscribe();
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
-            if let Some(p) = self.plugin(plugin_id) {
+            if let Some(p) = self.node_plugin(plugin_id) {
                 return Some(p);
             }
             tokio::select! {
                 changed = rx.changed() => if changed.is_err() { return None },
-                _ = tokio::time::sleep_until(deadline) => return self.plugin(plugin_id),
+                _ = tokio::time::sleep_until(deadline) => return self.node_plugin(plugin_id),
             }
         }
     }
@@ -308,21 +378,25 @@ mod tests {
     fn a_report_that_only_changes_its_time_does_not_update_the_node() {
         let m = CsiManager::new("/nonexistent/csi");
         let mut rx = m.subscribe_node_plugins();
-        m.set_infos("hostpath", None, Some(info("a1", true, "t1")));
+        let node = CsiPluginType::Node;
+        m.set_reports("hostpath", node, None, Some(info("a1", true, "t1")));
         assert!(rx.has_changed().unwrap());
         rx.borrow_and_update();
-        m.set_infos("hostpath", None, Some(info("a1", true, "t2")));
+        m.set_reports("hostpath", node, None, Some(info("a1", true, "t2")));
         assert!(!rx.has_changed().unwrap(), "same report, newer time");
-        m.set_infos("hostpath", None, Some(info("a1", false, "t3")));
+        m.mark_unhealthy("hostpath", "a1", "probe failed");
         assert!(rx.has_changed().unwrap(), "health changed");
-        assert!(!m.node_plugins().nodes["hostpath"].healthy);
+        let reported = &m.node_plugins().nodes["hostpath"];
+        assert!(!reported.healthy);
+        assert_eq!(reported.health_description, "probe failed");
     }
 
     #[test]
     fn only_the_allocation_serving_a_plugin_removes_it_from_the_node() {
         let m = CsiManager::new("/nonexistent/csi");
-        m.set_infos(
+        m.set_reports(
             "hostpath",
+            CsiPluginType::Monolith,
             Some(info("a2", true, "t")),
             Some(info("a2", true, "t")),
         );
@@ -330,6 +404,84 @@ mod tests {
         assert!(m.node_plugins().nodes.contains_key("hostpath"));
         m.deregister("hostpath", "a2");
         assert_eq!(m.node_plugins(), NodeCsiPlugins::default());
+    }
+
+    #[test]
+    fn a_controller_and_a_node_plugin_of_one_plugin_are_both_reported_by_one_node() {
+        let m = CsiManager::new("/nonexistent/csi");
+        let controller = info("ctl", true, "t");
+        let node = info("nod", true, "t");
+        m.set_reports(
+            "hostpath",
+            CsiPluginType::Controller,
+            Some(controller.clone()),
+            None,
+        );
+        m.set_reports("hostpath", CsiPluginType::Node, None, Some(node.clone()));
+        let reported = m.node_plugins();
+        assert_eq!(reported.controllers["hostpath"], controller, "still there");
+        assert_eq!(reported.nodes["hostpath"], node);
+
+        // The node plugin's probe fails: the controller stays healthy.
+        m.mark_unhealthy("hostpath", "nod", "gone");
+        let reported = m.node_plugins();
+        assert!(reported.controllers["hostpath"].healthy);
+        assert!(!reported.nodes["hostpath"].healthy);
+
+        // The controller's task stops: the node plugin stays.
+        m.deregister("hostpath", "ctl");
+        let reported = m.node_plugins();
+        assert!(!reported.controllers.contains_key("hostpath"));
+        assert_eq!(reported.nodes["hostpath"].alloc_id, "nod");
+    }
+
+    /// An instance whose client is connected to a socket nobody serves calls on.
+    async fn instance(dir: &Path, kind: CsiPluginType, alloc: &str) -> PluginInstance {
+        let socket = dir.join(format!("{alloc}.sock"));
+        let _ = std::fs::remove_file(&socket);
+        // The listener's backlog accepts the connection; no call is made.
+        let listener = tokio::net::UnixListener::bind(&socket).expect("bind a test socket");
+        std::mem::forget(listener);
+        PluginInstance {
+            id: "hostpath".into(),
+            kind,
+            alloc_id: alloc.into(),
+            host_root: dir.join(alloc),
+            plugin_root: dir.join(alloc),
+            client: CsiClient::connect(&socket).await.expect("connect"),
+            node_capabilities: NodeCapabilities::default(),
+            external_node_id: String::new(),
+        }
+    }
+
+    #[tokio::test]
+    async fn controller_calls_and_node_calls_reach_the_instance_serving_each() {
+        let dir = std::env::temp_dir().join(format!("drover-csi-mgr-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let m = CsiManager::new(dir.join("csi"));
+        let controller = instance(&dir, CsiPluginType::Controller, "ctl").await;
+        m.register(controller, Some(info("ctl", true, "t")), None);
+        assert!(m.node_plugin("hostpath").is_none());
+        let node = instance(&dir, CsiPluginType::Node, "nod").await;
+        m.register(node, None, Some(info("nod", true, "t")));
+        assert_eq!(m.controller_plugin("hostpath").unwrap().alloc_id, "ctl");
+        assert_eq!(m.node_plugin("hostpath").unwrap().alloc_id, "nod");
+        assert_eq!(m.node_plugins().controllers["hostpath"].alloc_id, "ctl");
+
+        m.deregister("hostpath", "nod");
+        assert!(m.node_plugin("hostpath").is_none());
+        assert_eq!(m.controller_plugin("hostpath").unwrap().alloc_id, "ctl");
+
+        // A monolith serves both.
+        let mono = instance(&dir, CsiPluginType::Monolith, "mono").await;
+        m.register(
+            mono,
+            Some(info("mono", true, "t")),
+            Some(info("mono", true, "t")),
+        );
+        assert_eq!(m.controller_plugin("hostpath").unwrap().alloc_id, "mono");
+        assert_eq!(m.node_plugin("hostpath").unwrap().alloc_id, "mono");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

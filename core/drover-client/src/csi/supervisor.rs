@@ -21,7 +21,7 @@ use drover_structs::csi::CsiPluginType;
 use drover_structs::{Task, TaskEvent};
 use tokio::sync::{mpsc, watch};
 
-use super::fingerprint::{fingerprint, unhealthy};
+use super::fingerprint::fingerprint;
 use super::host_mounts::{has_mounts_below, is_mount_point, make_shared_mount_point, unmount};
 use super::{CsiManager, PluginInstance};
 
@@ -303,12 +303,7 @@ async fn supervise(
             }
             Ok(()) => {}
             Err(e) => {
-                let reported = manager.node_plugins();
-                manager.set_infos(
-                    &id,
-                    reported.controllers.get(&id).map(|i| unhealthy(i, &e)),
-                    reported.nodes.get(&id).map(|i| unhealthy(i, &e)),
-                );
+                manager.mark_unhealthy(&id, &task.alloc_id, &e);
                 if healthy {
                     healthy = false;
                     let _ = events.send(event(TASK_EVENT_PLUGIN_UNHEALTHY, format!("error: {e}")));

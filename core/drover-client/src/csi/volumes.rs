@@ -250,7 +250,7 @@ async fn mount_one(
         .volume
         .ok_or_else(|| (true, "the claim answered no volume".to_string()))?;
     let plugin = manager
-        .wait_for_plugin(&vol.plugin_id, PLUGIN_WAIT)
+        .wait_for_node_plugin(&vol.plugin_id, PLUGIN_WAIT)
         .await
         .ok_or_else(|| {
             (
@@ -405,7 +405,7 @@ pub async fn unmount(manager: &CsiManager, m: &MountedVolume) -> Result<(), Stri
 
 async fn unmount_inner(manager: &CsiManager, m: &MountedVolume) -> Result<(), String> {
     let plugin = manager
-        .wait_for_plugin(&m.plugin_id, Duration::from_secs(10))
+        .wait_for_node_plugin(&m.plugin_id, Duration::from_secs(10))
         .await
         .ok_or_else(|| format!("CSI plugin {:?} is not running on this node", m.plugin_id))?;
     plugin
@@ -516,7 +516,7 @@ pub async fn detach(
     if let Some(m) = manager.take_mounted(alloc_id, volume_id) {
         return unmount(manager, &m).await;
     }
-    let Some(plugin) = manager.plugin(plugin_id) else {
+    let Some(plugin) = manager.node_plugin(plugin_id) else {
         return Ok(());
     };
     let rel = Path::new("per-alloc")
