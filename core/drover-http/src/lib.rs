@@ -13,8 +13,8 @@ mod allocs;
 mod body;
 mod client_api;
 mod client_fs;
-mod client_gc;
 mod client_fs_stream;
+mod client_gc;
 mod consistency;
 mod csi;
 mod error;
@@ -27,6 +27,7 @@ mod operator;
 mod proxy;
 mod query;
 mod response;
+mod starting;
 mod stream;
 #[cfg(test)]
 mod test_support;
@@ -44,6 +45,7 @@ pub use alloc_control::ControlFuture;
 pub use client_api::{BoxFuture, NoTunnels, TunnelOpener, Upstream};
 pub use proxy::{call_over, serve_connection};
 pub use query::parse_go_duration;
+pub use starting::{ReadyRouter, late_router, starting_router};
 
 /// Largest request body accepted (a job with many groups stays far below this).
 pub const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
@@ -184,6 +186,17 @@ pub fn router(
         .route("/v1/agent/self", get(agent::agent_self))
         .route("/v1/agent/members", get(agent::members))
         .route("/v1/agent/health", get(agent::health))
+        .route("/v1/agent/join", post(agent::join).put(agent::join))
+        .route(
+            "/v1/agent/force-leave",
+            post(agent::force_leave).put(agent::force_leave),
+        )
+        .route(
+            "/v1/agent/servers",
+            get(agent::servers)
+                .put(agent::set_servers)
+                .post(agent::set_servers),
+        )
         .route("/v1/status/leader", get(agent::leader))
         .route("/v1/status/peers", get(agent::peers))
         .route("/v1/regions", get(agent::regions))

@@ -134,6 +134,13 @@ impl Handler for RpcEndpoint {
                 let reply = encode(&self.status());
                 Box::pin(async move { Ok(reply) })
             }
+            crate::members::METHOD_MEMBER => {
+                let Some(server) = self.server.get() else {
+                    return refused("the server is starting: no raft yet");
+                };
+                let reply = encode(&server.member_report());
+                Box::pin(async move { Ok(reply) })
+            }
             METHOD_ENDPOINT | METHOD_FORWARD | METHOD_RESTORE | METHOD_FORWARD_RESTORE => {
                 let Some(server) = self.server.get().cloned() else {
                     return refused("the server is starting: no raft yet");
@@ -160,6 +167,7 @@ const STATUS_TIMEOUT: Duration = Duration::from_secs(2);
 /// Runs until then, however long the other servers take to appear, or until shutdown.
 pub(crate) async fn discover(
     join: &[String],
+    later: &crate::members::JoinTargets,
     endpoint: &RpcEndpoint,
     net: &dyn PeerNet,
     mut shutdown: watch::Receiver<bool>,
@@ -179,6 +187,7 @@ pub(crate) async fn discover(
     );
     loop {
         let mut targets: BTreeSet<String> = join.iter().cloned().collect();
+        targets.extend(later.list());
         targets.extend(endpoint.known().into_values().map(|p| p.address));
         targets.remove(&endpoint.own.address);
         for addr in targets {

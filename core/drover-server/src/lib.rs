@@ -21,6 +21,7 @@ mod heartbeat;
 mod heartbeat_tests;
 mod identity;
 mod leader_task;
+mod members;
 mod operator;
 mod periodic;
 pub mod plan_apply;
@@ -38,6 +39,7 @@ mod worker;
 
 pub use broker::{BrokerError, BrokerStats, EvalBroker};
 pub use dispatch::{DispatchRequest, DispatchResult};
+pub use members::{JoinTargets, Member, MemberReport};
 pub use operator::{RaftMember, StateDigest};
 pub use periodic::{NextLaunch, next_periodic_launch};
 pub use routing::RPC_HOLD_TIMEOUT;

@@ -40,6 +40,8 @@ pub struct ServerConfig {
     pub bootstrap_expect: u32,
     /// RPC addresses of servers to discover and join (Nomad's `server_join.retry_join`).
     pub join: Vec<String>,
+    /// Addresses given after start (`/v1/agent/join`), tried while discovering.
+    pub join_later: crate::members::JoinTargets,
     /// One Raft tick. Heartbeats go every 2 ticks; a follower campaigns after 10 to 20 ticks
     /// without hearing from a leader.
     pub raft_tick: Duration,
@@ -71,6 +73,7 @@ impl ServerConfig {
             rpc_addr: "127.0.0.1:4647".into(),
             bootstrap_expect: 1,
             join: Vec::new(),
+            join_later: Default::default(),
             raft_tick: Duration::from_millis(50),
             num_schedulers: 2,
             heartbeat_ttl: Duration::from_secs(10),
@@ -309,8 +312,14 @@ impl Server {
                 book: [(id, own.clone())].into_iter().collect(),
             }
         } else {
-            crate::cluster::discover(&config.join, &endpoint, net.as_ref(), shutdown_rx.clone())
-                .await?
+            crate::cluster::discover(
+                &config.join,
+                &config.join_later,
+                &endpoint,
+                net.as_ref(),
+                shutdown_rx.clone(),
+            )
+            .await?
         };
         if let StartPlan::Bootstrap { voters, book } = &plan {
             raft_config.initial_voters.clone_from(voters);

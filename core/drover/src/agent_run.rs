@@ -277,7 +277,43 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     } else {
         node_name.clone()
     };
-    let mut rpc_advertise = rpc_addr.to_string();
+    let rpc_advertise = if server_enabled {
+        advertise_rpc(&file, rpc_addr)?
+    } else {
+        rpc_addr.to_string()
+    };
+    let agent = drover_http::AgentInfo {
+        name: agent_name.clone(),
+        region: region.clone(),
+        datacenter: datacenter.clone(),
+        http_addr,
+        rpc_addr: rpc_advertise.parse().unwrap_or(rpc_addr),
+        server: server_enabled,
+        client: client_enabled,
+        version: VERSION.into(),
+        config_json: json!({
+            "DataDir": data_dir,
+            "BindAddr": bind,
+            "Region": region,
+            "Datacenter": datacenter,
+            "DevMode": dev,
+            "Ports": {"HTTP": http_port, "RPC": rpc_port},
+            "Server": {"Enabled": server_enabled},
+            "Client": {"Enabled": client_enabled},
+            "Version": {"Version": VERSION},
+        }),
+    };
+    // HTTP answers from now on: until the agent's parts run (a server may wait long for its
+    // peers, or to be joined), with the starting answers ("No cluster leader").
+    let join_later = drover_server::JoinTargets::default();
+    let (late, ready) = drover_http::late_router(drover_http::starting_router(
+        agent.clone(),
+        join_later.clone(),
+    ));
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let http = tokio::spawn(drover_http::serve(listener, late, async move {
+        let _ = stop_rx.await;
+    }));
     let mut server = None;
     let mut server_tunnels = None;
     if server_enabled {
@@ -285,11 +321,11 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         let rpc_listener = tokio::net::TcpListener::bind(rpc_addr)
             .await
             .with_context(|| format!("binding RPC listener on {rpc_addr}"))?;
-        rpc_advertise = advertise_rpc(&file, rpc_addr)?;
         let sc = server_config(&args, &file, &data_dir, dev, &region, &datacenter)?;
         let sc = ServerConfig {
             rpc_addr: rpc_advertise.clone(),
             name: format!("{agent_name}.{region}"),
+            join_later: join_later.clone(),
             ..sc
         };
         let net = drover_rpc::GrpcNet::new(
@@ -350,27 +386,6 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         client = Some(c);
     }
 
-    let agent = drover_http::AgentInfo {
-        name: agent_name.clone(),
-        region: region.clone(),
-        datacenter: datacenter.clone(),
-        http_addr,
-        rpc_addr: rpc_advertise.parse().unwrap_or(rpc_addr),
-        server: server_enabled,
-        client: client_enabled,
-        version: VERSION.into(),
-        config_json: json!({
-            "DataDir": data_dir,
-            "BindAddr": bind,
-            "Region": region,
-            "Datacenter": datacenter,
-            "DevMode": dev,
-            "Ports": {"HTTP": http_port, "RPC": rpc_port},
-            "Server": {"Enabled": server_enabled},
-            "Client": {"Enabled": client_enabled},
-            "Version": {"Version": VERSION},
-        }),
-    };
     let node_client: Option<Arc<dyn drover_http::NodeClient>> = client
         .clone()
         .map(|c| Arc::new(HttpClient(c)) as Arc<dyn drover_http::NodeClient>);
@@ -404,10 +419,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         }
         _ => bail!("an agent runs a server, a client, or both"),
     };
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let http = tokio::spawn(drover_http::serve(listener, router, async move {
-        let _ = stop_rx.await;
-    }));
+    ready.set(router);
 
     println!("==> Drover agent configuration:\n");
     println!("       Advertise Addrs: HTTP: {http_addr}; RPC: {rpc_advertise}");

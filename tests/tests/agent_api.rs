@@ -1,0 +1,159 @@
+//! The agent surface over real server processes: a server waiting to be joined
+//! (`bootstrap_expect = 0`) answers HTTP at once, and joins with `/v1/agent/join` from either
+//! side; `/v1/agent/members` lists every server with its tags; `force-leave` removes one.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use drover_tests::{Agent, ServerCluster, TempDir, drover_bin, free_port};
+use serde_json::Value;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// A server with `--bootstrap-expect 0` and nothing to join: it waits to be joined.
+fn waiting_server(dir: &Path, name: &str) -> Agent {
+    let (http_port, rpc_port) = (free_port(), free_port());
+    std::fs::create_dir_all(dir).expect("server dir");
+    let log_path = dir.join("agent.log");
+    let log = std::fs::File::create(&log_path).expect("open log");
+    let child = Command::new(drover_bin())
+        .args(["agent", "--server", "--bind", "127.0.0.1", "--node", name])
+        .args(["--bootstrap-expect", "0", "--log-level", "debug"])
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .args(["--http-port", &http_port.to_string()])
+        .args(["--rpc-port", &rpc_port.to_string()])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("clone log fd"))
+        .stderr(log)
+        .spawn()
+        .expect("spawn drover server");
+    Agent {
+        child,
+        host: "127.0.0.1".into(),
+        http_port,
+        rpc_port,
+        data_dir: dir.to_path_buf(),
+        log_path,
+    }
+}
+
+fn until(what: &str, agent: &Agent, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + WAIT;
+    while !cond() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out: {what}\n{}",
+            agent.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn leader_of(agent: &Agent) -> String {
+    agent
+        .get("/v1/status/leader")
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+fn members(agent: &Agent) -> Vec<Value> {
+    agent
+        .get("/v1/agent/members")
+        .ok()
+        .and_then(|m| m["Members"].as_array().cloned())
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_server_waiting_to_be_joined_answers_http_and_joins_from_either_side() {
+    let dir = TempDir::new("agent-join");
+    let cluster = ServerCluster::start(dir.path(), 1, "");
+    let first = cluster.servers[0].agent.as_ref().expect("running");
+    let first_rpc = cluster.servers[0].rpc_addr();
+
+    // Before any join: HTTP answers at once, as Nomad's server without a leader does.
+    let second = waiting_server(&dir.path().join("w1"), "w1");
+    until("the waiting server answers HTTP", &second, || {
+        second.send("GET", "/v1/agent/health", "").0 != 0
+    });
+    let (status, body) = second.send("GET", "/v1/agent/health", "");
+    assert_eq!(status, 500, "{body}");
+    let health: Value = serde_json::from_str(&body).expect("health json");
+    assert_eq!(health["server"]["message"], "No cluster leader");
+    assert_eq!(
+        second.send("GET", "/v1/jobs", ""),
+        (500, "No cluster leader".to_string())
+    );
+    assert_eq!(leader_of(&second), "");
+    let me = second.get("/v1/agent/self").expect("agent self");
+    assert_eq!(me["member"]["Name"], "w1.global");
+    assert_eq!(me["stats"]["nomad"]["leader"], "false");
+
+    // Joined from its own side (`server join` on the new server).
+    let (status, body) = second.send("PUT", &format!("/v1/agent/join?address={first_rpc}"), "");
+    assert_eq!(status, 200, "{body}");
+    let joined: Value = serde_json::from_str(&body).expect("join json");
+    assert_eq!(
+        (joined["num_joined"].as_u64(), joined["error"].as_str()),
+        (Some(1), Some(""))
+    );
+    until("the joined server knows the leader", &second, || {
+        leader_of(&second) == first_rpc
+    });
+    assert_eq!(second.send("GET", "/v1/jobs", "").0, 200);
+
+    // Joined from the cluster's side.
+    let third = waiting_server(&dir.path().join("w2"), "w2");
+    let third_rpc = format!("127.0.0.1:{}", third.rpc_port);
+    until("the third server answers HTTP", &third, || {
+        third.send("GET", "/v1/agent/health", "").0 == 500
+    });
+    let (status, body) = first.send("PUT", &format!("/v1/agent/join?address={third_rpc}"), "");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"num_joined\":1"), "{body}");
+    until("the third server knows the leader", &third, || {
+        leader_of(&third) == first_rpc
+    });
+
+    // Every server of the region, with its own tags.
+    until("three members alive", first, || {
+        let m = members(first);
+        m.len() == 3 && m.iter().all(|m| m["Status"] == "alive")
+    });
+    let list = members(first);
+    let names: Vec<&str> = list.iter().filter_map(|m| m["Name"].as_str()).collect();
+    assert_eq!(names, vec!["s0.global", "w1.global", "w2.global"]);
+    for m in &list {
+        assert_eq!(m["Tags"]["role"], "nomad");
+        assert_eq!(m["Tags"]["region"], "global");
+        assert_eq!(m["Tags"]["dc"], "dc1");
+        assert!(
+            !m["Tags"]["build"].as_str().unwrap_or_default().is_empty(),
+            "{m}"
+        );
+        assert_eq!(m["Tags"]["port"], m["Port"].to_string());
+    }
+    let w2 = list.iter().find(|m| m["Name"] == "w2.global").expect("w2");
+    assert_eq!(w2["Tags"]["expect"], "0");
+    assert_eq!(w2["Port"].as_u64(), Some(u64::from(third.rpc_port)));
+
+    // A server that went away is `failed` until force-leave removes it.
+    let mut third = third;
+    third.kill9();
+    until("the stopped server shows failed", first, || {
+        members(first)
+            .iter()
+            .any(|m| m["Name"] == "w2.global" && m["Status"] == "failed")
+    });
+    let (status, body) = first.send("PUT", "/v1/agent/force-leave?node=w2", "");
+    assert_eq!(status, 200, "{body}");
+    until("two members left", first, || members(first).len() == 2);
+    let (status, body) = first.send("PUT", "/v1/agent/force-leave?node=nope", "");
+    assert_eq!(
+        (status, body.as_str()),
+        (404, "agent: No node found with name 'nope'")
+    );
+}
