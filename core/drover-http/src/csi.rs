@@ -1,6 +1,7 @@
 //! CSI volumes and plugins: `/v1/volumes`, `/v1/volume/csi/:id[/create|/delete|/detach]`,
-//! `/v1/plugins` and `/v1/plugin/csi/:id`. Volume secrets and mount options (whose flags may
-//! hold credentials) are stored by the servers but never answered here, as in Nomad.
+//! `/v1/plugins` and `/v1/plugin/csi/:id`; snapshots at `/v1/volumes/snapshot` (`snapshot`).
+//! Volume secrets and mount options (whose flags may hold credentials) are stored by the
+//! servers but never answered here, as in Nomad.
 
 use std::collections::BTreeMap;
 
@@ -19,6 +20,8 @@ use crate::body::decode_body;
 use crate::error::ApiError;
 use crate::query::{Params, QueryOptions, blocking, parse_go_bool};
 use crate::response::{QueryMeta, respond_json};
+
+mod snapshot;
 
 /// The CSI routes, merged into the `/v1` router.
 pub(crate) fn routes() -> Router<AppState> {
@@ -47,6 +50,7 @@ pub(crate) fn routes() -> Router<AppState> {
         )
         .route("/v1/plugins", get(plugins_list))
         .route("/v1/plugin/csi/{id}", get(plugin_get))
+        .merge(snapshot::routes())
 }
 
 /// Nomad's `CSIVolumeRegisterRequest` and `CSIVolumeCreateRequest` bodies.

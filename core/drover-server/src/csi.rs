@@ -24,6 +24,13 @@ use crate::fsm::{FsmError, LogEntry};
 use crate::rpc::{Reply, Request};
 use crate::server::{Inner, Server};
 
+mod snapshot;
+
+pub use snapshot::{
+    ControllerCreateSnapshotRequest, ControllerDeleteSnapshotRequest,
+    ControllerListSnapshotsRequest, CsiSnapshotReply, CsiSnapshotRequest,
+};
+
 /// How often the leader deletes plugins that have nothing left (Nomad's
 /// `csi_plugin_gc_interval` default).
 pub const CSI_PLUGIN_GC_INTERVAL: Duration = Duration::from_secs(5 * 60);
@@ -187,6 +194,25 @@ pub trait CsiClientRpc: Send + Sync + 'static {
         req: ControllerUnpublishVolumeRequest,
     ) -> CsiRpcFuture<'_, ()>;
     fn node_detach_volume(&self, req: NodeDetachVolumeRequest) -> CsiRpcFuture<'_, ()>;
+    /// Answers the snapshot as the plugin describes it. By default: not supported.
+    fn controller_create_snapshot(
+        &self,
+        req: ControllerCreateSnapshotRequest,
+    ) -> CsiRpcFuture<'_, CsiSnapshot> {
+        snapshot::unsupported("create a snapshot", &req.plugin_id)
+    }
+    fn controller_delete_snapshot(
+        &self,
+        req: ControllerDeleteSnapshotRequest,
+    ) -> CsiRpcFuture<'_, ()> {
+        snapshot::unsupported("delete a snapshot", &req.plugin_id)
+    }
+    fn controller_list_snapshots(
+        &self,
+        req: ControllerListSnapshotsRequest,
+    ) -> CsiRpcFuture<'_, CsiSnapshotList> {
+        snapshot::unsupported("list snapshots", &req.plugin_id)
+    }
 }
 
 /// The server's CSI parts that are not in the state: the client RPC once the agent sets one.
@@ -646,6 +672,7 @@ impl Server {
                     "plugin does not support creating volumes".into(),
                 ));
             }
+            snapshot::check_content_source(&plugin, vol)?;
             if self
                 .snapshot()
                 .csi_volume(&vol.namespace, &vol.id)

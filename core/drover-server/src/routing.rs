@@ -344,6 +344,7 @@ impl Server {
                 Ok(Reply::NodeAllocs { allocs, index })
             }
             Request::Csi(request) => self.execute_csi(request).await,
+            Request::CsiSnapshot(request) => self.execute_csi_snapshot(request).await,
             Request::AddPeer { id, address, name } => self
                 .add_peer_here(id, drover_raft::PeerInfo::new(address, name))
                 .await

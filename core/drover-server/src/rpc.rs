@@ -82,6 +82,8 @@ pub enum Request {
     DispatchJob(crate::dispatch::DispatchRequest),
     /// CSI volume and plugin endpoints (see `crate::csi`).
     Csi(crate::csi::CsiRequest),
+    /// CSI snapshot endpoints (see `crate::csi::snapshot`).
+    CsiSnapshot(crate::csi::CsiSnapshotRequest),
 }
 
 impl Request {
@@ -117,6 +119,7 @@ pub enum Reply {
     },
     Dispatched(crate::dispatch::DispatchResult),
     Csi(crate::csi::CsiReply),
+    CsiSnapshot(crate::csi::CsiSnapshotReply),
 }
 
 /// Kinds of endpoint errors, so the caller rebuilds the same `ServerError` (and HTTP status).

@@ -8,15 +8,17 @@ use std::collections::BTreeMap;
 use drover_client::Client;
 use drover_client::csi::{PluginInstance, volumes};
 use drover_csi::{
-    CapacityRange, ControllerPublishRequest, CreateVolumeRequest, Secrets, Topology,
-    TopologyRequirement, ValidateVolumeRequest, VolumeContentSource,
+    CapacityRange, ControllerPublishRequest, CreateVolumeRequest, ListSnapshotsRequest, Secrets,
+    Topology, TopologyRequirement, ValidateVolumeRequest, VolumeContentSource,
 };
 use drover_server::csi::{
-    ControllerCreateVolumeRequest, ControllerCreateVolumeResponse, ControllerDeleteVolumeRequest,
-    ControllerPublishVolumeRequest, ControllerUnpublishVolumeRequest,
-    ControllerValidateVolumeRequest, CsiClientRpc, CsiRpcFuture, NodeDetachVolumeRequest,
+    ControllerCreateSnapshotRequest, ControllerCreateVolumeRequest,
+    ControllerCreateVolumeResponse, ControllerDeleteSnapshotRequest,
+    ControllerDeleteVolumeRequest, ControllerListSnapshotsRequest, ControllerPublishVolumeRequest,
+    ControllerUnpublishVolumeRequest, ControllerValidateVolumeRequest, CsiClientRpc, CsiRpcFuture,
+    NodeDetachVolumeRequest,
 };
-use drover_structs::csi::{CsiTopology, CsiVolumeCapability};
+use drover_structs::csi::{CsiSnapshot, CsiSnapshotList, CsiTopology, CsiVolumeCapability};
 
 /// [`CsiClientRpc`] through the client of this agent.
 pub struct LocalCsiRpc(pub Client);
@@ -108,6 +110,18 @@ async fn create(
     })
 }
 
+/// A plugin's snapshot in Nomad's terms: its creation time in seconds, as Nomad keeps it.
+fn snapshot_of(s: drover_csi::Snapshot) -> CsiSnapshot {
+    CsiSnapshot {
+        id: s.id,
+        external_source_volume_id: s.source_volume_id,
+        size_bytes: s.size_bytes,
+        create_time: s.create_time_nanos.div_euclid(1_000_000_000),
+        is_ready: s.ready,
+        ..Default::default()
+    }
+}
+
 impl CsiClientRpc for LocalCsiRpc {
     fn controller_validate_volume(
         &self,
@@ -188,6 +202,63 @@ impl CsiClientRpc for LocalCsiRpc {
                 )
                 .await
                 .map_err(|e| e.to_string())
+        })
+    }
+
+    fn controller_create_snapshot(
+        &self,
+        req: ControllerCreateSnapshotRequest,
+    ) -> CsiRpcFuture<'_, CsiSnapshot> {
+        Box::pin(async move {
+            let plugin = self.plugin_on(&req.plugin_id, &req.controller_node_id)?;
+            plugin
+                .client
+                .create_snapshot(
+                    &req.external_source_volume_id,
+                    &req.name,
+                    &req.parameters,
+                    &Secrets(req.secrets),
+                )
+                .await
+                .map(snapshot_of)
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    fn controller_delete_snapshot(
+        &self,
+        req: ControllerDeleteSnapshotRequest,
+    ) -> CsiRpcFuture<'_, ()> {
+        Box::pin(async move {
+            let plugin = self.plugin_on(&req.plugin_id, &req.controller_node_id)?;
+            plugin
+                .client
+                .delete_snapshot(&req.snapshot_id, &Secrets(req.secrets))
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    fn controller_list_snapshots(
+        &self,
+        req: ControllerListSnapshotsRequest,
+    ) -> CsiRpcFuture<'_, CsiSnapshotList> {
+        Box::pin(async move {
+            let plugin = self.plugin_on(&req.plugin_id, &req.controller_node_id)?;
+            let page = plugin
+                .client
+                .list_snapshots_with(&ListSnapshotsRequest {
+                    max_entries: req.max_entries,
+                    starting_token: req.starting_token,
+                    secrets: Secrets(req.secrets),
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(CsiSnapshotList {
+                snapshots: page.entries.into_iter().map(snapshot_of).collect(),
+                next_token: page.next_token,
+            })
         })
     }
 

@@ -13,10 +13,13 @@ use axum::extract::{Path, State};
 use axum::routing::post;
 use drover_http::{TunnelOpener, Upstream};
 use drover_server::csi::{
-    ControllerCreateVolumeRequest, ControllerCreateVolumeResponse, ControllerDeleteVolumeRequest,
-    ControllerPublishVolumeRequest, ControllerUnpublishVolumeRequest,
-    ControllerValidateVolumeRequest, CsiClientRpc, CsiRpcFuture, NodeDetachVolumeRequest,
+    ControllerCreateSnapshotRequest, ControllerCreateVolumeRequest,
+    ControllerCreateVolumeResponse, ControllerDeleteSnapshotRequest,
+    ControllerDeleteVolumeRequest, ControllerListSnapshotsRequest, ControllerPublishVolumeRequest,
+    ControllerUnpublishVolumeRequest, ControllerValidateVolumeRequest, CsiClientRpc, CsiRpcFuture,
+    NodeDetachVolumeRequest,
 };
+use drover_structs::csi::{CsiSnapshot, CsiSnapshotList};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -28,6 +31,9 @@ const DELETE: &str = "controller_delete_volume";
 const PUBLISH: &str = "controller_publish_volume";
 const UNPUBLISH: &str = "controller_unpublish_volume";
 const DETACH: &str = "node_detach_volume";
+const CREATE_SNAPSHOT: &str = "controller_create_snapshot";
+const DELETE_SNAPSHOT: &str = "controller_delete_snapshot";
+const LIST_SNAPSHOTS: &str = "controller_list_snapshots";
 
 /// [`CsiClientRpc`] of a server: each call answered by the node it names.
 pub struct RoutedCsiRpc {
@@ -138,6 +144,45 @@ impl CsiClientRpc for RoutedCsiRpc {
         }
     }
 
+    fn controller_create_snapshot(
+        &self,
+        req: ControllerCreateSnapshotRequest,
+    ) -> CsiRpcFuture<'_, CsiSnapshot> {
+        match self.here(&req.controller_node_id) {
+            Some(local) => local.controller_create_snapshot(req),
+            None => Box::pin(async move {
+                self.remote(&req.controller_node_id, CREATE_SNAPSHOT, &req)
+                    .await
+            }),
+        }
+    }
+
+    fn controller_delete_snapshot(
+        &self,
+        req: ControllerDeleteSnapshotRequest,
+    ) -> CsiRpcFuture<'_, ()> {
+        match self.here(&req.controller_node_id) {
+            Some(local) => local.controller_delete_snapshot(req),
+            None => Box::pin(async move {
+                self.remote(&req.controller_node_id, DELETE_SNAPSHOT, &req)
+                    .await
+            }),
+        }
+    }
+
+    fn controller_list_snapshots(
+        &self,
+        req: ControllerListSnapshotsRequest,
+    ) -> CsiRpcFuture<'_, CsiSnapshotList> {
+        match self.here(&req.controller_node_id) {
+            Some(local) => local.controller_list_snapshots(req),
+            None => Box::pin(async move {
+                self.remote(&req.controller_node_id, LIST_SNAPSHOTS, &req)
+                    .await
+            }),
+        }
+    }
+
     fn node_detach_volume(&self, req: NodeDetachVolumeRequest) -> CsiRpcFuture<'_, ()> {
         match self.here(&req.node_id) {
             Some(local) => local.node_detach_volume(req),
@@ -171,6 +216,9 @@ async fn serve_call(
         PUBLISH => answer(&body, |q| r.controller_publish_volume(q)).await,
         UNPUBLISH => answer(&body, |q| r.controller_unpublish_volume(q)).await,
         DETACH => answer(&body, |q| r.node_detach_volume(q)).await,
+        CREATE_SNAPSHOT => answer(&body, |q| r.controller_create_snapshot(q)).await,
+        DELETE_SNAPSHOT => answer(&body, |q| r.controller_delete_snapshot(q)).await,
+        LIST_SNAPSHOTS => answer(&body, |q| r.controller_list_snapshots(q)).await,
         other => {
             return Err((
                 axum::http::StatusCode::NOT_FOUND,

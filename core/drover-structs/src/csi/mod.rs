@@ -5,11 +5,13 @@
 
 mod modes;
 mod plugin;
+mod snapshot;
 mod spec;
 mod volume;
 
 pub use modes::*;
 pub use plugin::*;
+pub use snapshot::*;
 pub use spec::{CsiSpecError, parse_bytes, volume_from_spec};
 pub use volume::*;
 

@@ -116,6 +116,8 @@ pub fn escape_segment(s: &str) -> String {
 pub struct Client {
     conn: Connection,
     agent: ureq::Agent,
+    /// Sent with every request (CSI secrets travel in `X-Nomad-CSI-Secrets`).
+    headers: Vec<(String, String)>,
 }
 
 impl Client {
@@ -129,6 +131,7 @@ impl Client {
         Ok(Client {
             conn,
             agent: config.into(),
+            headers: Vec::new(),
         })
     }
 
@@ -150,6 +153,18 @@ impl Client {
         Client {
             conn,
             agent: self.agent.clone(),
+            headers: self.headers.clone(),
+        }
+    }
+
+    /// A client for the same agent that sends header `name` with every request.
+    pub fn with_header(&self, name: &str, value: &str) -> Client {
+        let mut headers = self.headers.clone();
+        headers.push((name.to_string(), value.to_string()));
+        Client {
+            conn: self.conn.clone(),
+            agent: self.agent.clone(),
+            headers,
         }
     }
 
@@ -171,6 +186,9 @@ impl Client {
         }
         if let Some(token) = &self.conn.token {
             req = req.header("X-Nomad-Token", token);
+        }
+        for (name, value) in &self.headers {
+            req = req.header(name.as_str(), value.as_str());
         }
         for (k, v) in query {
             req = req.query(*k, *v);

@@ -1,5 +1,6 @@
-//! `drover volume register | create | deregister | delete | detach | status`: CSI volumes over
-//! `/v1/volumes` and `/v1/volume/csi/...`, with Nomad's messages and output layout.
+//! `drover volume register | create | deregister | delete | detach | status | snapshot`: CSI
+//! volumes over `/v1/volumes` and `/v1/volume/csi/...` (snapshots: `snapshot`), with Nomad's
+//! messages and output layout.
 
 use drover_structs::{CsiMountOptions, CsiVolume, CsiVolumeListStub, VOLUME_TYPE_CSI};
 use serde_json::{Value, json};
@@ -9,6 +10,8 @@ use super::format::{FULL_ID, SHORT_ID, format_kv, format_list, limit};
 use super::job_status::alloc_stub_table;
 use super::lookup::{self, Match};
 use super::{ConnArgs, Exit, ui};
+
+mod snapshot;
 
 #[derive(Debug, clap::Args)]
 pub struct VolumeCli {
@@ -55,6 +58,11 @@ pub enum VolumeCommand {
     },
     /// List volumes, or show one volume's details
     Status(VolumeStatusArgs),
+    /// Create, delete or list snapshots of volumes
+    Snapshot {
+        #[command(subcommand)]
+        command: snapshot::SnapshotCommand,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -84,6 +92,7 @@ pub fn run(cli: VolumeCli) -> anyhow::Result<Exit> {
         VolumeCommand::Delete { secrets, id } => delete(&client, &id, &secrets),
         VolumeCommand::Detach { volume, node } => detach(&client, &volume, &node),
         VolumeCommand::Status(args) => status(&client, &args)?,
+        VolumeCommand::Snapshot { command } => snapshot::run(&client, command),
     })
 }
 
