@@ -4,7 +4,8 @@
 //! create` snapshots it; `volume create` makes one volume from that snapshot and another cloned
 //! from the source volume; reader jobs on each see the writer's file; `volume snapshot list`
 //! shows the snapshot and `volume snapshot delete` removes it. Secrets given to the snapshot
-//! API never come back in its answers.
+//! API never come back in its answers. With the controller on a client-only agent, a server
+//! without a client reaches it for every snapshot call.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -400,4 +401,111 @@ fn kubernetes_hostpath_driver_restores_a_snapshot_and_clones_a_volume_with_the_w
         },
         "hostpath.csi.k8s.io",
     );
+}
+
+/// The snapshot calls from a server without a client reach the controller on a client-only
+/// agent through that node's session (the internal CSI routes over a tunnel).
+#[test]
+fn a_server_without_a_client_snapshots_through_a_controller_on_a_client_only_agent() {
+    use drover_tests::ServerCluster;
+    use drover_tests::clients::{ClientProc, RAW_EXEC_ENABLED};
+
+    let bin = build_our_plugin();
+    let dir = TempDir::new("snapcl");
+    let cluster = ServerCluster::start(dir.path(), 1, "");
+    let servers = vec![cluster.servers[0].rpc_addr()];
+    let client = ClientProc::start(dir.path(), "storage", &servers, RAW_EXEC_ENABLED);
+    let cli_ok = |args: &[&str]| {
+        let out = cluster.cli(0, args);
+        let text = output_text(&out);
+        assert!(
+            out.status.success(),
+            "drover {}: {text}\nclient log:\n{}",
+            args.join(" "),
+            client.log()
+        );
+        text
+    };
+    let wait = |what: &str, mut cond: Box<dyn FnMut() -> bool + '_>| {
+        let deadline = std::time::Instant::now() + WAIT;
+        while !cond() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "timed out waiting for {what}\nclient log:\n{}",
+                client.log()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+
+    let state = dir.path().join("hostpath-state");
+    let job = plugin_job(
+        &bin,
+        &[
+            "--node-id".into(),
+            "${node.unique.id}".into(),
+            "--state-dir".into(),
+            state.display().to_string(),
+        ],
+    );
+    cli_ok(&[
+        "job",
+        "run",
+        "-detach",
+        &write_job(&dir, "plugin.nomad", &job),
+    ]);
+    wait(
+        "the plugin to be healthy",
+        Box::new(|| {
+            cluster
+                .get(0, &format!("/v1/plugin/csi/{PLUGIN}"))
+                .is_ok_and(|p| p["ControllersHealthy"] == 1 && p["NodesHealthy"] == 1)
+        }),
+    );
+    let volume_of = |id: &str| {
+        let spec = write_job(&dir, &format!("{id}.hcl"), &volume_spec(id, ""));
+        cli_ok(&["volume", "create", &spec]);
+        cluster
+            .get(0, &format!("/v1/volume/csi/{id}"))
+            .map(|v| v["ExternalID"].as_str().unwrap_or_default().to_string())
+            .unwrap_or_default()
+    };
+    let source = volume_of("data");
+    std::fs::write(state.join("volumes").join(&source).join("greeting"), "hi").unwrap();
+
+    let text = cli_ok(&["volume", "snapshot", "create", "data", "remote"]);
+    let snapshot_id = text
+        .lines()
+        .nth(1)
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap_or_default()
+        .to_string();
+    assert!(!snapshot_id.is_empty(), "{text}");
+    let listed = cli_ok(&["volume", "snapshot", "list", "-plugin", PLUGIN]);
+    assert!(listed.contains(&snapshot_id), "{listed}");
+
+    let spec = write_job(
+        &dir,
+        "restored.hcl",
+        &volume_spec("restored", &format!("snapshot_id = {snapshot_id:?}")),
+    );
+    cli_ok(&["volume", "create", &spec]);
+    let restored = cluster
+        .get(0, "/v1/volume/csi/restored")
+        .map(|v| v["ExternalID"].as_str().unwrap_or_default().to_string())
+        .unwrap_or_default();
+    let copied = std::fs::read_to_string(state.join("volumes").join(&restored).join("greeting"));
+    assert_eq!(
+        copied.ok().as_deref(),
+        Some("hi"),
+        "the restore copied the file"
+    );
+
+    cli_ok(&["volume", "snapshot", "delete", PLUGIN, &snapshot_id]);
+    let listed = cli_ok(&["volume", "snapshot", "list", "-plugin", PLUGIN]);
+    assert!(!listed.contains(&snapshot_id), "{listed}");
+    for id in ["restored", "data"] {
+        cli_ok(&["volume", "delete", id]);
+    }
+    drop(client);
 }
