@@ -25,9 +25,13 @@ pub enum NodeCommand {
 
 #[derive(Debug, clap::Args)]
 pub struct NodeStatusArgs {
-    /// Show full identifiers, drivers, attributes and meta
+    /// Display full information: with a node, its drivers, attributes and meta; the node
+    /// list adds each node's address and version
     #[arg(long)]
     pub verbose: bool,
+    /// Query the status of the local node (the agent's client)
+    #[arg(long = "self", conflicts_with = "node")]
+    pub local: bool,
     /// Only show the node's basic information
     #[arg(long)]
     pub short: bool,
@@ -75,7 +79,18 @@ pub fn node_list_table(nodes: &[NodeListStub], verbose: bool) -> String {
 }
 
 fn node_status(client: &Client, args: NodeStatusArgs) -> anyhow::Result<Exit> {
-    let Some(prefix) = args.node.as_deref() else {
+    let local = if args.local {
+        match local_node_id(client) {
+            Ok(id) => Some(id),
+            Err(message) => {
+                ui::err(&message);
+                return Ok(1);
+            }
+        }
+    } else {
+        None
+    };
+    let Some(prefix) = local.as_deref().or(args.node.as_deref()) else {
         let nodes: Vec<NodeListStub> = match client.get_json("/v1/nodes", &[]) {
             Ok((n, _)) => n,
             Err(e) => {
@@ -87,7 +102,9 @@ fn node_status(client: &Client, args: NodeStatusArgs) -> anyhow::Result<Exit> {
             ui::out(&super::job::to_indented_json(&serde_json::to_value(
                 &nodes,
             )?));
-        } else if !nodes.is_empty() {
+        } else if nodes.is_empty() {
+            ui::out("No nodes registered");
+        } else {
             ui::out(&node_list_table(&nodes, args.verbose));
         }
         return Ok(0);
@@ -115,6 +132,22 @@ fn node_status(client: &Client, args: NodeStatusArgs) -> anyhow::Result<Exit> {
     };
     ui::out(&format_node(&node, &allocs, args.verbose, args.short));
     Ok(0)
+}
+
+/// The node ID of the agent the CLI talks to (Nomad's `getLocalNodeID`: `stats.client.node_id`
+/// of `/v1/agent/self`). `Err` is the message to print.
+fn local_node_id(client: &Client) -> Result<String, String> {
+    let (info, _): (serde_json::Value, _) = client
+        .get_json("/v1/agent/self", &[])
+        .map_err(|e| format!("Error querying agent info: {e}"))?;
+    let Some(stats) = info["stats"]["client"].as_object() else {
+        return Err("Drover not running in client mode".to_string());
+    };
+    stats
+        .get("node_id")
+        .and_then(|id| id.as_str())
+        .map(str::to_string)
+        .ok_or_else(|| "Failed to determine node ID".to_string())
 }
 
 /// Resolves a node ID prefix and fetches the node. `Err` is the message to print.

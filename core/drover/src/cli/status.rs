@@ -95,6 +95,7 @@ pub fn run(args: StatusArgs) -> anyhow::Result<Exit> {
             conn: args.conn.clone(),
             command: node::NodeCommand::Status(node::NodeStatusArgs {
                 verbose: args.verbose,
+                local: false,
                 short: false,
                 json: false,
                 node: Some(id),
