@@ -157,3 +157,50 @@ fn a_server_waiting_to_be_joined_answers_http_and_joins_from_either_side() {
         (404, "agent: No node found with name 'nope'")
     );
 }
+
+#[test]
+fn a_client_agent_answers_its_server_list_itself_and_refuses_join() {
+    let dir = TempDir::new("agent-client-servers");
+    let cluster = ServerCluster::start(dir.path(), 1, "");
+    let rpc = cluster.servers[0].rpc_addr();
+    let client = drover_tests::clients::ClientProc::start(dir.path(), "c1", &[rpc.clone()], "");
+    client.wait_ready(WAIT);
+    let agent = client.agent();
+
+    assert_eq!(
+        agent.get("/v1/agent/servers").expect("servers"),
+        serde_json::json!([rpc])
+    );
+    let (status, body) = agent.send(
+        "PUT",
+        &format!("/v1/agent/servers?address={rpc}&address=127.0.0.1"),
+        "",
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        agent.get("/v1/agent/servers").expect("servers"),
+        serde_json::json!([rpc, "127.0.0.1:4647"])
+    );
+    assert_eq!(agent.send("PUT", "/v1/agent/servers", "").0, 400);
+    // The client keeps working on the new list.
+    let node_id = client.node_id();
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(
+        agent.get(&format!("/v1/node/{node_id}")).expect("node")["Status"],
+        "ready"
+    );
+
+    // Only a server agent joins or force-leaves; members come from the servers.
+    assert_eq!(
+        agent.send("PUT", "/v1/agent/join?address=127.0.0.1:1", ""),
+        (501, "Invalid method".to_string())
+    );
+    assert_eq!(
+        agent.send("PUT", "/v1/agent/force-leave?node=s0", "").0,
+        501
+    );
+    let (status, body) = agent.send("GET", "/v1/agent/health", "");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"client\""), "{body}");
+    assert_eq!(members(agent).len(), 1);
+}

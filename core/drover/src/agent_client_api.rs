@@ -6,8 +6,14 @@ use axum::Router;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use std::sync::Arc;
+
+use axum::extract::Query;
+use axum::routing::put;
 use drover_client::Client;
 use serde_json::json;
+
+use crate::agent_remote::RemoteServers;
 
 fn json_response(status: StatusCode, body: serde_json::Value) -> Response {
     (
@@ -21,8 +27,9 @@ fn json_response(status: StatusCode, body: serde_json::Value) -> Response {
 pub fn router(
     client: Option<Client>,
     agent: drover_http::AgentInfo,
-    servers: Vec<String>,
+    remote: Arc<RemoteServers>,
 ) -> Router {
+    let servers = remote.servers();
     let node_id = client.as_ref().map(Client::node_id).unwrap_or_default();
     let self_report = json!({
         "config": agent.config_json,
@@ -58,4 +65,84 @@ pub fn router(
                 async move { json_response(StatusCode::OK, body) }
             }),
         )
+        .merge(server_list_routes(remote))
+}
+
+/// What Nomad's client agent answers itself rather than through a server: its server list
+/// (`GET`, and `PUT ?address=...` replacing it), and `join`/`force-leave`, which only a server
+/// agent serves (501 "Invalid method", as Nomad).
+fn server_list_routes(remote: Arc<RemoteServers>) -> Router {
+    let listed = remote.clone();
+    Router::new()
+        .route(
+            "/v1/agent/servers",
+            get(move || {
+                let servers = listed.servers();
+                async move { json_response(StatusCode::OK, json!(servers)) }
+            })
+            .put(
+                move |Query(pairs): Query<Vec<(String, String)>>| async move {
+                    let servers = new_server_list(&pairs);
+                    if servers.is_empty() {
+                        return (StatusCode::BAD_REQUEST, "missing server address").into_response();
+                    }
+                    tracing::info!(?servers, "agent: server list replaced");
+                    remote.set_servers(servers);
+                    json_response(StatusCode::OK, serde_json::Value::Null)
+                },
+            ),
+        )
+        .route("/v1/agent/join", put(invalid_method).post(invalid_method))
+        .route(
+            "/v1/agent/force-leave",
+            put(invalid_method).post(invalid_method),
+        )
+}
+
+async fn invalid_method() -> Response {
+    (StatusCode::NOT_IMPLEMENTED, "Invalid method").into_response()
+}
+
+/// The `address` parameters of `PUT /v1/agent/servers`, each with the RPC port 4647 when it
+/// names none.
+fn new_server_list(pairs: &[(String, String)]) -> Vec<String> {
+    let mut servers: Vec<String> = Vec::new();
+    for (k, v) in pairs {
+        let v = v.trim();
+        if k != "address" || v.is_empty() {
+            continue;
+        }
+        let addr = if v
+            .rsplit_once(':')
+            .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+        {
+            v.to_string()
+        } else {
+            format!("{v}:4647")
+        };
+        if !servers.contains(&addr) {
+            servers.push(addr);
+        }
+    }
+    servers
+}
+
+#[cfg(test)]
+mod tests {
+    use super::new_server_list;
+
+    #[test]
+    fn a_new_server_list_takes_every_address_with_the_rpc_port_by_default() {
+        let pairs = [
+            ("address".to_string(), "10.0.0.1".to_string()),
+            ("address".to_string(), "10.0.0.2:5000".to_string()),
+            ("address".to_string(), "10.0.0.1".to_string()),
+            ("stale".to_string(), String::new()),
+        ];
+        assert_eq!(
+            new_server_list(&pairs),
+            vec!["10.0.0.1:4647".to_string(), "10.0.0.2:5000".to_string()]
+        );
+        assert!(new_server_list(&[]).is_empty());
+    }
 }

@@ -18,7 +18,8 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub struct RemoteServers {
     rpc: Arc<RpcClient>,
-    servers: Vec<String>,
+    /// Replaced whole by `PUT /v1/agent/servers`; each call reads it once.
+    servers: std::sync::RwLock<Vec<String>>,
     /// Index in `servers` of the one that answered last.
     current: AtomicUsize,
 }
@@ -28,7 +29,7 @@ impl RemoteServers {
     pub fn new(servers: Vec<String>) -> RemoteServers {
         RemoteServers {
             rpc: Arc::new(RpcClient::new("", Arc::new(Faults::none()))),
-            servers,
+            servers: std::sync::RwLock::new(servers),
             current: AtomicUsize::new(0),
         }
     }
@@ -38,16 +39,29 @@ impl RemoteServers {
         self.rpc.clone()
     }
 
-    pub fn servers(&self) -> &[String] {
-        &self.servers
+    /// The servers calls go to, in order.
+    pub fn servers(&self) -> Vec<String> {
+        self.servers
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Replaces the servers calls go to (Nomad's `PUT /v1/agent/servers`). The sessions this
+    /// agent opened at start stay as they are: servers reach the node through them, or
+    /// through a peer that has one.
+    pub fn set_servers(&self, servers: Vec<String>) {
+        *self.servers.write().unwrap_or_else(|p| p.into_inner()) = servers;
+        self.current.store(0, Ordering::Relaxed);
     }
 
     /// A tunnel to the HTTP API of the current server, failing over through the list.
     async fn api_tunnel(&self) -> Result<drover_rpc::TunnelIo, String> {
         let start = self.current.load(Ordering::Relaxed);
         let mut last_error = String::from("no server configured");
-        for attempt in 0..self.servers.len() {
-            let addr = &self.servers[(start + attempt) % self.servers.len()];
+        let servers = self.servers();
+        for attempt in 0..servers.len() {
+            let addr = &servers[(start + attempt) % servers.len()];
             match self
                 .rpc
                 .open_tunnel(addr, &drover_rpc::TunnelTarget::Api)
@@ -67,9 +81,10 @@ impl RemoteServers {
         let body = drover_server::rpc::encode(request);
         let start = self.current.load(Ordering::Relaxed);
         let mut last_error = String::from("no server configured");
-        for attempt in 0..self.servers.len() {
-            let i = (start + attempt) % self.servers.len();
-            let addr = &self.servers[i];
+        let servers = self.servers();
+        for attempt in 0..servers.len() {
+            let i = (start + attempt) % servers.len();
+            let addr = &servers[i];
             match self
                 .rpc
                 .call(addr, METHOD_ENDPOINT, body.clone(), timeout)

@@ -405,7 +405,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         (None, _, Some(remote), Some(node_client)) => {
             sessions = crate::agent_tunnels::keep_sessions(
                 remote.rpc(),
-                remote.servers(),
+                &remote.servers(),
                 &node_client.node_id(),
                 node_client.clone(),
                 client
@@ -413,8 +413,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
                     .map(crate::agent_csi_routes::internal_routes)
                     .unwrap_or_default(),
             );
-            let local =
-                crate::agent_client_api::router(client.clone(), agent, remote_servers.clone());
+            let local = crate::agent_client_api::router(client.clone(), agent, remote.clone());
             drover_http::client_agent_router(node_client.clone(), local, remote.clone())
         }
         _ => bail!("an agent runs a server, a client, or both"),
