@@ -285,7 +285,8 @@ job "example" {
         );
 
         let mut bad = web_job("web");
-        bad["Datacenters"] = json!([]);
+        // (An empty datacenter list is no error since Nomad 1.5: it becomes ["*"].)
+        bad["Priority"] = json!(500);
         let r = api.put("/v1/validate/job", &json!({"Job": bad})).await;
         assert_eq!(r.status, StatusCode::OK);
         let body = r.json();

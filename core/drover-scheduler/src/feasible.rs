@@ -34,24 +34,23 @@ pub(crate) fn tainted(node: Option<&Node>) -> bool {
     }
 }
 
-/// Nomad's `readyNodesInDCs`: schedulable nodes of the given datacenters, and how many there are
-/// per datacenter (every listed datacenter appears, with 0 when it has none).
+/// Nomad's `readyNodesInDCsAndPool` (1.5+): schedulable nodes in a datacenter one of the job's
+/// globs matches (`Node::is_in_any_dc`), and how many there are per node datacenter (keyed by
+/// the nodes' datacenters, so a datacenter without ready nodes does not appear).
 pub(crate) fn ready_nodes_in_dcs(
     state: &dyn State,
     dcs: &[String],
 ) -> (Vec<Arc<Node>>, VecMap<String, i64>) {
-    let mut by_dc: VecMap<String, i64> = dcs.iter().map(|dc| (dc.clone(), 0)).collect();
+    let mut counts: BTreeMap<String, i64> = BTreeMap::new();
     let mut out = Vec::new();
     for node in state.nodes() {
-        if !schedulable(&node) {
+        if !schedulable(&node) || !node.is_in_any_dc(dcs) {
             continue;
         }
-        let Some(count) = by_dc.get_mut(&node.datacenter) else {
-            continue;
-        };
-        *count += 1;
+        *counts.entry(node.datacenter.clone()).or_default() += 1;
         out.push(node);
     }
+    let by_dc: VecMap<String, i64> = counts.into_iter().collect();
     // The store's iteration order is not part of the contract; sort (when it is not already
     // by id) so that a seeded shuffle gives the same order for the same nodes.
     if !out.is_sorted_by(|a, b| a.id <= b.id) {

@@ -293,7 +293,7 @@ impl SystemScheduler<'_> {
                             // Not ready or not eligible: left alone. Outside the job's
                             // datacenters now: stopped.
                             let in_dcs = ctx.node(node_id).is_some_and(|n| {
-                                job.datacenters.contains(&n.datacenter) && !schedulable(&n)
+                                n.is_in_any_dc(&job.datacenters) && !schedulable(&n)
                             });
                             if in_dcs {
                                 Verdict::Keep

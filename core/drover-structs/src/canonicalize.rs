@@ -112,6 +112,18 @@ pub fn canonicalize_job(job: &mut Value) {
     }
     set_default(obj, "Type", json!("service"));
     set_default(obj, "Priority", json!(50));
+    // Nomad 1.5+ (`Job.Canonicalize`): a job that names no datacenter may run in any.
+    let no_dcs = match obj.get("Datacenters") {
+        None | Some(Value::Null) => true,
+        Some(Value::Array(a)) => a.is_empty(),
+        Some(_) => false,
+    };
+    if no_dcs {
+        obj.insert(
+            "Datacenters".into(),
+            json!([crate::DEFAULT_DATACENTERS_GLOB]),
+        );
+    }
     empty_to_null(obj, "Meta");
     let text = |obj: &Map<String, Value>, key: &str| {
         obj.get(key)
@@ -376,6 +388,21 @@ mod tests {
         assert_eq!(t["Resources"]["MemoryMB"], 300);
         assert_eq!(t["LogConfig"]["MaxFiles"], 10);
         assert_eq!(t["KillTimeout"], 5 * SEC);
+    }
+
+    #[test]
+    fn a_job_without_datacenters_may_run_in_any() {
+        for dcs in [None, Some(json!(null)), Some(json!([]))] {
+            let mut j = json!({"ID": "web", "TaskGroups": []});
+            if let Some(d) = dcs {
+                j["Datacenters"] = d;
+            }
+            canonicalize_job(&mut j);
+            assert_eq!(j["Datacenters"], json!(["*"]));
+        }
+        let mut named = json!({"ID": "web", "Datacenters": ["dc-*", "east"]});
+        canonicalize_job(&mut named);
+        assert_eq!(named["Datacenters"], json!(["dc-*", "east"]));
     }
 
     #[test]

@@ -12,6 +12,7 @@ pub mod decode;
 pub mod disconnect;
 pub mod dispatch;
 pub mod eval;
+pub mod glob;
 pub mod job;
 pub mod multierror;
 pub mod node;
@@ -38,6 +39,7 @@ pub use periodic::*;
 pub use plan::*;
 pub use resources::*;
 pub use summary::*;
+pub use glob::DEFAULT_DATACENTERS_GLOB;
 pub use vec_map::VecMap;
 
 /// Namespace every object lives in unless told otherwise.

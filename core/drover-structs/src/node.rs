@@ -82,6 +82,13 @@ pub struct Node {
 }
 
 impl Node {
+    /// Nomad's `IsInAnyDC`: whether one of the job's datacenter globs matches the node's.
+    pub fn is_in_any_dc(&self, datacenters: &[String]) -> bool {
+        datacenters
+            .iter()
+            .any(|dc| crate::glob::glob(dc, &self.datacenter))
+    }
+
     pub fn ready(&self) -> bool {
         self.status == NODE_STATUS_READY
             && !self.drain
@@ -362,6 +369,20 @@ mod tests {
         assert!(parse_port_ranges("90-80").is_err());
         assert!(parse_port_ranges("x").is_err());
         assert_eq!(parse_port_ranges("").unwrap(), Vec::<i64>::new());
+    }
+
+    #[test]
+    fn a_node_is_in_a_datacenter_any_glob_of_the_job_matches() {
+        let n = Node {
+            datacenter: "dc-east".into(),
+            ..Node::default()
+        };
+        let dcs = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(n.is_in_any_dc(&dcs(&["*"])));
+        assert!(n.is_in_any_dc(&dcs(&["west", "dc-*"])));
+        assert!(n.is_in_any_dc(&dcs(&["dc-east"])));
+        assert!(!n.is_in_any_dc(&dcs(&["dc-west", "east"])));
+        assert!(!n.is_in_any_dc(&[]));
     }
 
     #[test]

@@ -163,6 +163,20 @@ mod tests {
     }
 
     #[test]
+    fn registration_fills_in_any_datacenter_but_an_empty_list_is_still_refused() {
+        let j = job(json!({"ID": "a", "TaskGroups": [{"Name": "g",
+            "Tasks": [{"Name": "t", "Driver": "raw_exec"}]}]}));
+        assert_eq!(j.datacenters, vec!["*".to_string()]);
+        validate_job(&j).unwrap();
+        let emptied = Job {
+            datacenters: Vec::new(),
+            ..j
+        };
+        let e = validate_job(&emptied).unwrap_err().to_string();
+        assert!(e.contains("Missing job datacenters"), "{e}");
+    }
+
+    #[test]
     fn every_problem_is_reported_at_once() {
         let j = job(
             json!({"ID": "a b", "Priority": 500, "TaskGroups": [{"Name": "g",
@@ -172,7 +186,6 @@ mod tests {
         let text = e.to_string();
         assert!(text.contains("Job ID contains a space"));
         assert!(text.contains("Job priority must be between [1, 100]"));
-        assert!(text.contains("Missing job datacenters"));
         assert!(text.contains("Missing task driver"));
         assert!(text.contains("minimum MemoryMB value is 10; got 1"));
     }
