@@ -106,6 +106,20 @@ impl DriverEventRouter {
     }
 }
 
+/// Asks `driver` once, without waiting, for the task events it holds and delivers them: a
+/// runner whose task ended calls it before it records the end, so that what the driver emitted
+/// while the task ran (in `start_task` of a task that exits at once, say) reaches it even when
+/// the driver's pump has not asked yet. Blocks for the length of one call.
+pub fn flush(driver: &dyn Driver, router: &DriverEventRouter) {
+    if let Ok(events) = driver.task_events(Duration::ZERO) {
+        for event in &events {
+            if !router.deliver(event) {
+                tracing::debug!(task = %event.task_id, message = %event.message, "driver event of a task no runner has; dropped");
+            }
+        }
+    }
+}
+
 /// Starts one pump thread per driver. They end when `shutdown` turns true or its sender is
 /// dropped (within `POLL_WAIT`), or at once for a driver without task events.
 pub fn start_pumps(
@@ -327,6 +341,21 @@ mod tests {
             assert!(Instant::now() < deadline, "timed out waiting for {what}");
             std::thread::sleep(Duration::from_millis(5));
         }
+    }
+
+    #[test]
+    fn flush_delivers_what_the_driver_holds_without_a_pump() {
+        let driver = Scripted::new([Some(Ok(vec![
+            event("a/t/1", "started as host process 12"),
+            event("other/t/1", "not this runner's"),
+        ]))]);
+        let router = DriverEventRouter::default();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let _route = router.route("a/t/1", tx);
+        flush(driver.as_ref(), &router);
+        let got = rx.try_recv().expect("the held event is delivered at once");
+        assert_eq!(got.driver_message, "started as host process 12");
+        assert!(rx.try_recv().is_err());
     }
 
     #[test]

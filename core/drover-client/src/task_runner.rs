@@ -344,6 +344,14 @@ impl TaskRunner {
                 continue;
             };
             running = None;
+            // What the driver emitted while the task ran comes before its end, even for a
+            // task that exits at once, before the driver's pump asked again.
+            let (driver, router) = (self.ctx.driver.clone(), self.ctx.driver_events.clone());
+            let _ = tokio::task::spawn_blocking(move || {
+                crate::driver_events::flush(driver.as_ref(), &router)
+            })
+            .await;
+            self.take_outside_events();
             let mut ev = TaskEvent::new(TASK_EVENT_TERMINATED);
             ev.exit_code = exit.exit_code as i64;
             ev.signal = exit.signal as i64;
