@@ -22,6 +22,8 @@ pub(crate) async fn list(
 ) -> Result<Response, ApiError> {
     let opts = QueryOptions::parse(&params)?;
     let with_task_states = !matches!(params.get("task_states").map(String::as_str), Some(v) if crate::query::parse_go_bool(v) == Some(false));
+    // Nomad's `?resources=true`: each stub also carries the allocation's resources.
+    let with_resources = crate::query::flag(&params, "resources")?;
     let (meta, stubs) = blocking(&s, &[Table::Allocs], &opts, |snap| {
         let stubs: Vec<_> = snap
             .allocs_by_prefix(&opts.prefix)
@@ -31,6 +33,9 @@ pub(crate) async fn list(
                 let mut stub = a.stub();
                 if !with_task_states {
                     stub.task_states = None;
+                }
+                if with_resources {
+                    stub.allocated_resources = a.allocated_resources.clone();
                 }
                 stub
             })
@@ -123,6 +128,19 @@ mod tests {
             }
             assert!(Instant::now() < deadline, "no allocation placed in time");
         }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn allocation_lists_carry_resources_only_when_asked() {
+        let api = TestApi::start().await;
+        api.register_node("9f773057-049e-c568-1bcf-300fae47b4b0")
+            .await;
+        api.register(web_job("web")).await;
+        let stub = first_alloc(&api, "web").await;
+        assert!(stub["AllocatedResources"].is_null(), "{stub}");
+        let full = api.get("/v1/allocations?resources=true").await.json();
+        let tasks = &full[0]["AllocatedResources"]["Tasks"];
+        assert!(tasks.as_object().is_some_and(|t| !t.is_empty()), "{full}");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -29,6 +29,7 @@ mod query;
 mod response;
 mod starting;
 mod stream;
+mod system;
 #[cfg(test)]
 mod test_support;
 
@@ -196,6 +197,11 @@ pub fn router(
             get(agent::servers)
                 .put(agent::set_servers)
                 .post(agent::set_servers),
+        )
+        .route("/v1/system/gc", post(system::gc).put(system::gc))
+        .route(
+            "/v1/system/reconcile/summaries",
+            post(system::reconcile_summaries).put(system::reconcile_summaries),
         )
         .route("/v1/status/leader", get(agent::leader))
         .route("/v1/status/peers", get(agent::peers))

@@ -20,11 +20,20 @@ pub(crate) async fn list(
     Query(params): Query<Params>,
 ) -> Result<Response, ApiError> {
     let opts = QueryOptions::parse(&params)?;
+    // Nomad's `?resources=true`: each stub also carries the node's and its reserved resources.
+    let with_resources = flag(&params, "resources")?;
     let (meta, stubs) = blocking(&s, &[Table::Nodes], &opts, |snap| {
         let stubs: Vec<_> = snap
             .nodes_by_prefix(&opts.prefix)
             .iter()
-            .map(|n| n.stub())
+            .map(|n| {
+                let mut stub = n.stub();
+                if with_resources {
+                    stub.node_resources = Some(n.node_resources.clone());
+                    stub.reserved_resources = Some(n.reserved_resources.clone());
+                }
+                stub
+            })
             .collect();
         (snap.table_index(Table::Nodes), stubs)
     })
@@ -111,6 +120,21 @@ mod tests {
     use axum::http::{Method, StatusCode};
 
     use crate::test_support::TestApi;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn node_lists_carry_resources_only_when_asked() {
+        let api = TestApi::start().await;
+        api.register_node("0d816e8c-19bd-2066-474e-6f7e52291a4c")
+            .await;
+        let plain = api.get("/v1/nodes").await.json();
+        assert!(plain[0]["NodeResources"].is_null(), "{plain}");
+        let full = api.get("/v1/nodes?resources=true").await.json();
+        assert_eq!(full[0]["NodeResources"]["Cpu"]["CpuShares"], 8000, "{full}");
+        assert_eq!(full[0]["NodeResources"]["Memory"]["MemoryMB"], 16_384);
+        assert!(full[0]["ReservedResources"].is_object(), "{full}");
+        let r = api.get("/v1/nodes?resources=maybe").await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn nodes_never_show_their_secret() {

@@ -1,0 +1,39 @@
+//! `/v1/system/gc` and `/v1/system/reconcile/summaries`. Drover's servers have no garbage
+//! collector of jobs, evaluations, allocations or nodes yet, and keep job summaries in the
+//! FSM with every write instead of reconciling them: both answer 501 saying so, never a 200
+//! that did nothing.
+
+use crate::error::ApiError;
+
+/// `PUT /v1/system/gc`.
+pub(crate) async fn gc() -> ApiError {
+    ApiError::not_implemented(
+        "forced garbage collection (/v1/system/gc: Drover's servers do not collect jobs, evaluations, allocations or nodes yet)",
+    )
+}
+
+/// `PUT /v1/system/reconcile/summaries`.
+pub(crate) async fn reconcile_summaries() -> ApiError {
+    ApiError::not_implemented("job summary reconciliation (/v1/system/reconcile/summaries)")
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::{Method, StatusCode};
+
+    use crate::test_support::TestApi;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn system_gc_and_reconcile_say_they_are_not_supported() {
+        let api = TestApi::start().await;
+        for path in ["/v1/system/gc", "/v1/system/reconcile/summaries"] {
+            let r = api.call(Method::PUT, path, None).await;
+            assert_eq!(r.status, StatusCode::NOT_IMPLEMENTED, "{path}");
+            assert!(
+                r.text().contains("not implemented by Drover"),
+                "{}",
+                r.text()
+            );
+        }
+    }
+}
