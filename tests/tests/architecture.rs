@@ -257,15 +257,34 @@ fn dependency_arrows_of_architecture_md_hold() {
         "plugin authors build without the agent",
         &mut e,
     );
-    // The SDK brings tokio and tonic only with its `sidecar` feature, which the metadata
-    // unifies in (skeleton-sidecar enables it): `cdylib_plugins_build_without_tokio_or_tonic`
-    // checks the SDK's default build on its own.
+    // The SDK has no async stack and no feature that brings one: the sidecar runtime is the
+    // crate drover-plugin-sidecar. The metadata unifies the features of the whole workspace
+    // (the skeleton's sidecar is in it), so this is the check that a cdylib cannot get tokio or
+    // tonic by feature unification.
     let agent_side: Vec<&str> = CORE
         .iter()
         .copied()
         .chain(["drover-plugin-host", "drover-driver-*"])
         .collect();
-    for krate in ["drover-plugin-sdk", "skeleton-driver", "skeleton-sidecar"] {
+    for krate in ["drover-plugin-sdk", "skeleton-driver"] {
+        check(
+            &c,
+            krate,
+            &[
+                agent_side.as_slice(),
+                &[
+                    "drover-driver-testkit",
+                    "drover-plugin-sidecar",
+                    "tokio",
+                    "tonic",
+                ],
+            ]
+            .concat(),
+            "a cdylib plugin builds without the agent and without an async stack",
+            &mut e,
+        );
+    }
+    for krate in ["drover-plugin-sidecar", "skeleton-sidecar"] {
         check(
             &c,
             krate,
@@ -339,7 +358,7 @@ fn cdylib_plugins_build_without_tokio_or_tonic() {
         for runtime in ["tokio", "tonic"] {
             assert!(
                 !deps.contains(runtime),
-                "{package} built alone pulls in {runtime}; the SDK's sidecar feature must stay optional"
+                "{package} built alone pulls in {runtime}; the async stack is drover-plugin-sidecar's"
             );
         }
     }

@@ -15,7 +15,7 @@ mod exec_stream;
 
 use std::process::ExitCode;
 
-use drover_plugin_sdk::sidecar::{self, Schemas, spec::*};
+use drover_plugin_sidecar::{self as sidecar, Schemas, spec::*};
 
 use crate::driver::SidecarDriver;
 
@@ -39,7 +39,7 @@ fn main() -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use drover_plugin_sdk::sidecar::ConfigSchema;
+    use drover_plugin_sidecar::ConfigSchema;
     use serde_json::json;
 
     #[test]

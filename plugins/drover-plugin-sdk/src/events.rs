@@ -54,7 +54,8 @@ pub fn emit(mut event: TaskEvent) -> usize {
 
 /// Registers a listener for every event emitted from now on (the sidecar's TaskEvents streams,
 /// each [`EmittingDriver`]).
-pub(crate) fn listen(sink: impl Fn(&TaskEvent) -> bool + Send + Sync + 'static) {
+#[doc(hidden)]
+pub fn listen(sink: impl Fn(&TaskEvent) -> bool + Send + Sync + 'static) {
     SINKS
         .lock()
         .unwrap_or_else(PoisonError::into_inner)

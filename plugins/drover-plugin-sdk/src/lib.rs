@@ -5,9 +5,10 @@
 //! - **cdylib** (in-process): `crate-type = ["cdylib"]` and one line,
 //!   `drover_plugin_sdk::export_driver!(MyDriver::new);`. The agent loads the library from its
 //!   `plugin_dir`. Panics in the driver are caught at the boundary and reported as errors.
-//! - **sidecar** (out-of-process, Nomad's go-plugin gRPC protocol): with the `sidecar` feature,
-//!   a binary whose `main` calls `drover_plugin_sdk::sidecar::run(MyDriver::new(), schemas)`.
-//!   The agent (Drover's, or Nomad's: the protocol is Nomad's) starts it from `plugin_dir`.
+//! - **sidecar** (out-of-process, Nomad's go-plugin gRPC protocol): a binary that depends on
+//!   the separate crate `drover-plugin-sidecar` and whose `main` calls
+//!   `drover_plugin_sidecar::run(MyDriver::new(), schemas)`. The agent (Drover's, or Nomad's:
+//!   the protocol is Nomad's) starts it from `plugin_dir`.
 //!
 //! A driver reports events about its tasks (beyond what the contract returns) with
 //! [`events::emit`]; the agent shows them as the task's "Driver" events. A cdylib hands them
@@ -17,9 +18,9 @@
 //! Test the driver with the conformance kit in `drover-driver-testkit`. The guide is
 //! docs/writing-a-driver-plugin.md.
 //!
-//! Must not depend on: any Drover core crate (only drover-abi, drover-abi-ffi and, for the
-//! sidecar, drover-plugin-proto); tokio and tonic only behind the `sidecar` feature, so a cdylib
-//! plugin builds without them.
+//! Must not depend on: any Drover core crate (only drover-abi and drover-abi-ffi), tokio,
+//! tonic. The async stack is drover-plugin-sidecar's alone, so a cdylib built in one workspace
+//! with its sidecar cannot get it by feature unification.
 
 pub use drover_abi;
 pub use drover_abi::{
@@ -31,8 +32,6 @@ pub use drover_abi::{
 
 pub mod events;
 pub mod log;
-#[cfg(feature = "sidecar")]
-pub mod sidecar;
 
 /// Exports the cdylib's driver plugin root module. `$make` builds the driver: a function or
 /// closure taking nothing, for example `MyDriver::new` or `|| MyDriver::with_defaults()`. The

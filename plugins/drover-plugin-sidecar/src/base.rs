@@ -12,7 +12,7 @@ use drover_plugin_proto::hclspec::Spec;
 use tonic::{Request, Response, Status};
 
 use super::convert;
-use crate::Driver;
+use drover_plugin_sdk::Driver;
 
 pub struct Base {
     driver: Arc<dyn Driver>,

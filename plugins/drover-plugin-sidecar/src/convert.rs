@@ -17,7 +17,7 @@ use drover_plugin_proto::status::recoverable_status;
 use drover_plugin_proto::structs::{Attribute, attribute};
 use tonic::Status;
 
-use crate::events::TaskEvent;
+use drover_plugin_sdk::events::TaskEvent;
 
 /// Largest piece of output in one ExecTaskStreaming message.
 const EXEC_CHUNK: usize = 32 * 1024;

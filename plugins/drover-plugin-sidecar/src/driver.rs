@@ -254,7 +254,7 @@ impl DriverRpc for DriverService {
 
     type TaskEventsStream = BoxStream<pb::DriverTaskEvent>;
 
-    /// Every event the driver emits (`crate::events::emit`) from now on, until the caller
+    /// Every event the driver emits (`drover_plugin_sdk::events::emit`) from now on, until the caller
     /// leaves. Events a slow caller has not taken are dropped past a buffer, never waited for:
     /// `emit` must not block the driver.
     async fn task_events(
@@ -262,7 +262,7 @@ impl DriverRpc for DriverService {
         _: Request<pb::TaskEventsRequest>,
     ) -> Result<Response<Self::TaskEventsStream>, Status> {
         let (tx, rx) = tokio::sync::mpsc::channel(EVENT_BUFFER);
-        crate::events::listen(move |event| {
+        drover_plugin_sdk::events::listen(move |event| {
             use tokio::sync::mpsc::error::TrySendError;
             !matches!(
                 tx.try_send(Ok(convert::task_event(event))),

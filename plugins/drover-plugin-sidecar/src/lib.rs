@@ -1,9 +1,13 @@
-//! Sidecar mode: the same [`crate::Driver`] shipped as an executable that the agent starts and
-//! talks to over Nomad's external plugin protocol (go-plugin over gRPC). Because the protocol is
-//! Nomad's, the binary also runs under a Nomad agent as an external driver plugin.
+//! Sidecar mode: the same [`drover_plugin_sdk::Driver`] shipped as an executable that the agent
+//! starts and talks to over Nomad's external plugin protocol (go-plugin over gRPC). Because the
+//! protocol is Nomad's, the binary also runs under a Nomad agent as an external driver plugin.
+//!
+//! This crate, not the SDK, holds the async stack (tokio, tonic): only the sidecar binary
+//! depends on it, so the cdylib of the same driver never builds with them, also when both are
+//! built in one workspace (there is no SDK feature for cargo to unify).
 //!
 //! ```ignore
-//! use drover_plugin_sdk::sidecar::{self, spec::*, Schemas};
+//! use drover_plugin_sidecar::{self as sidecar, spec::*, Schemas};
 //!
 //! fn main() -> std::process::ExitCode {
 //!     sidecar::run(MyDriver::new(), Schemas {
@@ -56,7 +60,7 @@ pub use drover_plugin_proto::hcl::{ConfigError, ConfigSchema, spec};
 pub use drover_plugin_proto::hclspec::Spec;
 use drover_plugin_proto::health::health_server::HealthServer;
 
-use crate::Driver;
+use drover_plugin_sdk::Driver;
 
 /// The hclspecs a sidecar publishes: of its `plugin "NAME" { config {} }` block and of a task's
 /// `config {}` block. Build them with [`spec`].
@@ -102,7 +106,7 @@ pub fn run(driver: impl Driver + 'static, schemas: Schemas) -> ExitCode {
             ExitCode::FAILURE
         }
         Err(e) => {
-            crate::log::error(&e);
+            drover_plugin_sdk::log::error(&e);
             ExitCode::FAILURE
         }
     }
@@ -118,8 +122,8 @@ pub fn serve(driver: impl Driver + 'static, schemas: Schemas) -> Result<(), Side
     };
     let plugin_schema = compile("plugin config", &schemas.plugin_config)?;
     compile("task config", &schemas.task_config)?;
-    crate::log::use_stderr_json();
-    crate::log::set_source(leak_name(&driver));
+    drover_plugin_sdk::log::use_stderr_json();
+    drover_plugin_sdk::log::set_source(leak_name(&driver));
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -153,9 +157,9 @@ fn watch_signals(stop: watch::Sender<bool>) -> Result<(), SidecarError> {
     tokio::spawn(async move {
         loop {
             tokio::select! {
-                Some(()) = interrupts.recv() => crate::log::debug("ignoring SIGINT"),
+                Some(()) = interrupts.recv() => drover_plugin_sdk::log::debug("ignoring SIGINT"),
                 Some(()) = terminate.recv() => {
-                    crate::log::info("SIGTERM: shutting down");
+                    drover_plugin_sdk::log::info("SIGTERM: shutting down");
                     let _ = stop.send(true);
                 }
                 else => return,

@@ -64,7 +64,7 @@ pub struct Controller {
 #[tonic::async_trait]
 impl GrpcController for Controller {
     async fn shutdown(&self, _: Request<Empty>) -> Result<Response<Empty>, Status> {
-        crate::log::info("the agent asked the plugin to shut down");
+        drover_plugin_sdk::log::info("the agent asked the plugin to shut down");
         let _ = self.stop.send(true);
         Ok(Response::new(Empty {}))
     }
