@@ -22,6 +22,7 @@ mod evals;
 mod jobs;
 mod jobspec;
 mod logs;
+mod metrics;
 mod nodes;
 mod operator;
 mod proxy;
@@ -203,6 +204,7 @@ pub fn router(
             "/v1/system/reconcile/summaries",
             post(system::reconcile_summaries).put(system::reconcile_summaries),
         )
+        .route("/v1/metrics", get(metrics::metrics))
         .route("/v1/status/leader", get(agent::leader))
         .route("/v1/status/peers", get(agent::peers))
         .route("/v1/regions", get(agent::regions))

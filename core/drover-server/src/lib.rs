@@ -22,6 +22,7 @@ mod heartbeat_tests;
 mod identity;
 mod leader_task;
 mod members;
+pub mod metrics;
 mod operator;
 mod periodic;
 pub mod plan_apply;

@@ -1,0 +1,218 @@
+//! `GET /v1/metrics`: Nomad's JSON summary (`Timestamp`, `Gauges`, `Counters`, `Samples`,
+//! `Points`) and, with `?format=prometheus`, the Prometheus text format (0.0.4). Figures are
+//! gauges read at the request (the server's, see drover-server's `metrics`, and the local
+//! client's allocation counts); Drover keeps no timing samples or counters yet, so those
+//! lists are empty rather than invented.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use axum::extract::{Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use drover_server::metrics::Gauge;
+use serde_json::json;
+
+use crate::AppState;
+use crate::error::ApiError;
+use crate::query::{Params, flag};
+use crate::response::respond_json;
+
+/// The gauges of this agent: its server's, and its client's allocations by status.
+fn gauges(s: &AppState) -> Vec<Gauge> {
+    let mut gauges = s.server.gauges();
+    if let Some(client) = &s.client {
+        let node_id = client.node_id();
+        let snap = s.server.snapshot();
+        let mut by_status: BTreeMap<&str, usize> =
+            [("pending", 0), ("running", 0), ("terminal", 0)].into();
+        for alloc in snap.allocs_by_node(&node_id) {
+            let status = match alloc.client_status.as_str() {
+                "pending" => "pending",
+                "running" => "running",
+                _ if alloc.terminal() => "terminal",
+                _ => "pending",
+            };
+            *by_status.entry(status).or_default() += 1;
+        }
+        for (status, n) in by_status {
+            gauges.push(
+                Gauge::new(format!("nomad.client.allocations.{status}"), n as f64)
+                    .label("node_id", node_id.clone())
+                    .label("datacenter", s.agent.datacenter.clone())
+                    .label("host", s.agent.name.clone()),
+            );
+        }
+    }
+    gauges
+}
+
+/// Nomad's `Timestamp`: Go's `time.Time.String()` of the interval, to the second.
+fn timestamp() -> String {
+    let now = drover_structs::time::now_nanos();
+    let whole = now - now.rem_euclid(1_000_000_000);
+    drover_structs::time::format_rfc3339_nanos(whole)
+        .replacen('T', " ", 1)
+        .replace('Z', " +0000 UTC")
+}
+
+/// A metric name as Nomad's Prometheus sink writes it: every character not allowed becomes `_`.
+fn prometheus_name(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == ':' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+fn escape_label(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// The gauges in the Prometheus text format, one `# TYPE` per family.
+pub(crate) fn prometheus_text(gauges: &[Gauge]) -> String {
+    let mut families: BTreeMap<String, Vec<&Gauge>> = BTreeMap::new();
+    for g in gauges {
+        families
+            .entry(prometheus_name(&g.name))
+            .or_default()
+            .push(g);
+    }
+    let mut out = String::new();
+    for (name, members) in families {
+        // Writing to a String cannot fail.
+        let _ = writeln!(out, "# HELP {name} {name}\n# TYPE {name} gauge");
+        for g in members {
+            out.push_str(&name);
+            if !g.labels.is_empty() {
+                let labels: Vec<String> = g
+                    .labels
+                    .iter()
+                    .map(|(k, v)| format!("{}=\"{}\"", prometheus_name(k), escape_label(v)))
+                    .collect();
+                let _ = write!(out, "{{{}}}", labels.join(","));
+            }
+            let _ = writeln!(out, " {}", g.value);
+        }
+    }
+    out
+}
+
+/// `GET /v1/metrics[?format=prometheus]`.
+pub(crate) async fn metrics(
+    State(s): State<AppState>,
+    Query(params): Query<Params>,
+) -> Result<Response, ApiError> {
+    let gauges = gauges(&s);
+    match params.get("format").map(String::as_str) {
+        Some("prometheus") => Ok((
+            StatusCode::OK,
+            [(
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            prometheus_text(&gauges),
+        )
+            .into_response()),
+        None | Some("") | Some("json") => {
+            let pretty = flag(&params, "pretty")?;
+            let body = json!({
+                "Timestamp": timestamp(),
+                "Gauges": gauges.iter().map(|g| json!({
+                    "Name": g.name,
+                    "Value": g.value,
+                    "Labels": g.labels,
+                })).collect::<Vec<_>>(),
+                "Counters": [],
+                "Samples": [],
+                "Points": [],
+            });
+            respond_json(&body, None, pretty)
+        }
+        Some(other) => Err(ApiError::bad_request(format!(
+            "unsupported metrics format {other:?}: json or prometheus"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::StatusCode;
+    use drover_server::metrics::Gauge;
+
+    use crate::test_support::{TestApi, web_job};
+
+    #[test]
+    fn prometheus_text_has_one_family_per_name_and_escaped_labels() {
+        let text = super::prometheus_text(&[
+            Gauge::new("nomad.nomad.nodes", 2.0).label("status", "ready"),
+            Gauge::new("nomad.nomad.nodes", 1.0).label("status", "do\"wn"),
+            Gauge::new("nomad.raft.appliedIndex", 18.0),
+        ]);
+        assert_eq!(
+            text,
+            "# HELP nomad_nomad_nodes nomad_nomad_nodes\n# TYPE nomad_nomad_nodes gauge\n\
+             nomad_nomad_nodes{status=\"ready\"} 2\nnomad_nomad_nodes{status=\"do\\\"wn\"} 1\n\
+             # HELP nomad_raft_appliedIndex nomad_raft_appliedIndex\n\
+             # TYPE nomad_raft_appliedIndex gauge\nnomad_raft_appliedIndex 18\n"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn metrics_report_raft_broker_and_job_figures_in_both_formats() {
+        let api = TestApi::start().await;
+        api.register_node("9f773057-049e-c568-1bcf-300fae47b4b0")
+            .await;
+        api.register(web_job("web")).await;
+        let r = api.get("/v1/metrics").await;
+        assert_eq!(r.status, StatusCode::OK);
+        let body = r.json();
+        let ts = body["Timestamp"].as_str().unwrap_or_default();
+        assert!(ts.ends_with(" +0000 UTC"), "{ts}");
+        let gauge = |name: &str| {
+            body["Gauges"]
+                .as_array()
+                .and_then(|g| g.iter().find(|g| g["Name"] == name).cloned())
+                .unwrap_or_else(|| panic!("no gauge {name}: {body}"))
+        };
+        assert!(gauge("nomad.raft.appliedIndex")["Value"].as_f64() > Some(0.0));
+        assert_eq!(gauge("nomad.raft.leader")["Value"], 1.0);
+        gauge("nomad.nomad.broker.total_ready");
+        gauge("nomad.nomad.plan.queue_depth");
+        assert_eq!(
+            gauge("nomad.nomad.job_status.pending")["Value"]
+                .as_f64()
+                .unwrap_or_default()
+                + gauge("nomad.nomad.job_status.running")["Value"]
+                    .as_f64()
+                    .unwrap_or_default(),
+            1.0
+        );
+        assert_eq!(body["Samples"], serde_json::json!([]));
+
+        let r = api.get("/v1/metrics?format=prometheus").await;
+        assert_eq!(r.status, StatusCode::OK);
+        assert!(
+            r.header("content-type")
+                .unwrap_or_default()
+                .starts_with("text/plain; version=0.0.4")
+        );
+        let text = r.text();
+        assert!(
+            text.contains("# TYPE nomad_raft_appliedIndex gauge\n"),
+            "{text}"
+        );
+        assert!(text.contains("\nnomad_nomad_broker_total_ready "), "{text}");
+        assert_eq!(
+            api.get("/v1/metrics?format=xml").await.status,
+            StatusCode::BAD_REQUEST
+        );
+    }
+}
