@@ -19,6 +19,7 @@ pub mod fingerprint;
 pub mod gc;
 pub mod heartbeat_stop;
 pub mod interpolate;
+pub mod lifecycle;
 pub mod logs;
 pub mod mountinfo;
 pub mod restarts;

@@ -285,6 +285,10 @@ pub const TASK_EVENT_KILLING: &str = "Killing";
 pub const TASK_EVENT_KILLED: &str = "Killed";
 pub const TASK_EVENT_SETUP_FAILURE: &str = "Setup Failure";
 pub const TASK_EVENT_SIBLING_FAILED: &str = "Sibling Task Failed";
+/// Nomad's `TaskLeaderDead`: the group's leader task finished, so the others are stopped.
+pub const TASK_EVENT_LEADER_DEAD: &str = "Leader Task Dead";
+/// Nomad's `TaskMainDead`: only sidecars are left, so they are stopped.
+pub const TASK_EVENT_MAIN_DEAD: &str = "Main Tasks Dead";
 /// Nomad's `TaskSignaling`: the task is being sent a signal (`alloc signal`).
 pub const TASK_EVENT_SIGNALING: &str = "Signaling";
 /// Nomad's `TaskRestartSignal`: the task was asked to restart (`alloc restart`).
@@ -440,6 +444,8 @@ impl TaskEvent {
                     self.task_signal, self.task_signal_reason
                 ),
             },
+            TASK_EVENT_LEADER_DEAD => "Leader Task in Group dead".into(),
+            TASK_EVENT_MAIN_DEAD => "Main tasks in the group died".into(),
             TASK_EVENT_RESTART_SIGNAL => {
                 if self.restart_reason.is_empty() {
                     "Task signaled to restart".into()

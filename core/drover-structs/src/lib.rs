@@ -31,6 +31,7 @@ pub use csi::*;
 pub use disconnect::*;
 pub use dispatch::*;
 pub use eval::*;
+pub use glob::DEFAULT_DATACENTERS_GLOB;
 pub use job::*;
 pub use multierror::MultiError;
 pub use node::*;
@@ -39,7 +40,6 @@ pub use periodic::*;
 pub use plan::*;
 pub use resources::*;
 pub use summary::*;
-pub use glob::DEFAULT_DATACENTERS_GLOB;
 pub use vec_map::VecMap;
 
 /// Namespace every object lives in unless told otherwise.
