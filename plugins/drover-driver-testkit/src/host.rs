@@ -26,13 +26,18 @@ fn mkfifo(path: &Path) -> io::Result<()> {
 /// A task directory with stdout/stderr FIFOs whose read ends are open, as the client's are.
 /// Removed on drop.
 pub struct TaskDirs {
+    /// The allocation directory (`TaskConfig::alloc_dir`).
     pub root: PathBuf,
+    /// The task's working directory (`TaskConfig::task_dir`), under `root`.
     pub task_dir: PathBuf,
+    /// The read end of the stdout FIFO (`TaskConfig::stdout_path`).
     pub stdout: FifoReader,
+    /// The read end of the stderr FIFO (`TaskConfig::stderr_path`).
     pub stderr: FifoReader,
 }
 
 impl TaskDirs {
+    /// Creates a fresh directory tree under the temp dir (named after `tag`) with both FIFOs.
     pub fn new(tag: &str) -> io::Result<TaskDirs> {
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let root =
@@ -94,12 +99,14 @@ impl Drop for TaskDirs {
 /// The read end of a log FIFO, non-blocking: it never waits for a writer, and reads gather what
 /// arrives until a deadline.
 pub struct FifoReader {
+    /// The FIFO's path.
     pub path: PathBuf,
     file: File,
     seen: Vec<u8>,
 }
 
 impl FifoReader {
+    /// Opens the read end of the FIFO at `path` without waiting for a writer.
     pub fn open(path: &Path) -> io::Result<FifoReader> {
         let file = OpenOptions::new()
             .read(true)

@@ -15,6 +15,7 @@
 //!
 //! Must not depend on: tokio, or any Drover crate other than drover-abi (so plugin authors can use
 //! it without the agent).
+#![deny(missing_docs)]
 
 mod build;
 mod checks;
@@ -79,19 +80,26 @@ pub type DriverFactory = Box<dyn Fn() -> Arc<dyn Driver> + Send + Sync>;
 
 /// One driver under test.
 pub struct Kit {
+    /// What the report and failure messages call the driver.
     pub name: String,
+    /// Makes each driver instance the kit uses (a new one plays an agent restart).
     pub new_driver: DriverFactory,
+    /// The task `config` blocks that make the driver do what each check needs.
     pub configs: TaskConfigs,
 }
 
 /// What a run found: the checks that passed and the failures with their reasons.
 #[derive(Debug, Default)]
 pub struct Report {
+    /// The names of the checks that passed.
     pub passed: Vec<&'static str>,
+    /// The checks that failed, each with what went wrong.
     pub failed: Vec<(&'static str, String)>,
 }
 
 impl Kit {
+    /// A kit for the driver `name`, whose instances `new_driver` makes (already configured:
+    /// call `set_config` in it if your driver needs a config), with the task configs `configs`.
     pub fn new(
         name: impl Into<String>,
         new_driver: impl Fn() -> Arc<dyn Driver> + Send + Sync + 'static,

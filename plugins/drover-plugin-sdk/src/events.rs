@@ -137,6 +137,7 @@ impl<D: Driver> EmittingDriver<D> {
         }
     }
 
+    /// The wrapped driver.
     pub fn inner(&self) -> &D {
         &self.driver
     }

@@ -21,6 +21,7 @@
 //! Must not depend on: any Drover core crate (only drover-abi and drover-abi-ffi), tokio,
 //! tonic. The async stack is drover-plugin-sidecar's alone, so a cdylib built in one workspace
 //! with its sidecar cannot get it by feature unification.
+#![deny(missing_docs)]
 
 pub use drover_abi;
 pub use drover_abi::{

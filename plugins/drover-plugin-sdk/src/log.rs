@@ -82,18 +82,22 @@ fn rfc3339_micros(at: SystemTime) -> String {
     )
 }
 
+/// Logs `message` at level error in the agent's log (a sidecar: hclog JSON on stderr).
 pub fn error(message: impl std::fmt::Display) {
     emit(LogLevel::Error, &message.to_string());
 }
 
+/// Logs `message` at level warn in the agent's log.
 pub fn warn(message: impl std::fmt::Display) {
     emit(LogLevel::Warn, &message.to_string());
 }
 
+/// Logs `message` at level info in the agent's log.
 pub fn info(message: impl std::fmt::Display) {
     emit(LogLevel::Info, &message.to_string());
 }
 
+/// Logs `message` at level debug in the agent's log.
 pub fn debug(message: impl std::fmt::Display) {
     emit(LogLevel::Debug, &message.to_string());
 }
