@@ -9,13 +9,17 @@ use std::sync::Arc;
 use drover_structs::{
     ALLOC_CLIENT_FAILED, ALLOC_CLIENT_LOST, ALLOC_CLIENT_RUNNING, ALLOC_CLIENT_UNKNOWN,
     ALLOC_DESIRED_EVICT, ALLOC_DESIRED_RUN, ALLOC_DESIRED_STOP, Allocation, EVAL_STATUS_PENDING,
-    Evaluation, Job, NODE_STATUS_DISCONNECTED, NODE_STATUS_DOWN, Node, RECONCILE_KEEP_ORIGINAL,
-    RECONCILE_KEEP_REPLACEMENT, RECONCILE_LONGEST_RUNNING, TRIGGER_MAX_DISCONNECT_TIMEOUT,
-    TRIGGER_RETRY_FAILED_ALLOC, TaskGroup, generate_id,
+    Evaluation, Job, NODE_STATUS_DISCONNECTED, NODE_STATUS_DOWN, Node,
+    TRIGGER_MAX_DISCONNECT_TIMEOUT, TRIGGER_RETRY_FAILED_ALLOC, TaskGroup, generate_id,
 };
 
 use crate::reschedule::{next_reschedule_time, next_reschedule_time_by_time, policy};
 use crate::util::alloc_name;
+
+mod disconnect;
+mod names;
+
+pub(crate) use names::NameIndex;
 
 pub(crate) const ALLOC_NOT_NEEDED: &str = "alloc not needed due to job update";
 pub(crate) const ALLOC_MIGRATING: &str = "alloc is being migrated";
@@ -548,144 +552,6 @@ impl Reconciler<'_> {
         (forced, later, at)
     }
 
-    /// Nomad's `RescheduleTimeOnDisconnect`: with a `disconnect` block, `replace` says whether
-    /// to replace at once; with the older fields, the reschedule policy counts from now.
-    fn reschedule_on_disconnect(&self, a: &Allocation, job: &Job) -> (i64, bool) {
-        let tg = a
-            .job
-            .as_deref()
-            .unwrap_or(job)
-            .lookup_task_group(&a.task_group);
-        if let Some(replace) = tg
-            .and_then(|tg| tg.disconnect.as_ref())
-            .and_then(|d| d.replace)
-        {
-            return (self.now, replace);
-        }
-        match policy(a, Some(job)) {
-            Some(p) => next_reschedule_time_by_time(a, p, self.now),
-            None => (0, false),
-        }
-    }
-
-    /// Nomad's `reconcileReconnecting`: for each reconnecting allocation, stop it or its
-    /// replacements as the group's `disconnect.reconcile` says. Returns the allocations that
-    /// reconnect and the ids stopped.
-    fn reconcile_reconnecting(
-        &self,
-        job: &Job,
-        tg: &TaskGroup,
-        reconnecting: &AllocSet,
-        all: &AllocSet,
-        r: &mut ReconcileResults,
-    ) -> (AllocSet, HashSet<String>) {
-        let mut stopped: HashSet<String> = HashSet::new();
-        let mut stop = |a: &Arc<Allocation>,
-                        description: &'static str,
-                        client_status: Option<&'static str>,
-                        stopped: &mut HashSet<String>| {
-            if stopped.insert(a.id.clone()) {
-                r.stop.push(Stop {
-                    alloc: a.clone(),
-                    description,
-                    client_status,
-                    followup: None,
-                });
-            }
-        };
-        // Replacements point back at what they replaced (`PreviousAllocation`).
-        let mut replaced_by: HashMap<&str, Vec<&Arc<Allocation>>> = HashMap::new();
-        for a in all {
-            if !a.previous_allocation.is_empty() {
-                replaced_by
-                    .entry(a.previous_allocation.as_str())
-                    .or_default()
-                    .push(a);
-            }
-        }
-        for original in reconnecting {
-            if !original.server_terminal() && original.client_status == ALLOC_CLIENT_FAILED {
-                stop(
-                    original,
-                    ALLOC_RESCHEDULED,
-                    Some(ALLOC_CLIENT_FAILED),
-                    &mut stopped,
-                );
-                continue;
-            }
-            let t = &original.desired_transition;
-            let old_version = original
-                .job
-                .as_ref()
-                .is_some_and(|j| j.version < job.version || j.create_index < job.create_index);
-            if original.desired_status != ALLOC_DESIRED_RUN
-                || t.migrate == Some(true)
-                || t.reschedule == Some(true)
-                || t.force_reschedule == Some(true)
-                || old_version
-            {
-                stop(original, ALLOC_NOT_NEEDED, None, &mut stopped);
-                continue;
-            }
-            // A replacement may itself have been replaced: follow the chain.
-            let mut queue: Vec<&Arc<Allocation>> = replaced_by
-                .get(original.id.as_str())
-                .cloned()
-                .unwrap_or_default();
-            let mut seen = HashSet::new();
-            while let Some(replacement) = queue.pop() {
-                if !seen.insert(replacement.id.clone()) {
-                    continue;
-                }
-                if let Some(next) = replaced_by.get(replacement.id.as_str()) {
-                    queue.extend(next.iter().copied());
-                }
-                if replacement.server_terminal() {
-                    continue;
-                }
-                if keep_replacement(tg, original, replacement) {
-                    stop(original, ALLOC_NOT_NEEDED, None, &mut stopped);
-                } else {
-                    stop(replacement, ALLOC_RECONNECTED, None, &mut stopped);
-                }
-            }
-        }
-        let reconnect = reconnecting
-            .iter()
-            .filter(|a| !stopped.contains(&a.id))
-            .cloned()
-            .collect();
-        (reconnect, stopped)
-    }
-
-    /// One follow-up evaluation per window of `at` times; returns each allocation's evaluation.
-    fn later_evals(
-        &self,
-        job: &Job,
-        mut later: Vec<(Arc<Allocation>, i64)>,
-        trigger: &str,
-        description: &str,
-        r: &mut ReconcileResults,
-    ) -> HashMap<String, String> {
-        let mut ids = HashMap::new();
-        if later.is_empty() {
-            return ids;
-        }
-        later.sort_by_key(|(_, at)| *at);
-        let mut batch_start = later[0].1;
-        let mut eval = self.followup_eval(job, batch_start, trigger, description);
-        for (alloc, at) in later {
-            if at.saturating_sub(batch_start) >= BATCHED_FAILED_ALLOC_WINDOW {
-                r.followup_evals.push(eval);
-                batch_start = at;
-                eval = self.followup_eval(job, at, trigger, description);
-            }
-            ids.insert(alloc.id.clone(), eval.id.clone());
-        }
-        r.followup_evals.push(eval);
-        ids
-    }
-
     /// One follow-up evaluation per window of reschedule times; the allocations point at theirs.
     fn handle_delayed_reschedules(
         &self,
@@ -766,59 +632,6 @@ struct Reschedulable {
     lost_due: AllocSet,
     /// Lost allocations whose delayed replacement is not due yet: they keep their name.
     lost_held: AllocSet,
-}
-
-/// Nomad's `pickReconnectingAlloc` (reconnecting picker): whether the replacement wins over
-/// the original that reconnected.
-fn keep_replacement(tg: &TaskGroup, original: &Allocation, replacement: &Allocation) -> bool {
-    let (ov, rv) = (original.job.as_ref(), replacement.job.as_ref());
-    let newer = match (ov, rv) {
-        (Some(o), Some(r)) => r.version > o.version || r.create_index > o.create_index,
-        _ => false,
-    };
-    if newer {
-        return true;
-    }
-    match tg.disconnect_reconcile() {
-        RECONCILE_KEEP_ORIGINAL => false,
-        RECONCILE_KEEP_REPLACEMENT => true,
-        RECONCILE_LONGEST_RUNNING => {
-            let task = leader_task(tg);
-            // The one that started first has run the longest.
-            latest_start(original, &task) >= latest_start(replacement, &task)
-        }
-        _ => {
-            let (o, r) = (max_norm_score(original), max_norm_score(replacement));
-            let better = match (o, r) {
-                (None, Some(_)) => true,
-                (Some(o), Some(r)) => r > o,
-                _ => false,
-            };
-            better
-                && (replacement.client_status == ALLOC_CLIENT_RUNNING
-                    || original.client_status != ALLOC_CLIENT_RUNNING)
-        }
-    }
-}
-
-fn max_norm_score(a: &Allocation) -> Option<f64> {
-    a.metrics
-        .as_ref()?
-        .score_meta_data
-        .as_ref()?
-        .iter()
-        .map(|m| m.norm_score)
-        .reduce(f64::max)
-}
-
-/// The group's leader task, else its first.
-fn leader_task(tg: &TaskGroup) -> String {
-    tg.tasks
-        .iter()
-        .find(|t| t.leader)
-        .or(tg.tasks.first())
-        .map(|t| t.name.clone())
-        .unwrap_or_default()
 }
 
 /// Nomad's `LastStartOfTask`: the last restart, or the start; 0 when the task never started.
@@ -1018,66 +831,6 @@ fn sort_by_name(set: &mut AllocSet) {
     set.sort_by(|a, b| {
         (a.index().unwrap_or(u64::MAX), &a.id).cmp(&(b.index().unwrap_or(u64::MAX), &b.id))
     });
-}
-
-/// Which `job.group[i]` indexes are taken (Nomad's `allocNameIndex`).
-pub(crate) struct NameIndex {
-    job: String,
-    group: String,
-    count: u64,
-    used: BTreeSet<u64>,
-}
-
-impl NameIndex {
-    pub(crate) fn new<'a>(
-        job: &str,
-        group: &str,
-        count: i64,
-        allocs: impl Iterator<Item = &'a Arc<Allocation>>,
-    ) -> Self {
-        NameIndex {
-            job: job.to_string(),
-            group: group.to_string(),
-            count: count.max(0) as u64,
-            used: allocs.filter_map(|a| a.index()).collect(),
-        }
-    }
-
-    fn unset(&mut self, index: u64) {
-        self.used.remove(&index);
-    }
-
-    /// Removes and returns the names of the `n` highest taken indexes.
-    pub(crate) fn highest(&mut self, n: u64) -> HashSet<String> {
-        let mut out = HashSet::new();
-        while (out.len() as u64) < n {
-            let Some(i) = self.used.pop_last() else {
-                break;
-            };
-            out.insert(alloc_name(&self.job, &self.group, i));
-        }
-        out
-    }
-
-    /// Takes and returns `n` names: free indexes below `count` first, lowest first; past
-    /// those, indexes from 0 again (duplicates, as Nomad does).
-    pub(crate) fn next(&mut self, n: u64) -> Vec<String> {
-        let mut out = Vec::new();
-        for i in 0..self.count {
-            if out.len() as u64 == n {
-                return out;
-            }
-            if self.used.insert(i) {
-                out.push(alloc_name(&self.job, &self.group, i));
-            }
-        }
-        let remainder = n - out.len() as u64;
-        for i in 0..remainder {
-            self.used.insert(i);
-            out.push(alloc_name(&self.job, &self.group, i));
-        }
-        out
-    }
 }
 
 #[cfg(test)]
