@@ -14,6 +14,7 @@ use crate::alloc_stats::LiveTasks;
 use crate::allocdir::AllocDir;
 use crate::csi::volumes::{self, MountedVolume};
 use crate::csi::{CsiManager, CsiServerCalls};
+use crate::lifecycle::{self, Coordinator};
 use crate::state_db::ClientStateDb;
 use crate::task_runner::{KillReason, TaskContext, TaskRunner, TaskStateUpdate};
 
@@ -215,11 +216,8 @@ async fn run(
     let mut task_binds: Vec<std::path::PathBuf> = Vec::new();
     let (task_tx, mut task_rx) = mpsc::unbounded_channel::<TaskStateUpdate>();
     let mut kills: BTreeMap<String, watch::Sender<Option<KillReason>>> = BTreeMap::new();
-    let leader = group
-        .tasks
-        .iter()
-        .find(|t| t.leader)
-        .map(|t| t.name.clone());
+    // Which lifecycle stages may start now (prestart, main, poststart, poststop).
+    let mut coordinator = Coordinator::new(&group.tasks);
 
     for task in &group.tasks {
         let prior_state = prior.get(&task.name).cloned();
@@ -286,16 +284,20 @@ async fn run(
                 ..Default::default()
             }),
         );
-        let mut runner = TaskRunner::new(
-            ctx,
-            prior_state,
-            handles.remove(&task.name),
-            task_tx.clone(),
-        );
+        let recovered = handles.remove(&task.name);
+        let recovering = recovered.is_some();
+        let mut runner = TaskRunner::new(ctx, prior_state, recovered, task_tx.clone());
         if let Some(rx) = commands.remove(&task.name) {
             runner = runner.with_commands(rx);
         }
-        tokio::spawn(runner.run(kill_rx));
+        // A task taken back after an agent restart already runs: no gate to wait for.
+        let gate = (!recovering).then(|| coordinator.gate(lifecycle::stage_of(task)));
+        tokio::spawn(lifecycle::run_when_allowed(runner, gate, kill_rx));
+    }
+    if prior.is_empty() {
+        coordinator.task_states_updated(&states);
+    } else {
+        coordinator.restore(&states);
     }
     drop(task_tx);
     // Tasks without a runner run nothing: dropping their commands answers them so.
@@ -303,6 +305,8 @@ async fn run(
 
     let mut last_sent: Option<(String, BTreeMap<String, TaskState>)> = None;
     let mut stopping = false;
+    // The kill phases still to send once the tasks of the current one are dead.
+    let mut killing = lifecycle::Killing::default();
     let mut commands_closed = false;
     loop {
         let (status, desc) = client_status(&states);
@@ -322,18 +326,13 @@ async fn run(
         tokio::select! {
             update = task_rx.recv() => {
                 let Some((name, state)) = update else { break };
-                let failed = state.state == TASK_STATE_DEAD && state.failed;
-                let leader_dead = state.state == TASK_STATE_DEAD && leader.as_deref() == Some(name.as_str());
-                states.insert(name.clone(), state);
-                if !stopping && (failed || leader_dead) {
+                states.insert(name, state);
+                if !stopping && let Some(reason) = lifecycle::kill_reason(&group.tasks, &states) {
                     stopping = true;
-                    let reason = if failed { KillReason::SiblingFailed(name.clone()) } else { KillReason::LeaderDead };
-                    for (other, tx) in &kills {
-                        if *other != name {
-                            let _ = tx.send(Some(reason.clone()));
-                        }
-                    }
+                    killing = lifecycle::Killing::start(&group.tasks, &states, reason);
                 }
+                killing.advance(&states, &kills);
+                coordinator.task_states_updated(&states);
             }
             changed = stop_rx.changed(), if !stopping && !commands_closed => {
                 // The client dropped its handle (the agent is exiting): no more commands, and
@@ -342,9 +341,8 @@ async fn run(
                     commands_closed = true;
                 } else if *stop_rx.borrow() {
                     stopping = true;
-                    for tx in kills.values() {
-                        let _ = tx.send(Some(KillReason::Stop));
-                    }
+                    killing = lifecycle::Killing::start(&group.tasks, &states, KillReason::Stop);
+                    killing.advance(&states, &kills);
                 }
             }
         }

@@ -12,10 +12,12 @@
 //! but sidecars and poststop tasks, then the sidecars; poststop tasks are never killed, they
 //! run once the others are dead.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use drover_structs::{TASK_STATE_DEAD, TASK_STATE_PENDING, TASK_STATE_RUNNING, Task, TaskState};
 use tokio::sync::watch;
+
+use crate::task_runner::{KillReason, TaskRunner};
 
 pub const HOOK_PRESTART: &str = "prestart";
 pub const HOOK_POSTSTART: &str = "poststart";
@@ -280,6 +282,113 @@ pub fn only_sidecars_remain(tasks: &[Task], states: &BTreeMap<String, TaskState>
     live.peek().is_some() && live.all(is_sidecar)
 }
 
+/// Runs the task once its stage's gate opens (`None`: at once), or at once when it is killed
+/// before that (the runner then ends it without starting it).
+pub async fn run_when_allowed(
+    runner: TaskRunner,
+    gate: Option<watch::Receiver<bool>>,
+    kill: watch::Receiver<Option<KillReason>>,
+) {
+    if let Some(mut gate) = gate {
+        let mut killed = kill.clone();
+        tokio::select! {
+            // A closed gate channel means the allocation runner is gone: nothing will open
+            // it; the runner's kill channel decides from here.
+            _ = gate.wait_for(|open| *open) => {}
+            _ = killed.wait_for(|k| k.is_some()) => {}
+        }
+    }
+    runner.run(kill).await;
+}
+
+/// Nomad's `handleTaskStateUpdates`: whether the tasks' states call for killing the others.
+/// Poststop tasks neither trigger it nor count as live. A dead leader comes before a failed
+/// task; without either, only sidecars left alive are stopped ("Main Tasks Dead").
+pub fn kill_reason(tasks: &[Task], states: &BTreeMap<String, TaskState>) -> Option<KillReason> {
+    let mut reason = None;
+    let mut live = false;
+    for t in tasks.iter().filter(|t| !is_poststop(t)) {
+        let Some(s) = states.get(&t.name).filter(|s| s.state == TASK_STATE_DEAD) else {
+            live = true;
+            continue;
+        };
+        if s.failed {
+            if reason.is_none() {
+                reason = Some(KillReason::SiblingFailed(t.name.clone()));
+            }
+        } else if t.leader {
+            reason = Some(KillReason::LeaderDead);
+        }
+    }
+    if !live {
+        return None;
+    }
+    if reason.is_none() && only_sidecars_remain(tasks, states) {
+        reason = Some(KillReason::MainDead);
+    }
+    reason
+}
+
+/// A kill in progress: the phases of [`kill_phases`] sent one after another, each once every
+/// task of the one before is dead.
+#[derive(Debug, Default)]
+pub struct Killing {
+    reason: Option<KillReason>,
+    phases: VecDeque<Vec<String>>,
+    current: Vec<String>,
+}
+
+impl Killing {
+    pub fn start(tasks: &[Task], states: &BTreeMap<String, TaskState>, reason: KillReason) -> Self {
+        let alive = |n: &String| !in_state(states.get(n), TASK_STATE_DEAD);
+        let phases = kill_phases(tasks)
+            .into_iter()
+            .map(|p| p.into_iter().filter(alive).collect::<Vec<_>>())
+            .filter(|p| !p.is_empty())
+            .collect();
+        Killing {
+            reason: Some(reason),
+            phases,
+            current: Vec::new(),
+        }
+    }
+
+    /// Sends the next phases whose predecessors are all dead.
+    pub fn advance(
+        &mut self,
+        states: &BTreeMap<String, TaskState>,
+        kills: &BTreeMap<String, watch::Sender<Option<KillReason>>>,
+    ) {
+        let Some(reason) = &self.reason else {
+            return;
+        };
+        loop {
+            let done = self
+                .current
+                .iter()
+                .all(|n| in_state(states.get(n), TASK_STATE_DEAD) || !kills.contains_key(n));
+            if !done {
+                return;
+            }
+            let Some(next) = self.phases.pop_front() else {
+                return;
+            };
+            for name in &next {
+                if let Some(tx) = kills.get(name) {
+                    tx.send_if_modified(|k| {
+                        let first = k.is_none();
+                        if first {
+                            *k = Some(reason.clone());
+                        }
+                        first
+                    });
+                }
+            }
+            self.current = next;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -521,3 +630,7 @@ mod tests {
         assert!(!only_sidecars_remain(&plain, &states(&[("a", R, false)])));
     }
 }
+
+#[cfg(test)]
+#[path = "lifecycle_runner_tests.rs"]
+mod runner_tests;

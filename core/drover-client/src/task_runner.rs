@@ -38,6 +38,8 @@ pub enum KillReason {
     SiblingFailed(String),
     /// The group's leader task finished.
     LeaderDead,
+    /// Only sidecars are left: the main tasks ended (Nomad's `TaskMainDead`).
+    MainDead,
 }
 
 /// Everything a task runner needs, fixed for its lifetime.
@@ -284,6 +286,8 @@ impl TaskRunner {
                 if let Some(id) = running.take() {
                     self.kill(&id, reason).await;
                 } else {
+                    // Killed before it started (e.g. waiting for its lifecycle stage).
+                    self.kill_reason_event(&reason);
                     self.finish(false);
                 }
                 break;
@@ -591,12 +595,7 @@ impl TaskRunner {
 
     /// Stops a running task: signal, wait up to the kill timeout, then kill.
     async fn kill(&mut self, task_id: &str, reason: KillReason) {
-        if let KillReason::SiblingFailed(sibling) = &reason {
-            let mut ev = TaskEvent::new(TASK_EVENT_SIBLING_FAILED);
-            ev.failed_sibling = sibling.clone();
-            ev.display_message = ev.default_display_message();
-            self.event(ev);
-        }
+        self.kill_reason_event(&reason);
         let mut ev = TaskEvent::new(TASK_EVENT_KILLING);
         ev.kill_timeout = self.kill_timeout().as_nanos() as i64;
         ev.display_message = ev.default_display_message();
@@ -609,6 +608,22 @@ impl TaskRunner {
         self.event(ev);
         self.release(task_id).await;
         self.finish(false);
+    }
+
+    /// Nomad's event for why the allocation runner kills the task (none for a plain stop).
+    fn kill_reason_event(&mut self, reason: &KillReason) {
+        let mut ev = match reason {
+            KillReason::Stop => return,
+            KillReason::SiblingFailed(sibling) => {
+                let mut ev = TaskEvent::new(TASK_EVENT_SIBLING_FAILED);
+                ev.failed_sibling = sibling.clone();
+                ev
+            }
+            KillReason::LeaderDead => TaskEvent::new(TASK_EVENT_LEADER_DEAD),
+            KillReason::MainDead => TaskEvent::new(TASK_EVENT_MAIN_DEAD),
+        };
+        ev.display_message = ev.default_display_message();
+        self.event(ev);
     }
 
     fn kill_timeout(&self) -> Duration {
