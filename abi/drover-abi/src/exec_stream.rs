@@ -17,7 +17,9 @@ use serde::{Deserialize, Serialize};
 /// A terminal's size in characters (Nomad's `TerminalSize`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TerminalSize {
+    /// Rows.
     pub height: u16,
+    /// Columns.
     pub width: u16,
 }
 
@@ -45,13 +47,16 @@ pub enum ExecInput {
 /// One piece of the command's output.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ExecStreamOutput {
+    /// Bytes the command wrote to its stdout.
     Stdout(Vec<u8>),
+    /// Bytes the command wrote to its stderr.
     Stderr(Vec<u8>),
 }
 
 /// What [`ExecStream::recv`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ExecRecv {
+    /// Something from the caller.
     Input(ExecInput),
     /// Nothing came in time; ask again.
     Timeout,
@@ -84,7 +89,9 @@ pub struct ChannelExecStream {
 
 /// The caller's ends of a [`ChannelExecStream`].
 pub struct ChannelExecCaller {
+    /// Sends what the command's stdin and terminal get.
     pub input: Sender<ExecInput>,
+    /// Receives the command's output.
     pub output: Receiver<ExecStreamOutput>,
 }
 

@@ -4,6 +4,25 @@
 //! Must not depend on: tokio, tonic, abi_stable or any crate of Drover's core. Only serde,
 //! serde_json and thiserror. The contract is synchronous and blocking on purpose: a host wraps calls
 //! in its own threads, and a plugin never has to agree with the host on an async runtime.
+//!
+//! # Lifecycle
+//!
+//! What the agent calls on one [`Driver`] instance, in order:
+//!
+//! 1. [`Driver::plugin_info`], then [`Driver::set_config`] once with the agent's
+//!    `plugin "NAME" { config { ... } }` block (an empty object without one);
+//! 2. [`Driver::capabilities`], and [`Driver::fingerprint`] periodically from then on;
+//! 3. per task: [`Driver::validate_task_config`], [`Driver::start_task`] (events about it may
+//!    be reported from here on, see [`DriverTaskEvent`]), [`Driver::wait_task`] in a loop with a
+//!    timeout until it returns the [`ExitResult`], [`Driver::stop_task`] when the task must stop,
+//!    [`Driver::destroy_task`] when the agent forgets it; [`Driver::inspect_task`],
+//!    [`Driver::signal_task`], [`Driver::task_stats`], [`Driver::exec_task`] and
+//!    [`Driver::exec_task_streaming`] at any time while it runs;
+//! 4. after an agent restart, a new instance gets steps 1 and 2 again and then
+//!    [`Driver::recover_task`] with each [`TaskHandle`] `start_task` returned before.
+//!
+//! Errors are [`DriverError`]s; an unknown task id is always [`DriverError::TaskNotFound`].
+#![deny(missing_docs)]
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -27,15 +46,20 @@ pub const DRIVER_API_VERSION: &str = "0.1.0";
 pub struct PluginInfo {
     /// Name jobs use in `driver = "..."`.
     pub name: String,
+    /// The plugin's own version (its package version, say).
     pub plugin_version: String,
+    /// The contract version it implements: [`DRIVER_API_VERSION`].
     pub api_version: String,
 }
 
 /// Health of a driver on this node, as Nomad's `HealthState`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum HealthState {
+    /// The driver cannot run here (its runtime is missing, or it is disabled by config).
     Undetected,
+    /// The driver is present but cannot run tasks now.
     Unhealthy,
+    /// The driver runs tasks.
     Healthy,
 }
 
@@ -43,26 +67,38 @@ pub enum HealthState {
 /// (for example `driver.raw_exec = "1"`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Fingerprint {
+    /// Whether the driver can run tasks on this node.
     pub health: HealthState,
+    /// Why, in words the user reads in `node status` ("Healthy", "docker daemon unreachable").
     pub health_description: String,
+    /// Node attributes, for example `driver.NAME = "1"`; constraints can match them.
     pub attributes: BTreeMap<String, String>,
 }
 
 /// How much of the host filesystem a task sees.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum FsIsolation {
+    /// The task sees the host's filesystem (raw_exec).
     None,
+    /// The task runs in its own root built from host directories (exec's `chroot_env`).
     Chroot,
+    /// The task runs in its own image (docker).
     Image,
 }
 
 /// What a driver can do beyond start/wait/stop.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Capabilities {
+    /// `signal_task` works.
     pub send_signals: bool,
+    /// `exec_task` (and `exec_task_streaming`) work.
     pub exec: bool,
+    /// How much of the host filesystem a task sees; anything but `None` obliges `start_task`
+    /// to make `TaskConfig::mounts` visible.
     pub fs_isolation: FsIsolation,
+    /// Tasks get their own network namespace.
     pub network_isolation: bool,
+    /// The driver honours `TaskConfig::mounts` itself.
     pub mount_configs: bool,
 }
 
@@ -71,7 +107,9 @@ pub struct Capabilities {
 pub struct TaskResources {
     /// CPU in MHz (Nomad's `cpu`), turned into cpu shares by isolating drivers.
     pub cpu_mhz: u64,
+    /// Whole cores reserved for the task (Nomad's `cores`); 0 when it asked for MHz.
     pub cores: u64,
+    /// Memory in MiB the task may use (Nomad's `memory`).
     pub memory_mb: u64,
     /// Hard memory limit when oversubscription is used; 0 means same as `memory_mb`.
     pub memory_max_mb: u64,
@@ -125,8 +163,10 @@ pub struct MountConfig {
     pub task_path: String,
     /// Absolute path on the host.
     pub host_path: String,
+    /// Mounted read-only.
     #[serde(default)]
     pub readonly: bool,
+    /// How mounts below it propagate (Nomad's `propagation_mode`).
     #[serde(default)]
     pub propagation_mode: MountPropagation,
 }
@@ -138,13 +178,17 @@ pub struct TaskConfig {
     pub id: String,
     /// The task's name in its group.
     pub name: String,
+    /// The allocation the task belongs to.
     pub alloc_id: String,
+    /// The job's name.
     pub job_name: String,
+    /// The task group's name.
     pub group_name: String,
     /// The full task environment (NOMAD_* and the task's `env`), already interpolated.
     pub env: BTreeMap<String, String>,
     /// The task's `config` block as JSON, with `${...}` runtime references already interpolated.
     pub driver_config: serde_json::Value,
+    /// What the scheduler granted the task.
     pub resources: TaskResources,
     /// User to run as; empty means the driver's default.
     pub user: String,
@@ -157,6 +201,7 @@ pub struct TaskConfig {
     /// Named pipes (FIFOs) the host created and reads from; the driver connects the task's
     /// stdout and stderr to them. The host rotates what arrives into `alloc/logs/`.
     pub stdout_path: PathBuf,
+    /// The stderr FIFO; see `stdout_path`.
     pub stderr_path: PathBuf,
     /// Host paths to make visible inside the task (CSI volumes, a CSI plugin's socket and mount
     /// directories). Absent in JSON from hosts and plugins that predate it, hence the default.
@@ -169,7 +214,9 @@ pub struct TaskConfig {
 pub struct TaskHandle {
     /// Version of the driver-specific `state` layout.
     pub version: u32,
+    /// The name of the driver that started the task (`PluginInfo::name`).
     pub driver: String,
+    /// The config the task was started with.
     pub config: TaskConfig,
     /// Driver-specific state, for example the task's pid.
     pub state: serde_json::Value,
@@ -178,9 +225,11 @@ pub struct TaskHandle {
 /// How a task ended.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExitResult {
+    /// The process's exit code.
     pub exit_code: i32,
     /// Signal number that ended the task, 0 when it exited on its own.
     pub signal: i32,
+    /// The kernel's OOM killer ended it.
     pub oom_killed: bool,
     /// Set when the driver could not run or observe the task to its end.
     pub err: Option<String>,
@@ -196,27 +245,37 @@ impl ExitResult {
 /// Lifecycle state of a task as the driver sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum TaskState {
+    /// The driver does not know (a recovered task it could not inspect).
     Unknown,
+    /// The task runs.
     Running,
+    /// The task ended; `TaskStatus::exit_result` says how.
     Exited,
 }
 
 /// Answer of `inspect_task`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskStatus {
+    /// The task's id (`TaskConfig::id`).
     pub id: String,
+    /// The task's name (`TaskConfig::name`).
     pub name: String,
+    /// Whether it runs.
     pub state: TaskState,
     /// Unix time in nanoseconds.
     pub started_at: i64,
+    /// Unix time in nanoseconds; 0 while it runs.
     pub completed_at: i64,
+    /// How it ended, once it did.
     pub exit_result: Option<ExitResult>,
 }
 
 /// Resource usage sample of a task.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TaskResourceUsage {
+    /// Resident memory in bytes.
     pub memory_rss_bytes: u64,
+    /// CPU time used since the start, in clock ticks.
     pub cpu_total_ticks: f64,
     /// Unix time in nanoseconds.
     pub timestamp: i64,
@@ -225,8 +284,11 @@ pub struct TaskResourceUsage {
 /// Output of a command run inside a task with `exec_task`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExecOutput {
+    /// What the command wrote to its stdout.
     pub stdout: Vec<u8>,
+    /// What the command wrote to its stderr.
     pub stderr: Vec<u8>,
+    /// Its exit code.
     pub exit_code: i32,
 }
 
@@ -237,11 +299,15 @@ pub struct ExecOutput {
 pub struct DriverTaskEvent {
     /// `TaskConfig::id` of the task.
     pub task_id: String,
+    /// `TaskConfig::alloc_id` of the task.
     pub alloc_id: String,
+    /// `TaskConfig::name` of the task.
     pub task_name: String,
     /// Unix time in nanoseconds; 0 when the driver gave none.
     pub timestamp: i64,
+    /// What happened, as the user reads it (`DriverMessage` of the task event).
     pub message: String,
+    /// Details as key and value (`Details` of the task event), for example `pid`.
     pub annotations: BTreeMap<String, String>,
 }
 
@@ -258,6 +324,7 @@ impl DriverTaskEvent {
         }
     }
 
+    /// Adds the annotation `key` = `value`.
     pub fn with_annotation(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.annotations.insert(key.into(), value.into());
         self
@@ -270,12 +337,14 @@ impl DriverTaskEvent {
 /// Every method may block; hosts call them from threads that may block. Methods take `&self` so that
 /// one driver serves many tasks at once; drivers keep their task table behind their own locks.
 pub trait Driver: Send + Sync {
+    /// The driver's name and versions; the name is what jobs write in `driver = "..."`.
     fn plugin_info(&self) -> PluginInfo;
 
     /// Applies the agent's `plugin "NAME" { config { ... } }` block, as JSON. Called once before
     /// any task starts; an empty object when the agent has no block for this driver.
     fn set_config(&self, config: &serde_json::Value) -> Result<(), DriverError>;
 
+    /// What the driver supports beyond start, wait and stop.
     fn capabilities(&self) -> Capabilities;
 
     /// Current health and attributes. Hosts call it periodically.
@@ -303,21 +372,26 @@ pub trait Driver: Send + Sync {
     /// first; without it, destroying a running task is an error.
     fn destroy_task(&self, task_id: &str, force: bool) -> Result<(), DriverError>;
 
+    /// The task's state, start and end times and exit result.
     fn inspect_task(&self, task_id: &str) -> Result<TaskStatus, DriverError>;
 
     /// Takes a task started before the agent restarted back under management.
     fn recover_task(&self, handle: &TaskHandle) -> Result<(), DriverError>;
 
+    /// Sends `signal` (for example "SIGHUP") to the task. Default: `NotSupported`.
     fn signal_task(&self, task_id: &str, signal: &str) -> Result<(), DriverError> {
         let _ = (task_id, signal);
         Err(DriverError::NotSupported("signal_task".into()))
     }
 
+    /// A resource usage sample of the task. Default: `NotSupported`.
     fn task_stats(&self, task_id: &str) -> Result<TaskResourceUsage, DriverError> {
         let _ = task_id;
         Err(DriverError::NotSupported("task_stats".into()))
     }
 
+    /// Runs `command` in the task and returns its output once it exited or `timeout` passed.
+    /// Default: `NotSupported`.
     fn exec_task(
         &self,
         task_id: &str,
