@@ -163,7 +163,8 @@ fn a_client_agent_answers_its_server_list_itself_and_refuses_join() {
     let dir = TempDir::new("agent-client-servers");
     let cluster = ServerCluster::start(dir.path(), 1, "");
     let rpc = cluster.servers[0].rpc_addr();
-    let client = drover_tests::clients::ClientProc::start(dir.path(), "c1", &[rpc.clone()], "");
+    let client =
+        drover_tests::clients::ClientProc::start(dir.path(), "c1", std::slice::from_ref(&rpc), "");
     client.wait_ready(WAIT);
     let agent = client.agent();
 
@@ -203,4 +204,78 @@ fn a_client_agent_answers_its_server_list_itself_and_refuses_join() {
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("\"client\""), "{body}");
     assert_eq!(members(agent).len(), 1);
+}
+
+/// Reads from a streaming GET until `want` shows up in the body (or the time is up).
+fn stream_until(addr: &str, path: &str, want: &str, mut during: impl FnMut()) -> String {
+    use std::io::{Read, Write};
+    let host = addr.trim_start_matches("http://");
+    let mut conn = std::net::TcpStream::connect(host).expect("connect");
+    conn.set_read_timeout(Some(Duration::from_millis(500)))
+        .expect("read timeout");
+    write!(conn, "GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n").expect("request");
+    let deadline = Instant::now() + WAIT;
+    let mut seen = String::new();
+    let mut buf = [0u8; 8192];
+    while !seen.contains(want) {
+        assert!(
+            Instant::now() < deadline,
+            "{want:?} not streamed; got:\n{seen}"
+        );
+        during();
+        match conn.read(&mut buf) {
+            Ok(0) => panic!("the stream ended; got:\n{seen}"),
+            Ok(n) => seen.push_str(&String::from_utf8_lossy(&buf[..n])),
+            Err(_) => {}
+        }
+    }
+    seen
+}
+
+#[test]
+fn monitor_streams_the_agents_own_log_and_metrics_have_prometheus_text() {
+    let dir = TempDir::new("agent-monitor");
+    let agent = Agent::start_dev(dir.path(), &[]);
+    // A debug monitor against an info agent sees the debug lines the agent does not write.
+    let mut n = 0;
+    let seen = stream_until(
+        &agent.addr(),
+        "/v1/agent/monitor?log_level=debug&plain=true",
+        "[DEBUG]",
+        || {
+            n += 1;
+            let body = format!(
+                "{{\"Job\": {{\"ID\": \"m{n}\", \"Datacenters\": [\"dc1\"], \"TaskGroups\": [{{\"Name\": \"g\", \"Tasks\": [{{\"Name\": \"t\", \"Driver\": \"mock_driver\", \"Config\": {{\"run_for\": \"1s\"}}}}]}}]}}}}"
+            );
+            let _ = agent.send("PUT", "/v1/jobs", &body);
+        },
+    );
+    assert!(
+        seen.to_ascii_lowercase()
+            .contains("content-type: text/plain"),
+        "{seen}"
+    );
+    assert!(
+        !agent.log().contains("[DEBUG]"),
+        "the agent's own log stays at info"
+    );
+
+    let (status, text) = agent.send("GET", "/v1/metrics?format=prometheus", "");
+    assert_eq!(status, 200, "{text}");
+    for family in [
+        "nomad_raft_appliedIndex",
+        "nomad_nomad_broker_total_ready",
+        "nomad_nomad_plan_queue_depth",
+        "nomad_client_allocations_running",
+    ] {
+        assert!(
+            text.contains(&format!("# TYPE {family} gauge\n")),
+            "{family}:\n{text}"
+        );
+    }
+    // Every sample line is `name{labels} value` with a number.
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let value = line.rsplit_once(' ').map(|(_, v)| v).unwrap_or_default();
+        assert!(value.parse::<f64>().is_ok(), "{line}");
+    }
 }

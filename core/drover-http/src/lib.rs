@@ -23,6 +23,7 @@ mod jobs;
 mod jobspec;
 mod logs;
 mod metrics;
+mod monitor;
 mod nodes;
 mod operator;
 mod proxy;
@@ -45,6 +46,7 @@ use axum::routing::{delete, get, post};
 
 pub use alloc_control::ControlFuture;
 pub use client_api::{BoxFuture, NoTunnels, TunnelOpener, Upstream};
+pub use monitor::{LogFeed, LogRecord, level_rank, log_feed, monitor};
 pub use proxy::{call_over, serve_connection};
 pub use query::parse_go_duration;
 pub use starting::{ReadyRouter, late_router, starting_router};
@@ -205,6 +207,7 @@ pub fn router(
             post(system::reconcile_summaries).put(system::reconcile_summaries),
         )
         .route("/v1/metrics", get(metrics::metrics))
+        .route("/v1/agent/monitor", get(monitor::monitor))
         .route("/v1/status/leader", get(agent::leader))
         .route("/v1/status/peers", get(agent::peers))
         .route("/v1/regions", get(agent::regions))

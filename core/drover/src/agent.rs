@@ -54,11 +54,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     let level = args.log_level.clone().unwrap_or_else(|| "info".into());
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level.to_lowercase()));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
+    crate::agent_logs::init(filter);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

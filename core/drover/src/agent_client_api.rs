@@ -93,6 +93,8 @@ fn server_list_routes(remote: Arc<RemoteServers>) -> Router {
             ),
         )
         .route("/v1/agent/join", put(invalid_method).post(invalid_method))
+        // The agent's own log, not a server's.
+        .route("/v1/agent/monitor", get(drover_http::monitor))
         .route(
             "/v1/agent/force-leave",
             put(invalid_method).post(invalid_method),

@@ -5,6 +5,7 @@ mod agent;
 mod agent_client_api;
 mod agent_csi;
 mod agent_csi_routes;
+mod agent_logs;
 mod agent_remote;
 mod agent_run;
 mod agent_tunnels;
