@@ -32,6 +32,8 @@ struct Scripted {
     tasks: Mutex<BTreeMap<String, Running>>,
     changed: Condvar,
     log: Mutex<Vec<String>>,
+    /// (task, kill timeout, signal) of every stop.
+    stops: Mutex<Vec<(String, Duration, String)>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -123,11 +125,12 @@ impl Driver for Scripted {
                 .0;
         }
     }
-    fn stop_task(&self, id: &str, _: Duration, signal: &str) -> Result<(), DriverError> {
+    fn stop_task(&self, id: &str, timeout: Duration, signal: &str) -> Result<(), DriverError> {
         let mut tasks = lock(&self.tasks);
         let t = tasks
             .get_mut(id)
             .ok_or_else(|| DriverError::TaskNotFound(id.into()))?;
+        lock(&self.stops).push((t.name.clone(), timeout, signal.to_string()));
         if t.exit.is_none() {
             lock(&self.log).push(format!("stop:{}", t.name));
             t.exit = Some(ExitResult {
@@ -420,4 +423,39 @@ async fn a_stop_kills_the_leader_first_then_main_tasks_then_sidecars_and_then_ru
         h.log()
     );
     assert_eq!(last.client_status, ALLOC_CLIENT_COMPLETE);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_delay_waits_before_the_kill_with_its_event_and_the_kill_uses_signal_and_timeout()
+{
+    let mut slow = task("slow", None, false, None, 0);
+    slow.shutdown_delay = 300_000_000;
+    slow.kill_signal = "SIGTERM".into();
+    slow.kill_timeout = 3_600_000_000_000;
+    let mut h = Harness::start(vec![slow]);
+    h.until_log("start:slow").await;
+    let asked = Instant::now();
+    h.runner.stop();
+    let last = h.until_done().await;
+    assert!(asked.elapsed() >= Duration::from_millis(300));
+    let stops = lock(&h.driver.stops).clone();
+    assert_eq!(
+        stops,
+        vec![(
+            "slow".to_string(),
+            Duration::from_secs(30),
+            "SIGTERM".to_string()
+        )],
+        "kill_timeout is capped at the client's max_kill_timeout"
+    );
+    let states = last.task_states.expect("task states");
+    let events = &states["slow"].events;
+    let types: Vec<&str> = events.iter().map(|e| e.event_type.as_str()).collect();
+    let at = |t: &str| types.iter().position(|x| *x == t).expect(t);
+    assert!(at(TASK_EVENT_KILLING) < at(TASK_EVENT_WAITING_SHUTDOWN_DELAY));
+    assert!(at(TASK_EVENT_WAITING_SHUTDOWN_DELAY) < at(TASK_EVENT_KILLED));
+    assert_eq!(
+        events[at(TASK_EVENT_WAITING_SHUTDOWN_DELAY)].display_message,
+        "Waiting for shutdown_delay of 300ms before killing the task."
+    );
 }

@@ -29,6 +29,9 @@ use crate::restarts::{Decision, RestartTracker};
 use crate::state_db::ClientStateDb;
 use crate::taskenv::{TaskPaths, build_env, inherits_agent_env, lookup_in};
 
+/// Nomad's default client `max_kill_timeout`.
+const MAX_KILL_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Why a task is being killed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KillReason {
@@ -600,6 +603,7 @@ impl TaskRunner {
         ev.kill_timeout = self.kill_timeout().as_nanos() as i64;
         ev.display_message = ev.default_display_message();
         self.event(ev);
+        self.shutdown_delay(task_id).await;
         let mut ev = TaskEvent::new(TASK_EVENT_KILLED);
         if let Err(e) = self.stop_task(task_id).await {
             ev.kill_error = e;
@@ -626,8 +630,30 @@ impl TaskRunner {
         self.event(ev);
     }
 
+    /// The task's `kill_timeout`, at most the client's `max_kill_timeout` (Nomad's default,
+    /// 30 s: `SetKillTimeout` and the driver's kill both take the smaller).
     fn kill_timeout(&self) -> Duration {
-        Duration::from_nanos(self.ctx.task.kill_timeout.max(0) as u64)
+        Duration::from_nanos(self.ctx.task.kill_timeout.max(0) as u64).min(MAX_KILL_TIMEOUT)
+    }
+
+    /// Nomad's `shutdown_delay` before the kill: the task shows as pending with an event
+    /// saying so, and is killed once the delay is over (unless it exited before).
+    async fn shutdown_delay(&mut self, task_id: &str) {
+        let delay = Duration::from_nanos(self.ctx.task.shutdown_delay.max(0) as u64);
+        if delay.is_zero() {
+            return;
+        }
+        let mut ev = TaskEvent::new(TASK_EVENT_WAITING_SHUTDOWN_DELAY);
+        ev.display_message = format!(
+            "Waiting for shutdown_delay of {} before killing the task.",
+            drover_structs::time::go_duration(self.ctx.task.shutdown_delay)
+        );
+        self.set_state(TASK_STATE_PENDING);
+        self.event(ev);
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = wait_exit(self.ctx.driver.clone(), task_id.to_string()) => {}
+        }
     }
 
     /// Has the driver stop the task: its kill signal, then a kill after its kill timeout.

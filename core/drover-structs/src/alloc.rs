@@ -289,6 +289,8 @@ pub const TASK_EVENT_SIBLING_FAILED: &str = "Sibling Task Failed";
 pub const TASK_EVENT_LEADER_DEAD: &str = "Leader Task Dead";
 /// Nomad's `TaskMainDead`: only sidecars are left, so they are stopped.
 pub const TASK_EVENT_MAIN_DEAD: &str = "Main Tasks Dead";
+/// Nomad's `TaskWaitingShuttingDownDelay`: the task's `shutdown_delay` runs before the kill.
+pub const TASK_EVENT_WAITING_SHUTDOWN_DELAY: &str = "Waiting for shutdown delay";
 /// Nomad's `TaskSignaling`: the task is being sent a signal (`alloc signal`).
 pub const TASK_EVENT_SIGNALING: &str = "Signaling";
 /// Nomad's `TaskRestartSignal`: the task was asked to restart (`alloc restart`).

@@ -88,6 +88,63 @@ fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
+/// Go's `time.Duration.String()` for a count of nanoseconds ("300ms", "1.5s", "1m0s").
+pub fn go_duration(nanos: i64) -> String {
+    const SEC: u64 = 1_000_000_000;
+    if nanos == 0 {
+        return "0s".into();
+    }
+    let sign = if nanos < 0 { "-" } else { "" };
+    let u = nanos.unsigned_abs();
+    if u < 1_000 {
+        return format!("{sign}{u}ns");
+    }
+    if u < 1_000_000 {
+        return format!("{sign}{}µs", fraction(u, 1_000));
+    }
+    if u < SEC {
+        return format!("{sign}{}ms", fraction(u, 1_000_000));
+    }
+    let total = u / SEC;
+    let (h, m, s) = (total / 3600, (total % 3600) / 60, total % 60);
+    let secs = fraction(s * SEC + u % SEC, SEC);
+    if h > 0 {
+        format!("{sign}{h}h{m}m{secs}s")
+    } else if m > 0 {
+        format!("{sign}{m}m{secs}s")
+    } else {
+        format!("{sign}{secs}s")
+    }
+}
+
+/// `value / unit` with the remainder as decimals, trailing zeros dropped ("1.5", "12").
+fn fraction(value: u64, unit: u64) -> String {
+    let (whole, rem) = (value / unit, value % unit);
+    if rem == 0 {
+        return whole.to_string();
+    }
+    let width = unit.ilog10() as usize;
+    let decimals = format!("{rem:0width$}");
+    format!("{whole}.{}", decimals.trim_end_matches('0'))
+}
+
+#[cfg(test)]
+mod go_duration_tests {
+    use super::go_duration;
+
+    #[test]
+    fn durations_print_as_go_prints_them() {
+        assert_eq!(go_duration(0), "0s");
+        assert_eq!(go_duration(300_000_000), "300ms");
+        assert_eq!(go_duration(1_500_000_000), "1.5s");
+        assert_eq!(go_duration(5_000_000_000), "5s");
+        assert_eq!(go_duration(60_000_000_000), "1m0s");
+        assert_eq!(go_duration(3_723_000_000_000), "1h2m3s");
+        assert_eq!(go_duration(1_500), "1.5µs");
+        assert_eq!(go_duration(7), "7ns");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
