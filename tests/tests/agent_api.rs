@@ -204,6 +204,21 @@ fn a_client_agent_answers_its_server_list_itself_and_refuses_join() {
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("\"client\""), "{body}");
     assert_eq!(members(agent).len(), 1);
+
+    // Its metrics are its own, not a server's.
+    let metrics = agent.get("/v1/metrics").expect("metrics");
+    let names: Vec<&str> = metrics["Gauges"]
+        .as_array()
+        .map(|g| g.iter().filter_map(|g| g["Name"].as_str()).collect())
+        .unwrap_or_default();
+    assert!(
+        names.contains(&"nomad.client.allocations.running"),
+        "{metrics}"
+    );
+    assert!(!names.contains(&"nomad.raft.appliedIndex"), "{metrics}");
+    let (status, text) = agent.send("GET", "/v1/metrics?format=prometheus", "");
+    assert_eq!(status, 200);
+    assert!(text.contains("nomad_client_allocations_running{"), "{text}");
 }
 
 /// Reads from a streaming GET until `want` shows up in the body (or the time is up).

@@ -341,6 +341,18 @@ impl Client {
             .len()
     }
 
+    /// Allocations this client runs now and those whose runners ended (Nomad's
+    /// `nomad.client.allocations.running` and `.terminal` gauges).
+    pub fn alloc_counts(&self) -> (usize, usize) {
+        let runners = self
+            .shared
+            .runners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let done = runners.values().filter(|r| r.is_done()).count();
+        (runners.len() - done, done)
+    }
+
     /// Stops watching for allocations. Tasks keep running (they are recovered on restart),
     /// as Nomad's client leaves them when the agent stops.
     pub fn shutdown(&self) {

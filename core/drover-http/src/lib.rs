@@ -46,6 +46,7 @@ use axum::routing::{delete, get, post};
 
 pub use alloc_control::ControlFuture;
 pub use client_api::{BoxFuture, NoTunnels, TunnelOpener, Upstream};
+pub use metrics::metrics_response;
 pub use monitor::{LogFeed, LogRecord, level_rank, log_feed, monitor};
 pub use proxy::{call_over, serve_connection};
 pub use query::parse_go_duration;

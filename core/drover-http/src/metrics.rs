@@ -110,19 +110,29 @@ pub(crate) async fn metrics(
     State(s): State<AppState>,
     Query(params): Query<Params>,
 ) -> Result<Response, ApiError> {
+    let pretty = flag(&params, "pretty")?;
     let gauges = gauges(&s);
-    match params.get("format").map(String::as_str) {
-        Some("prometheus") => Ok((
+    Ok(metrics_response(
+        &gauges,
+        params.get("format").map(String::as_str),
+        pretty,
+    ))
+}
+
+/// `gauges` answered as `/v1/metrics` does: Nomad's JSON, or the Prometheus text with
+/// `format = prometheus`; another format is a 400.
+pub fn metrics_response(gauges: &[Gauge], format: Option<&str>, pretty: bool) -> Response {
+    match format {
+        Some("prometheus") => (
             StatusCode::OK,
             [(
                 header::CONTENT_TYPE,
                 "text/plain; version=0.0.4; charset=utf-8",
             )],
-            prometheus_text(&gauges),
+            prometheus_text(gauges),
         )
-            .into_response()),
+            .into_response(),
         None | Some("") | Some("json") => {
-            let pretty = flag(&params, "pretty")?;
             let body = json!({
                 "Timestamp": timestamp(),
                 "Gauges": gauges.iter().map(|g| json!({
@@ -134,11 +144,12 @@ pub(crate) async fn metrics(
                 "Samples": [],
                 "Points": [],
             });
-            respond_json(&body, None, pretty)
+            respond_json(&body, None, pretty).unwrap_or_else(IntoResponse::into_response)
         }
-        Some(other) => Err(ApiError::bad_request(format!(
+        Some(other) => ApiError::bad_request(format!(
             "unsupported metrics format {other:?}: json or prometheus"
-        ))),
+        ))
+        .into_response(),
     }
 }
 
