@@ -307,6 +307,8 @@ async fn run(
     let mut stopping = false;
     // The kill phases still to send once the tasks of the current one are dead.
     let mut killing = lifecycle::Killing::default();
+    let group_delay =
+        std::time::Duration::from_nanos(group.shutdown_delay.unwrap_or(0).max(0) as u64);
     let mut commands_closed = false;
     loop {
         let (status, desc) = client_status(&states);
@@ -329,7 +331,7 @@ async fn run(
                 states.insert(name, state);
                 if !stopping && let Some(reason) = lifecycle::kill_reason(&group.tasks, &states) {
                     stopping = true;
-                    killing = lifecycle::Killing::start(&group.tasks, &states, reason);
+                    killing = lifecycle::Killing::after(&group.tasks, &states, reason, group_delay);
                 }
                 killing.advance(&states, &kills);
                 coordinator.task_states_updated(&states);
@@ -341,9 +343,17 @@ async fn run(
                     commands_closed = true;
                 } else if *stop_rx.borrow() {
                     stopping = true;
-                    killing = lifecycle::Killing::start(&group.tasks, &states, KillReason::Stop);
+                    killing = lifecycle::Killing::after(
+                        &group.tasks, &states, KillReason::Stop, group_delay,
+                    );
                     killing.advance(&states, &kills);
                 }
+            }
+            // The group's shutdown_delay is over: the kill goes on.
+            _ = tokio::time::sleep_until(
+                killing.delayed_until().unwrap_or_else(tokio::time::Instant::now),
+            ), if killing.delayed_until().is_some() => {
+                killing.advance(&states, &kills);
             }
         }
     }

@@ -330,15 +330,37 @@ pub fn kill_reason(tasks: &[Task], states: &BTreeMap<String, TaskState>) -> Opti
 }
 
 /// A kill in progress: the phases of [`kill_phases`] sent one after another, each once every
-/// task of the one before is dead.
+/// task of the one before is dead; the first one after the group's `shutdown_delay` (Nomad's
+/// group service hook waits for it in `PreKill`, before any task is killed).
 #[derive(Debug, Default)]
 pub struct Killing {
     reason: Option<KillReason>,
     phases: VecDeque<Vec<String>>,
     current: Vec<String>,
+    not_before: Option<tokio::time::Instant>,
 }
 
 impl Killing {
+    /// Starts a kill of the group's live tasks, the first phase after `delay`.
+    pub fn after(
+        tasks: &[Task],
+        states: &BTreeMap<String, TaskState>,
+        reason: KillReason,
+        delay: std::time::Duration,
+    ) -> Self {
+        let mut k = Killing::start(tasks, states, reason);
+        if !delay.is_zero() {
+            k.not_before = Some(tokio::time::Instant::now() + delay);
+        }
+        k
+    }
+
+    /// Until when the group's shutdown delay holds the kill back, while it does.
+    pub fn delayed_until(&self) -> Option<tokio::time::Instant> {
+        self.not_before
+            .filter(|t| *t > tokio::time::Instant::now() && !self.phases.is_empty())
+    }
+
     pub fn start(tasks: &[Task], states: &BTreeMap<String, TaskState>, reason: KillReason) -> Self {
         let alive = |n: &String| !in_state(states.get(n), TASK_STATE_DEAD);
         let phases = kill_phases(tasks)
@@ -350,6 +372,7 @@ impl Killing {
             reason: Some(reason),
             phases,
             current: Vec::new(),
+            not_before: None,
         }
     }
 
@@ -362,6 +385,9 @@ impl Killing {
         let Some(reason) = &self.reason else {
             return;
         };
+        if self.delayed_until().is_some() {
+            return;
+        }
         loop {
             let done = self
                 .current

@@ -202,6 +202,11 @@ struct Harness {
 impl Harness {
     /// One allocation of a batch job whose group runs `tasks`, with no restarts.
     fn start(tasks: Vec<Task>) -> Harness {
+        Harness::start_group(tasks, None)
+    }
+
+    /// As [`Harness::start`], the group with a `shutdown_delay`.
+    fn start_group(tasks: Vec<Task>, shutdown_delay: Option<i64>) -> Harness {
         let dir = TempDir(
             std::env::temp_dir().join(format!("drover-lifecycle-{}", uuid::Uuid::new_v4())),
         );
@@ -235,6 +240,7 @@ impl Harness {
                 mode: RESTART_MODE_FAIL.into(),
             }),
             tasks,
+            shutdown_delay,
             ..Default::default()
         };
         let job = Job {
@@ -458,4 +464,16 @@ async fn shutdown_delay_waits_before_the_kill_with_its_event_and_the_kill_uses_s
         events[at(TASK_EVENT_WAITING_SHUTDOWN_DELAY)].display_message,
         "Waiting for shutdown_delay of 300ms before killing the task."
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_shutdown_delay_holds_every_kill_back() {
+    let mut h = Harness::start_group(vec![task("web", None, false, None, 0)], Some(300_000_000));
+    h.until_log("start:web").await;
+    let asked = Instant::now();
+    h.runner.stop();
+    h.until_log("stop:web").await;
+    assert!(asked.elapsed() >= Duration::from_millis(300));
+    let last = h.until_done().await;
+    assert_eq!(last.client_status, ALLOC_CLIENT_COMPLETE);
 }
