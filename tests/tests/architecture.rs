@@ -266,7 +266,7 @@ fn dependency_arrows_of_architecture_md_hold() {
         .copied()
         .chain(["drover-plugin-host", "drover-driver-*"])
         .collect();
-    for krate in ["drover-plugin-sdk", "skeleton-driver"] {
+    for krate in ["drover-plugin-sdk", "skeleton-driver", "minimal-driver"] {
         check(
             &c,
             krate,
@@ -284,7 +284,11 @@ fn dependency_arrows_of_architecture_md_hold() {
             &mut e,
         );
     }
-    for krate in ["drover-plugin-sidecar", "skeleton-sidecar"] {
+    for krate in [
+        "drover-plugin-sidecar",
+        "skeleton-sidecar",
+        "minimal-driver-sidecar",
+    ] {
         check(
             &c,
             krate,
