@@ -69,6 +69,16 @@ pub fn stage_of(task: &Task) -> Stage {
     }
 }
 
+/// Nomad's `NewRestartTracker`: whether a task that exits successfully is started again.
+/// Batch-like jobs do not; a prestart or poststart task only as a sidecar; poststop never.
+pub fn restarts_on_success(task: &Task, batch_like_job: bool) -> bool {
+    match Lifecycle::of(task) {
+        Some(l) if l.hook == HOOK_PRESTART || l.hook == HOOK_POSTSTART => l.sidecar,
+        Some(l) if l.hook == HOOK_POSTSTOP => false,
+        _ => !batch_like_job,
+    }
+}
+
 /// Nomad's `TaskRunner.IsSidecarTask`: a lifecycle block with `sidecar = true`.
 pub fn is_sidecar(task: &Task) -> bool {
     Lifecycle::of(task).is_some_and(|l| l.sidecar)
@@ -479,6 +489,25 @@ mod tests {
             !is_sidecar(&hookless),
             "a block without hook is no lifecycle"
         );
+    }
+
+    #[test]
+    fn only_main_tasks_and_sidecars_of_a_service_restart_after_success() {
+        let [init, proxy, main, after, cleanup] = group().try_into().expect("five tasks");
+        assert!(!restarts_on_success(&init, false));
+        assert!(restarts_on_success(&proxy, false));
+        assert!(
+            restarts_on_success(&proxy, true),
+            "a sidecar of a batch job too"
+        );
+        assert!(restarts_on_success(&main, false));
+        assert!(!restarts_on_success(&main, true));
+        assert!(!restarts_on_success(&after, false));
+        assert!(restarts_on_success(
+            &task("s", Some("poststart"), true),
+            false
+        ));
+        assert!(!restarts_on_success(&cleanup, false));
     }
 
     #[test]

@@ -207,6 +207,10 @@ impl Harness {
 
     /// As [`Harness::start`], the group with a `shutdown_delay`.
     fn start_group(tasks: Vec<Task>, shutdown_delay: Option<i64>) -> Harness {
+        Harness::start_job(tasks, shutdown_delay, JOB_TYPE_BATCH)
+    }
+
+    fn start_job(tasks: Vec<Task>, shutdown_delay: Option<i64>, job_type: &str) -> Harness {
         let dir = TempDir(
             std::env::temp_dir().join(format!("drover-lifecycle-{}", uuid::Uuid::new_v4())),
         );
@@ -245,7 +249,7 @@ impl Harness {
         };
         let job = Job {
             id: "j".into(),
-            job_type: JOB_TYPE_BATCH.into(),
+            job_type: job_type.into(),
             task_groups: vec![group],
             ..Default::default()
         };
@@ -474,6 +478,25 @@ async fn a_group_shutdown_delay_holds_every_kill_back() {
     h.runner.stop();
     h.until_log("stop:web").await;
     assert!(asked.elapsed() >= Duration::from_millis(300));
+    let last = h.until_done().await;
+    assert_eq!(last.client_status, ALLOC_CLIENT_COMPLETE);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_prestart_task_that_succeeds_is_not_started_again() {
+    let mut h = Harness::start_job(
+        vec![
+            task("init", Some("prestart"), false, Some(20), 0),
+            task("web", None, false, None, 0),
+        ],
+        None,
+        JOB_TYPE_SERVICE,
+    );
+    h.until_log("start:web").await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let starts = h.log().iter().filter(|e| *e == "start:init").count();
+    assert_eq!(starts, 1, "{:?}", h.log());
+    h.runner.stop();
     let last = h.until_done().await;
     assert_eq!(last.client_status, ALLOC_CLIENT_COMPLETE);
 }

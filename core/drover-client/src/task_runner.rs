@@ -232,7 +232,8 @@ impl TaskRunner {
             .clone()
             .or_else(|| self.ctx.group.restart_policy.clone())
             .unwrap_or_default();
-        let mut tracker = RestartTracker::new(policy, batch);
+        let once = !crate::lifecycle::restarts_on_success(&self.ctx.task, batch);
+        let mut tracker = RestartTracker::new(policy, once);
         let mut running: Option<String> = None;
         match PluginTask::of_task(&self.ctx.task, &self.ctx.alloc.id, &self.ctx.csi) {
             None => {}
