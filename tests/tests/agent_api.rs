@@ -92,14 +92,11 @@ fn a_server_waiting_to_be_joined_answers_http_and_joins_from_either_side() {
     assert_eq!(me["member"]["Name"], "w1.global");
     assert_eq!(me["stats"]["nomad"]["leader"], "false");
 
-    // Joined from its own side (`server join` on the new server).
-    let (status, body) = second.send("PUT", &format!("/v1/agent/join?address={first_rpc}"), "");
-    assert_eq!(status, 200, "{body}");
-    let joined: Value = serde_json::from_str(&body).expect("join json");
-    assert_eq!(
-        (joined["num_joined"].as_u64(), joined["error"].as_str()),
-        (Some(1), Some(""))
-    );
+    // Joined from its own side: `server join` against the new server.
+    let out = second.cli(&["server", "join", &first_rpc]);
+    let text = drover_tests::output_text(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("Joined 1 servers successfully"), "{text}");
     until("the joined server knows the leader", &second, || {
         leader_of(&second) == first_rpc
     });
@@ -136,6 +133,15 @@ fn a_server_waiting_to_be_joined_answers_http_and_joins_from_either_side() {
         );
         assert_eq!(m["Tags"]["port"], m["Port"].to_string());
     }
+    let out = first.cli(&["server", "members", "-detailed"]);
+    let text = drover_tests::output_text(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("role=nomad"), "{text}");
+    assert_eq!(
+        text.lines().filter(|l| l.contains(" alive ")).count(),
+        3,
+        "{text}"
+    );
     let w2 = list.iter().find(|m| m["Name"] == "w2.global").expect("w2");
     assert_eq!(w2["Tags"]["expect"], "0");
     assert_eq!(w2["Port"].as_u64(), Some(u64::from(third.rpc_port)));
@@ -148,8 +154,8 @@ fn a_server_waiting_to_be_joined_answers_http_and_joins_from_either_side() {
             .iter()
             .any(|m| m["Name"] == "w2.global" && m["Status"] == "failed")
     });
-    let (status, body) = first.send("PUT", "/v1/agent/force-leave?node=w2", "");
-    assert_eq!(status, 200, "{body}");
+    let out = first.cli(&["server", "force-leave", "w2"]);
+    assert!(out.status.success(), "{}", drover_tests::output_text(&out));
     until("two members left", first, || members(first).len() == 2);
     let (status, body) = first.send("PUT", "/v1/agent/force-leave?node=nope", "");
     assert_eq!(

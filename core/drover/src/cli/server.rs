@@ -1,4 +1,5 @@
-//! `drover server members`: the servers the agent knows through gossip.
+//! `drover server members`: the servers of the region (Drover: its Raft configuration);
+//! `server join` and `server force-leave`.
 
 use std::collections::BTreeMap;
 
@@ -19,7 +20,18 @@ pub struct ServerCli {
 #[derive(Debug, clap::Subcommand)]
 pub enum ServerCommand {
     /// List the cluster's servers
-    Members,
+    Members {
+        /// Show every tag of each member
+        #[arg(long)]
+        detailed: bool,
+    },
+    /// Join the agent's server to others (RPC addresses, host[:port])
+    Join {
+        #[arg(required = true)]
+        addresses: Vec<String>,
+    },
+    /// Remove a server from the cluster (its name, or RPC address)
+    ForceLeave { node: String },
 }
 
 /// One entry of `GET /v1/agent/members`.
@@ -50,8 +62,67 @@ struct Members {
 pub fn run(cli: ServerCli) -> anyhow::Result<Exit> {
     let client = cli.conn.client()?;
     match cli.command {
-        ServerCommand::Members => members(&client),
+        ServerCommand::Members { detailed } => members(&client, detailed),
+        ServerCommand::Join { addresses } => join(&client, &addresses),
+        ServerCommand::ForceLeave { node } => force_leave(&client, &node),
     }
+}
+
+/// Nomad's `{"num_joined", "error"}`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct JoinResult {
+    num_joined: u64,
+    error: String,
+}
+
+fn join(client: &Client, addresses: &[String]) -> anyhow::Result<Exit> {
+    let query: Vec<(&str, &str)> = addresses.iter().map(|a| ("address", a.as_str())).collect();
+    match client.put_json::<JoinResult>("/v1/agent/join", &query, &serde_json::Value::Null) {
+        Ok(r) if r.error.is_empty() => {
+            ui::out(&format!("Joined {} servers successfully", r.num_joined));
+            Ok(0)
+        }
+        Ok(r) => {
+            ui::err(&format!("Error joining: {}", r.error));
+            Ok(1)
+        }
+        Err(e) => {
+            ui::err(&format!("Error joining: {e}"));
+            Ok(1)
+        }
+    }
+}
+
+fn force_leave(client: &Client, node: &str) -> anyhow::Result<Exit> {
+    match client.put_json::<serde_json::Value>(
+        "/v1/agent/force-leave",
+        &[("node", node)],
+        &serde_json::Value::Null,
+    ) {
+        Ok(_) => Ok(0),
+        Err(e) => {
+            ui::err(&format!("Error force-leaving server {node}: {e}"));
+            Ok(1)
+        }
+    }
+}
+
+/// Nomad's `server members -detailed`: every tag, `k=v` joined by commas, sorted.
+fn detailed_table(members: &[Member]) -> String {
+    let mut rows = vec!["Name|Address|Port|Status|Tags".to_string()];
+    for m in members {
+        let tags: Vec<String> = m.tags.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        rows.push(format!(
+            "{}|{}|{}|{}|{}",
+            m.name,
+            m.addr,
+            m.port,
+            m.status,
+            tags.join(",")
+        ));
+    }
+    format_list(&rows)
 }
 
 /// `host:port` of the member's RPC listener, the form `/v1/status/leader` answers with.
@@ -86,7 +157,7 @@ fn members_table(members: &[Member], leader: &str) -> String {
     format_list(&rows)
 }
 
-fn members(client: &Client) -> anyhow::Result<Exit> {
+fn members(client: &Client, detailed: bool) -> anyhow::Result<Exit> {
     let mut members: Members = match client.get_json("/v1/agent/members", &[]) {
         Ok((m, _)) => m,
         Err(e) => {
@@ -95,6 +166,10 @@ fn members(client: &Client) -> anyhow::Result<Exit> {
         }
     };
     members.members.sort_by(|a, b| a.name.cmp(&b.name));
+    if detailed {
+        ui::out(&detailed_table(&members.members));
+        return Ok(0);
+    }
     // Without a leader every server shows `false`; that is information, not an error.
     let leader: String = client
         .get_json("/v1/status/leader", &[])
@@ -120,5 +195,10 @@ mod tests {
              vm.global  127.0.0.1  4648  alive   true    2         1.1.2  dc1         global"
         );
         assert!(members_table(&m.members, "").contains("alive   false"));
+        assert_eq!(
+            detailed_table(&m.members),
+            "Name       Address    Port  Status  Tags\n\
+             vm.global  127.0.0.1  4648  alive   build=1.1.2,dc=dc1,port=4647,region=global"
+        );
     }
 }
