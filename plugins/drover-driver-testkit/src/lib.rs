@@ -8,10 +8,39 @@
 //! with a code or run until stopped, comes from [`TaskConfigs`]; [`TaskConfigs::command`] covers
 //! drivers whose config is `command` + `args`.
 //!
-//! ```ignore
-//! let kit = Kit::new("skeleton", || Arc::new(SkeletonDriver::new()), TaskConfigs::command());
+//! ```no_run
+//! # use std::sync::Arc;
+//! # use drover_driver_testkit::{Kit, TaskConfigs};
+//! # fn my_driver() -> Arc<dyn drover_abi::Driver> { unimplemented!() }
+//! let kit = Kit::new("my-driver", my_driver, TaskConfigs::command());
 //! kit.assert_conforms();
 //! ```
+//!
+//! # Drivers that are not command-based
+//!
+//! Fill in [`TaskConfigs`] yourself: each field is the task `config` that makes the driver do
+//! what one check needs, and together they are everything the kit asks of a driver's config, so
+//! the driver needs no test-only options. For a driver whose config is `{ "script": ... }`:
+//!
+//! ```
+//! use drover_driver_testkit::TaskConfigs;
+//! use serde_json::json;
+//!
+//! let script = |s: &str| json!({ "script": s });
+//! let configs = TaskConfigs {
+//!     print_line: Box::new(move |line| script(&format!("echo '{line}'"))),
+//!     exit_with: Box::new(move |code| script(&format!("exit {code}"))),
+//!     run_until_stopped: script("exec sleep 1000"),
+//!     ignore_sigterm: script("trap '' TERM; echo ready; while :; do sleep 0.1; done"),
+//!     bad_config: (json!({ "scriptz": "true" }), "scriptz".into()),
+//!     bad_plugin_config: None,
+//!     exec: (Vec::new(), String::new()),
+//! };
+//! # let _ = configs;
+//! ```
+//!
+//! `examples/minimal-driver` runs the kit this way, against the driver and (in
+//! `examples/minimal-driver-sidecar`) against its sidecar binary.
 //!
 //! Must not depend on: tokio, or any Drover crate other than drover-abi (so plugin authors can use
 //! it without the agent).

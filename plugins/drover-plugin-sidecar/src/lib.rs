@@ -33,6 +33,7 @@
 //!
 //! Config arrives msgpack-encoded against the [`Schemas`] the plugin publishes; the driver sees
 //! it as JSON, exactly as a cdylib's driver does, with properties the config left out absent.
+#![deny(missing_docs)]
 
 mod base;
 mod convert;
@@ -66,24 +67,35 @@ use drover_plugin_sdk::Driver;
 /// `config {}` block. Build them with [`spec`].
 #[derive(Debug, Clone)]
 pub struct Schemas {
+    /// The spec of the `plugin "NAME" { config { ... } }` block.
     pub plugin_config: Spec,
+    /// The spec of a task's `config { ... }` block.
     pub task_config: Spec,
 }
 
+/// Why [`serve`] stopped before or while serving.
 #[derive(Debug, thiserror::Error)]
 pub enum SidecarError {
+    /// A person ran the binary (no `NOMAD_PLUGIN_MAGIC_COOKIE`): go-plugin's message.
     #[error("{RUN_BY_HAND_MESSAGE}")]
     RunByHand,
+    /// One of the [`Schemas`] does not compile.
     #[error("the plugin's {which} schema is invalid: {source}")]
     Schema {
+        /// `plugin` or `task`.
         which: &'static str,
+        /// What is wrong with it.
         source: ConfigError,
     },
+    /// Creating the socket directory, listening, or printing the handshake failed.
     #[error("{what}: {source}")]
     Io {
+        /// What the plugin was doing.
         what: String,
+        /// The OS error.
         source: std::io::Error,
     },
+    /// The gRPC server failed.
     #[error("serving gRPC: {0}")]
     Serve(#[from] tonic::transport::Error),
 }
