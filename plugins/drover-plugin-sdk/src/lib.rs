@@ -15,6 +15,9 @@
 //! over through the contract's `Driver::task_events` (`export_driver!` wraps the driver in an
 //! [`events::EmittingDriver`]); sidecars stream them as Nomad's `TaskEvents`.
 //!
+//! What the agent calls, and in which order, is the contract's lifecycle: see the
+//! [`drover_abi`] crate docs. `examples/minimal-driver` is a complete driver in one file.
+//!
 //! Test the driver with the conformance kit in `drover-driver-testkit`. The guide is
 //! docs/writing-a-driver-plugin.md.
 //!
@@ -38,8 +41,65 @@ pub mod log;
 /// closure taking nothing, for example `MyDriver::new` or `|| MyDriver::with_defaults()`. The
 /// host calls it once per driver instance it needs (once at agent start).
 ///
-/// ```ignore
-/// drover_plugin_sdk::export_driver!(SkeletonDriver::new);
+/// ```
+/// use std::time::Duration;
+/// use drover_plugin_sdk::*;
+///
+/// /// A driver that can run nothing: the smallest `impl Driver` (see `examples/minimal-driver`
+/// /// for one that runs tasks).
+/// #[derive(Default)]
+/// pub struct NoDriver;
+///
+/// impl Driver for NoDriver {
+///     fn plugin_info(&self) -> PluginInfo {
+///         PluginInfo {
+///             name: "none".into(),
+///             plugin_version: "0.1.0".into(),
+///             api_version: DRIVER_API_VERSION.into(),
+///         }
+///     }
+///     fn set_config(&self, _: &serde_json::Value) -> Result<(), DriverError> { Ok(()) }
+///     fn capabilities(&self) -> Capabilities {
+///         Capabilities {
+///             send_signals: false,
+///             exec: false,
+///             fs_isolation: FsIsolation::None,
+///             network_isolation: false,
+///             mount_configs: false,
+///         }
+///     }
+///     fn fingerprint(&self) -> Fingerprint {
+///         Fingerprint {
+///             health: HealthState::Undetected,
+///             health_description: "runs nothing".into(),
+///             attributes: Default::default(),
+///         }
+///     }
+///     fn validate_task_config(&self, _: &serde_json::Value) -> Result<(), DriverError> {
+///         Err(DriverError::InvalidConfig("this driver runs nothing".into()))
+///     }
+///     fn start_task(&self, c: &TaskConfig) -> Result<TaskHandle, DriverError> {
+///         Err(DriverError::StartFailed { message: format!("{}: nothing to run", c.name), recoverable: false })
+///     }
+///     fn wait_task(&self, id: &str, _: Duration) -> Result<Option<ExitResult>, DriverError> {
+///         Err(DriverError::TaskNotFound(id.into()))
+///     }
+///     fn stop_task(&self, id: &str, _: Duration, _: &str) -> Result<(), DriverError> {
+///         Err(DriverError::TaskNotFound(id.into()))
+///     }
+///     fn destroy_task(&self, id: &str, _: bool) -> Result<(), DriverError> {
+///         Err(DriverError::TaskNotFound(id.into()))
+///     }
+///     fn inspect_task(&self, id: &str) -> Result<TaskStatus, DriverError> {
+///         Err(DriverError::TaskNotFound(id.into()))
+///     }
+///     fn recover_task(&self, h: &TaskHandle) -> Result<(), DriverError> {
+///         Err(DriverError::TaskNotFound(h.config.id.clone()))
+///     }
+/// }
+///
+/// drover_plugin_sdk::export_driver!(NoDriver::default);
+/// # fn main() {}
 /// ```
 #[macro_export]
 macro_rules! export_driver {
