@@ -281,6 +281,41 @@ fn monitor_streams_the_agents_own_log_and_metrics_have_prometheus_text() {
         "the agent's own log stays at info"
     );
 
+    // `drover monitor` prints the same lines.
+    let mut child = Command::new(drover_bin())
+        .args(["monitor", "-log-level", "debug"])
+        .env("DROVER_ADDR", agent.addr())
+        .env_remove("NOMAD_ADDR")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn drover monitor");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (line_tx, line_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if line_tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let deadline = Instant::now() + WAIT;
+    let first = loop {
+        assert!(Instant::now() < deadline, "drover monitor printed nothing");
+        n += 1;
+        let _ = agent.send("DELETE", &format!("/v1/job/m{}", n - 1), "");
+        if let Ok(line) = line_rx.recv_timeout(Duration::from_millis(500)) {
+            break line;
+        }
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(first.contains("Z ["), "an hclog line: {first}");
+
     let (status, text) = agent.send("GET", "/v1/metrics?format=prometheus", "");
     assert_eq!(status, 200, "{text}");
     for family in [

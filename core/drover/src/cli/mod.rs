@@ -6,6 +6,7 @@
 //! `api`) and uses `drover-structs` for the shapes of API answers and `drover-jobspec` to read
 //! job files.
 
+mod agent_monitor;
 mod alloc;
 mod alloc_exec;
 mod alloc_fs;
@@ -81,6 +82,8 @@ enum Command {
     Eval(eval::EvalCli),
     /// Interact with servers
     Server(server::ServerCli),
+    /// Stream the agent's log
+    Monitor(agent_monitor::MonitorArgs),
     /// Cluster operations: the Raft configuration, snapshots
     Operator(operator::OperatorCli),
     /// Display the status of jobs, or of the object an identifier names
@@ -191,6 +194,7 @@ fn dispatch(command: Command) -> anyhow::Result<Exit> {
         Command::Node(cmd) => node::run(cmd),
         Command::Eval(cmd) => eval::run(cmd),
         Command::Server(cmd) => server::run(cmd),
+        Command::Monitor(args) => agent_monitor::run(args),
         Command::Operator(cmd) => operator::run(cmd),
         Command::Status(args) => status::run(args),
         Command::Volume(cmd) => volume::run(cmd),
