@@ -335,3 +335,109 @@ fn monitor_streams_the_agents_own_log_and_metrics_have_prometheus_text() {
         assert!(value.parse::<f64>().is_ok(), "{line}");
     }
 }
+
+fn sample(name: &str) -> Value {
+    let path = drover_tests::workspace_root()
+        .join("../shared/reference/nomad-api-samples")
+        .join(name);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).expect("sample json")
+}
+
+/// Same JSON kind (string, number, object...), recursively for the keys both objects have.
+fn same_kinds(ours: &Value, nomads: &Value, at: &str, mismatches: &mut Vec<String>) {
+    let kind = |v: &Value| match v {
+        Value::Null => "null",
+        Value::Bool(_) => "bool",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    };
+    if nomads.is_null() || ours.is_null() {
+        return;
+    }
+    if kind(ours) != kind(nomads) {
+        mismatches.push(format!(
+            "{at}: {} here, {} in Nomad",
+            kind(ours),
+            kind(nomads)
+        ));
+        return;
+    }
+    if let (Value::Object(a), Value::Object(b)) = (ours, nomads) {
+        for (k, v) in a {
+            if let Some(w) = b.get(k) {
+                same_kinds(v, w, &format!("{at}.{k}"), mismatches);
+            }
+        }
+    }
+}
+
+#[test]
+fn agent_self_and_members_have_the_fields_of_nomads_samples() {
+    let dir = TempDir::new("agent-self-shape");
+    let cluster = ServerCluster::start(dir.path(), 1, "");
+    let agent = cluster.servers[0].agent.as_ref().expect("running");
+    let me = agent.get("/v1/agent/self").expect("agent self");
+    let nomad = sample("agent_self.json");
+    let mut mismatches = Vec::new();
+    same_kinds(&me, &nomad, "self", &mut mismatches);
+    assert!(mismatches.is_empty(), "{mismatches:#?}");
+    // Every field of Nomad's member and its tags, and the stats Drover has the same thing for.
+    let keys = |v: &Value| -> Vec<String> {
+        let mut k: Vec<String> = v
+            .as_object()
+            .map(|o| o.keys().cloned().collect())
+            .unwrap_or_default();
+        k.sort();
+        k
+    };
+    assert_eq!(keys(&me["member"]), keys(&nomad["member"]));
+    assert_eq!(keys(&me["member"]["Tags"]), keys(&nomad["member"]["Tags"]));
+    assert_eq!(keys(&me["stats"]["nomad"]), keys(&nomad["stats"]["nomad"]));
+    for k in [
+        "state",
+        "term",
+        "commit_index",
+        "applied_index",
+        "last_log_index",
+        "last_snapshot_index",
+        "num_peers",
+        "last_contact",
+        "latest_configuration",
+    ] {
+        assert!(
+            me["stats"]["raft"][k].is_string(),
+            "raft.{k}: {}",
+            me["stats"]["raft"]
+        );
+    }
+    for k in [
+        "Addresses",
+        "AdvertiseAddrs",
+        "Ports",
+        "Version",
+        "LogLevel",
+        "NodeName",
+        "BindAddr",
+    ] {
+        assert!(!me["config"][k].is_null(), "config.{k}");
+    }
+    let config = me["stats"]["raft"]["latest_configuration"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(config.starts_with("[{Suffrage:Voter ID:"), "{config}");
+
+    let members = agent.get("/v1/agent/members").expect("members");
+    let nomad = sample("agent_members.json");
+    assert_eq!(keys(&members), keys(&nomad));
+    assert_eq!(keys(&members["Members"][0]), keys(&nomad["Members"][0]));
+    assert_eq!(
+        keys(&members["Members"][0]["Tags"]),
+        keys(&nomad["Members"][0]["Tags"])
+    );
+    let mut mismatches = Vec::new();
+    same_kinds(&members, &nomad, "members", &mut mismatches);
+    assert!(mismatches.is_empty(), "{mismatches:#?}");
+}

@@ -93,6 +93,18 @@ fn member(s: &AppState) -> Value {
     member_json(&s.agent, &f)
 }
 
+/// `[{Suffrage:Voter ID:<id> Address:<rpc>} ...]`, as Nomad's raft stats print the
+/// configuration (Drover's ids are numbers): `(id, voter, address)` each.
+fn latest_configuration(members: impl Iterator<Item = (u64, bool, String)>) -> String {
+    let servers: Vec<String> = members
+        .map(|(id, voter, address)| {
+            let suffrage = if voter { "Voter" } else { "Nonvoter" };
+            format!("{{Suffrage:{suffrage} ID:{id} Address:{address}}}")
+        })
+        .collect();
+    format!("[{}]", servers.join(" "))
+}
+
 /// Nomad's `runtime` stats of `/v1/agent/self`.
 pub(crate) fn runtime_stats() -> Value {
     json!({
@@ -155,6 +167,17 @@ pub(crate) async fn agent_self(
             "last_log_index": raft.last_log_index.to_string(),
             "last_snapshot_index": raft.snapshot_index.to_string(),
             "num_peers": raft.voters.len().saturating_sub(1).to_string(),
+            // hashicorp/raft's configuration as Go prints it.
+            "latest_configuration": latest_configuration(
+                raft.voters
+                    .iter()
+                    .map(|id| (*id, true))
+                    .chain(raft.learners.iter().map(|id| (*id, false)))
+                    .map(|(id, voter)| {
+                        let address = raft.peers.get(&id).map(|p| p.address.clone()).unwrap_or_default();
+                        (id, voter, address)
+                    }),
+            ),
             // Go's Duration strings, as Nomad's raft stats: "0" on the leader, "never" without one.
             "last_contact": match s.server.last_leader_contact() {
                 Some(d) if d.is_zero() => "0".to_string(),

@@ -297,10 +297,28 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             "Region": region,
             "Datacenter": datacenter,
             "DevMode": dev,
+            "NodeName": node_name,
+            "LogLevel": args.log_level.clone().unwrap_or_else(|| "info".into()).to_uppercase(),
+            "LogJson": false,
+            "EnableDebug": false,
+            "PluginDir": plugin_dir.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
             "Ports": {"HTTP": http_port, "RPC": rpc_port},
-            "Server": {"Enabled": server_enabled},
-            "Client": {"Enabled": client_enabled},
-            "Version": {"Version": VERSION},
+            "Addresses": {"HTTP": bind, "RPC": bind},
+            "AdvertiseAddrs": {"HTTP": http_addr.to_string(), "RPC": rpc_advertise},
+            "Server": {
+                "Enabled": server_enabled,
+                "BootstrapExpect": args.bootstrap_expect.or(file.server.as_ref().and_then(|s| s.bootstrap_expect)).unwrap_or(u32::from(dev)),
+            },
+            "Client": {
+                "Enabled": client_enabled,
+                "Servers": if server_enabled { Vec::new() } else { remote_servers.clone() },
+            },
+            "Version": {
+                "Version": VERSION,
+                "VersionPrerelease": "",
+                "VersionMetadata": "",
+                "Revision": "",
+            },
         }),
     };
     // HTTP answers from now on: until the agent's parts run (a server may wait long for its
