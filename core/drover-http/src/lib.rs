@@ -208,6 +208,8 @@ pub fn router(
             post(system::reconcile_summaries).put(system::reconcile_summaries),
         )
         .route("/v1/metrics", get(metrics::metrics))
+        .route("/v1/agent/pprof/", get(system::pprof))
+        .route("/v1/agent/pprof/{*profile}", get(system::pprof))
         .route("/v1/agent/monitor", get(monitor::monitor))
         .route("/v1/status/leader", get(agent::leader))
         .route("/v1/status/peers", get(agent::peers))

@@ -17,6 +17,14 @@ pub(crate) async fn reconcile_summaries() -> ApiError {
     ApiError::not_implemented("job summary reconciliation (/v1/system/reconcile/summaries)")
 }
 
+/// `/v1/agent/pprof/*`: Go's profiles do not exist in a Rust agent.
+pub(crate) async fn pprof() -> ApiError {
+    ApiError::new(
+        axum::http::StatusCode::NOT_IMPLEMENTED,
+        "pprof profiles are not supported: Drover's agent is not a Go program",
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use axum::http::{Method, StatusCode};
@@ -34,6 +42,20 @@ mod tests {
                 "{}",
                 r.text()
             );
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn pprof_paths_say_they_are_not_supported() {
+        let api = TestApi::start().await;
+        for path in [
+            "/v1/agent/pprof/profile?seconds=1",
+            "/v1/agent/pprof/heap",
+            "/v1/agent/pprof/",
+        ] {
+            let r = api.get(path).await;
+            assert_eq!(r.status, StatusCode::NOT_IMPLEMENTED, "{path}");
+            assert!(r.text().contains("not supported"), "{}", r.text());
         }
     }
 }
