@@ -208,6 +208,7 @@ pub fn router(
             post(system::reconcile_summaries).put(system::reconcile_summaries),
         )
         .route("/v1/metrics", get(metrics::metrics))
+        .route("/v1/agent/host", get(system::agent_host))
         .route("/v1/agent/pprof/", get(system::pprof))
         .route("/v1/agent/pprof/{*profile}", get(system::pprof))
         .route("/v1/agent/monitor", get(monitor::monitor))

@@ -25,6 +25,12 @@ pub(crate) async fn pprof() -> ApiError {
     )
 }
 
+/// `/v1/agent/host`: not built yet (Nomad's host data: OS, network, resolv.conf, hosts,
+/// environment, disks).
+pub(crate) async fn agent_host() -> ApiError {
+    ApiError::not_implemented("the agent's host data (/v1/agent/host)")
+}
+
 #[cfg(test)]
 mod tests {
     use axum::http::{Method, StatusCode};
@@ -46,7 +52,7 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn pprof_paths_say_they_are_not_supported() {
+    async fn pprof_and_host_data_answer_501() {
         let api = TestApi::start().await;
         for path in [
             "/v1/agent/pprof/profile?seconds=1",
