@@ -6,11 +6,12 @@
 //! depends on it, so the cdylib of the same driver never builds with them, also when both are
 //! built in one workspace (there is no SDK feature for cargo to unify).
 //!
-//! ```ignore
+//! ```no_run
 //! use drover_plugin_sidecar::{self as sidecar, spec::*, Schemas};
 //!
-//! fn main() -> std::process::ExitCode {
-//!     sidecar::run(MyDriver::new(), Schemas {
+//! /// A sidecar's whole `main` (yours passes `my_driver::MyDriver::new()`).
+//! fn sidecar_main(driver: impl drover_plugin_sdk::Driver + 'static) -> std::process::ExitCode {
+//!     sidecar::run(driver, Schemas {
 //!         plugin_config: object([]),
 //!         task_config: object([
 //!             ("command", attr("command", "string", true)),
@@ -18,6 +19,7 @@
 //!         ]),
 //!     })
 //! }
+//! # fn main() {}
 //! ```
 //!
 //! What [`serve`] does, as go-plugin's server does it:
