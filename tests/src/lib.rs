@@ -4,6 +4,7 @@
 //! Must not depend on: any Drover crate's internals. These tests see Drover as a user does.
 
 pub mod clients;
+pub mod csi;
 pub mod netns;
 
 use std::net::TcpListener;
@@ -12,6 +13,27 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+
+/// `cargo test` builds no binary of another package: builds `package` (a no-op when fresh) and
+/// returns the path of its output `file` in the target dir.
+pub fn build_workspace_binary(package: &str, file: &str) -> PathBuf {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args(["build", "-p", package])
+        .current_dir(workspace_root())
+        .output()
+        .expect("run cargo build");
+    assert!(
+        out.status.success(),
+        "cargo build -p {package} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"))
+        .join("debug")
+        .join(file)
+}
 
 /// Path of the `drover` binary built by this workspace (`DROVER_BIN` overrides).
 pub fn drover_bin() -> PathBuf {

@@ -2,7 +2,10 @@
 //! allocations whose group sets `stop_after_client_disconnect` are stopped by the client once
 //! that long has passed since its last heartbeat (also when the client restarts during the
 //! partition), and the servers mark them lost and place the replacement no earlier than the
-//! same delay after the loss.
+//! same delay after the loss. Cut off for a short while from servers that let its allocations
+//! disconnect (`max_client_disconnect`, `disconnect { lost_after }`), the node goes
+//! `disconnected` and its allocation `unknown`; when the link comes back the original is kept
+//! (with `reconcile = "keep_original"`, the replacement placed meanwhile is stopped).
 
 use std::time::{Duration, Instant, SystemTime};
 
@@ -21,10 +24,10 @@ const STOP_AFTER: &str = "stop_after_client_disconnect = \"10s\"";
 /// The same in Nomad's newer `disconnect` block.
 const STOP_ON_CLIENT_AFTER: &str = "disconnect {\n      stop_on_client_after = \"10s\"\n    }";
 
-fn job(marker: &str, setting: &str) -> String {
+fn job(name: &str, marker: &str, setting: &str) -> String {
     format!(
         r#"
-job "partitioned" {{
+job "{name}" {{
   datacenters = ["dc1"]
   type        = "service"
 
@@ -71,9 +74,9 @@ fn last_heartbeat(client: &ClientProc) -> SystemTime {
     SystemTime::now() - ago
 }
 
-fn allocs(cluster: &ServerCluster) -> Vec<Value> {
+fn allocs_of(cluster: &ServerCluster, job: &str) -> Vec<Value> {
     cluster
-        .get(0, "/v1/job/partitioned/allocations")
+        .get(0, &format!("/v1/job/{job}/allocations"))
         .ok()
         .and_then(|v| v.as_array().cloned())
         .unwrap_or_default()
@@ -129,13 +132,20 @@ fn partitioned_client_stops_its_allocation(
         &ns.name,
         &ns.ns_ip,
     );
-    let job_file = write_job(&dir, "partitioned.nomad", &job(marker, setting));
+    let job_file = write_job(
+        &dir,
+        "partitioned.nomad",
+        &job("partitioned", marker, setting),
+    );
     let out = cluster.cli(0, &["job", "run", "-detach", &job_file]);
     assert!(out.status.success(), "job run: {}", output_text(&out));
     let pid = wait_for("the task's process", || {
         find_process(&["/bin/sleep", marker])
     });
-    let original = allocs(&cluster).into_iter().next().expect("the allocation")["ID"]
+    let original = allocs_of(&cluster, "partitioned")
+        .into_iter()
+        .next()
+        .expect("the allocation")["ID"]
         .as_str()
         .expect("alloc id")
         .to_string();
@@ -192,7 +202,7 @@ fn partitioned_client_stops_its_allocation(
         "no blocked evaluation for a delayed placement: {evals}"
     );
     let replacement = wait_for("the replacement running", || {
-        allocs(&cluster)
+        allocs_of(&cluster, "partitioned")
             .into_iter()
             .find(|a| a["ID"] != original.as_str() && a["ClientStatus"] == "running")
     });
@@ -226,4 +236,114 @@ fn a_client_restarted_while_partitioned_still_stops_the_task_on_time() {
 #[test]
 fn a_partitioned_client_stops_the_task_when_disconnect_stop_on_client_after_runs_out() {
     partitioned_client_stops_its_allocation("3600.103", STOP_ON_CLIENT_AFTER, false);
+}
+
+fn alloc(cluster: &ServerCluster, id: &str) -> Value {
+    cluster
+        .get(0, &format!("/v1/allocation/{id}"))
+        .unwrap_or(Value::Null)
+}
+
+/// Runs the scenario; with `spare`, another client can take a replacement meanwhile.
+fn short_partition_keeps_the_original(marker: &'static str, setting: &str, spare: bool) {
+    let ns = match NetNs::create() {
+        Ok(ns) => ns,
+        Err(e) => {
+            eprintln!("skipping: no network namespace for the client ({e})");
+            return;
+        }
+    };
+    let _task = KillOnDrop::new(marker);
+    let dir = TempDir::new("client-reconnect");
+    let cluster = ServerCluster::start_on(dir.path(), 1, SERVER_CONFIG, &ns.host_ip);
+    let servers = vec![cluster.servers[0].rpc_addr()];
+    let flaky = ClientProc::start_in_netns(
+        dir.path(),
+        "flaky",
+        &servers,
+        RAW_EXEC_ENABLED,
+        &ns.name,
+        &ns.ns_ip,
+    );
+    let job_file = write_job(&dir, "flaky.nomad", &job("flaky", marker, setting));
+    let out = cluster.cli(0, &["job", "run", "-detach", &job_file]);
+    assert!(out.status.success(), "job run: {}", output_text(&out));
+    let pid = wait_for("the task's process", || {
+        find_process(&["/bin/sleep", marker])
+    });
+    let original = wait_for("the allocation", || {
+        allocs_of(&cluster, "flaky")
+            .into_iter()
+            .find(|a| a["ClientStatus"] == "running")
+            .and_then(|a| a["ID"].as_str().map(str::to_string))
+    });
+    let node_id = flaky.node_id();
+    let spare = spare.then(|| ClientProc::start(dir.path(), "spare", &servers, RAW_EXEC_ENABLED));
+
+    ns.link_down();
+    wait_for("the node disconnected", || {
+        let node = cluster.get(0, &format!("/v1/node/{node_id}")).ok()?;
+        (node["Status"] == "disconnected").then_some(())
+    });
+    wait_for("the allocation unknown", || {
+        (alloc(&cluster, &original)["ClientStatus"] == "unknown").then_some(())
+    });
+    let replacement = spare.as_ref().map(|spare| {
+        wait_for("a replacement running on the spare node", || {
+            allocs_of(&cluster, "flaky")
+                .into_iter()
+                .find(|a| {
+                    a["ID"] != original.as_str()
+                        && a["ClientStatus"] == "running"
+                        && a["NodeID"].as_str() == Some(spare.node_id().as_str())
+                })
+                .and_then(|a| a["ID"].as_str().map(str::to_string))
+        })
+    });
+    assert!(
+        is_alive(pid),
+        "a disconnected client keeps its task running"
+    );
+
+    ns.link_up();
+    wait_for("the node ready again", || {
+        let node = cluster.get(0, &format!("/v1/node/{node_id}")).ok()?;
+        (node["Status"] == "ready").then_some(())
+    });
+    wait_for("the original running again in the servers' view", || {
+        let a = alloc(&cluster, &original);
+        (a["ClientStatus"] == "running" && a["DesiredStatus"] == "run").then_some(())
+    });
+    if let Some(replacement) = &replacement {
+        wait_for("the replacement stopped", || {
+            (alloc(&cluster, replacement)["DesiredStatus"] == "stop").then_some(())
+        });
+    }
+    // Settled: the original still runs, with the same process.
+    std::thread::sleep(Duration::from_secs(3));
+    let a = alloc(&cluster, &original);
+    assert_eq!(
+        (a["ClientStatus"].as_str(), a["DesiredStatus"].as_str()),
+        (Some("running"), Some("run")),
+        "{a}"
+    );
+    assert!(
+        is_alive(pid),
+        "the original's process survived the partition"
+    );
+    drop((spare, flaky, cluster, ns));
+}
+
+#[test]
+fn a_short_partition_shows_unknown_and_max_client_disconnect_keeps_the_original() {
+    short_partition_keeps_the_original("3600.501", "max_client_disconnect = \"1m\"", false);
+}
+
+#[test]
+fn reconcile_keep_original_stops_the_replacement_on_reconnect() {
+    short_partition_keeps_the_original(
+        "3600.502",
+        "disconnect {\n      lost_after = \"1m\"\n      reconcile  = \"keep_original\"\n    }",
+        true,
+    );
 }

@@ -8,9 +8,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use drover_tests::clients::{ClientProc, RAW_EXEC_ENABLED};
-use drover_tests::{
-    PluginReaper, ServerCluster, TempDir, is_alive, output_text, workspace_root, write_job,
-};
+use drover_tests::{PluginReaper, ServerCluster, TempDir, is_alive, output_text, write_job};
 use serde_json::Value;
 
 #[path = "../../drivers/docker/src/testing.rs"]
@@ -21,43 +19,14 @@ const WAIT: Duration = Duration::from_secs(90);
 const ROUNDS: usize = 10;
 const ALLOC_LABEL: &str = "com.hashicorp.nomad.alloc_id";
 
-fn cargo_build(package: &str) {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = Command::new(cargo)
-        .args(["build", "-p", package])
-        .current_dir(workspace_root())
-        .output()
-        .expect("run cargo build");
-    assert!(
-        out.status.success(),
-        "cargo build -p {package} failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("target"))
-        .join("debug")
-}
-
 /// A plugin dir with the skeleton driver as a cdylib (`skeleton`) and as a sidecar.
 fn plugin_dir(dir: &TempDir) -> PathBuf {
-    cargo_build("skeleton-driver");
-    cargo_build("skeleton-sidecar");
+    let cdylib = drover_tests::build_workspace_binary("skeleton-driver", "libskeleton_driver.so");
+    let sidecar = drover_tests::build_workspace_binary("skeleton-sidecar", "skeleton-sidecar");
     let plugins = dir.path().join("plugins");
     std::fs::create_dir_all(&plugins).expect("plugin dir");
-    std::fs::copy(
-        target_dir().join("libskeleton_driver.so"),
-        plugins.join("skeleton.so"),
-    )
-    .expect("copy the cdylib plugin");
-    std::fs::copy(
-        target_dir().join("skeleton-sidecar"),
-        plugins.join("skeleton-sidecar"),
-    )
-    .expect("copy the sidecar plugin");
+    std::fs::copy(cdylib, plugins.join("skeleton.so")).expect("copy the cdylib plugin");
+    std::fs::copy(sidecar, plugins.join("skeleton-sidecar")).expect("copy the sidecar plugin");
     plugins
 }
 

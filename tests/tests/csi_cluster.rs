@@ -2,77 +2,14 @@
 //! publishes, unpublishes, detaches and deletes a volume through the node that runs the
 //! plugin (over that node's session with the server), as Nomad's servers call `ClientCSI`.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use drover_tests::clients::{ClientProc, RAW_EXEC_ENABLED};
-use drover_tests::{ServerCluster, TempDir, output_text, workspace_root, write_job};
+use drover_tests::{ServerCluster, TempDir, output_text, write_job};
 use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(90);
-
-fn build_hostpath() -> PathBuf {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = Command::new(cargo)
-        .args(["build", "-p", "drover-csi-hostpath"])
-        .current_dir(workspace_root())
-        .output()
-        .expect("run cargo build");
-    assert!(
-        out.status.success(),
-        "cargo build -p drover-csi-hostpath failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("target"))
-        .join("debug")
-        .join("drover-csi-hostpath")
-}
-
-fn plugin_job(bin: &Path, state_dir: &Path) -> String {
-    format!(
-        r#"
-job "plugin-hostpath" {{
-  datacenters = ["dc1"]
-  group "monolith" {{
-    task "plugin" {{
-      driver = "raw_exec"
-      config {{
-        command = "{bin}"
-        args    = ["--node-id", "${{node.unique.id}}", "--state-dir", "{state}"]
-      }}
-      csi_plugin {{
-        id        = "hostpath"
-        type      = "monolith"
-        mount_dir = "/csi"
-      }}
-      resources {{
-        cpu    = 50
-        memory = 64
-      }}
-    }}
-  }}
-}}
-"#,
-        bin = bin.display(),
-        state = state_dir.display()
-    )
-}
-
-const VOLUME: &str = r#"
-id        = "data"
-name      = "data"
-type      = "csi"
-plugin_id = "hostpath"
-capacity_min = "10MiB"
-
-capability {
-  access_mode     = "single-node-writer"
-  attachment_mode = "file-system"
-}
-"#;
 
 const WRITER: &str = r#"
 job "writer" {
@@ -140,14 +77,18 @@ fn claims(v: &Value, which: &str) -> usize {
 
 #[test]
 fn a_server_without_a_client_drives_a_csi_controller_on_a_client_only_agent() {
-    let bin = build_hostpath();
+    let bin = drover_tests::csi::our_hostpath_plugin();
     let dir = TempDir::new("csi-cluster");
     let cluster = ServerCluster::start(dir.path(), 1, "");
     let servers = vec![cluster.servers[0].rpc_addr()];
     let client = ClientProc::start(dir.path(), "storage", &servers, RAW_EXEC_ENABLED);
 
     let state = dir.path().join("hostpath-state");
-    let plugin = write_job(&dir, "plugin.nomad", &plugin_job(&bin, &state));
+    let plugin = write_job(
+        &dir,
+        "plugin.nomad",
+        &drover_tests::csi::hostpath_plugin_job(&bin, &state),
+    );
     let out = cluster.cli(0, &["job", "run", "-detach", &plugin]);
     assert!(out.status.success(), "plugin job: {}", output_text(&out));
     wait_for("the plugin to be healthy", || {
@@ -158,7 +99,7 @@ fn a_server_without_a_client_drives_a_csi_controller_on_a_client_only_agent() {
     });
 
     // CreateVolume runs on the storage node's controller.
-    let spec = write_job(&dir, "data.volume.hcl", VOLUME);
+    let spec = write_job(&dir, "data.volume.hcl", drover_tests::csi::HOSTPATH_VOLUME);
     let out = cluster.cli(0, &["volume", "create", &spec]);
     assert!(out.status.success(), "volume create: {}", output_text(&out));
     let vol = cluster.get(0, "/v1/volume/csi/data").expect("the volume");

@@ -5,11 +5,10 @@
 //! an agent killed while a volume is published comes back without a duplicate claim or a stray
 //! mount; stopping releases the claim and unmounts everything; the plugin goes with its job.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::time::Duration;
 
-use drover_tests::{Agent, TempDir, allocs, output_text, workspace_root, write_job};
+use drover_tests::{Agent, TempDir, allocs, output_text, write_job};
 use serde_json::Value;
 
 // Builds the docker test image; plain std and the docker CLI, shared with the driver's tests.
@@ -18,69 +17,6 @@ use serde_json::Value;
 mod docker_image;
 
 const WAIT: Duration = Duration::from_secs(90);
-
-/// `cargo test` builds no binary of another package: build the plugin (a no-op when fresh).
-fn build_hostpath() -> PathBuf {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = Command::new(cargo)
-        .args(["build", "-p", "drover-csi-hostpath"])
-        .current_dir(workspace_root())
-        .output()
-        .expect("run cargo build");
-    assert!(
-        out.status.success(),
-        "cargo build -p drover-csi-hostpath failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("target"))
-        .join("debug")
-        .join("drover-csi-hostpath")
-}
-
-fn plugin_job(bin: &Path, state_dir: &Path) -> String {
-    format!(
-        r#"
-job "plugin-hostpath" {{
-  datacenters = ["dc1"]
-  group "monolith" {{
-    task "plugin" {{
-      driver = "raw_exec"
-      config {{
-        command = "{bin}"
-        args    = ["--node-id", "${{node.unique.id}}", "--state-dir", "{state}"]
-      }}
-      csi_plugin {{
-        id        = "hostpath"
-        type      = "monolith"
-        mount_dir = "/csi"
-      }}
-      resources {{
-        cpu    = 50
-        memory = 64
-      }}
-    }}
-  }}
-}}
-"#,
-        bin = bin.display(),
-        state = state_dir.display()
-    )
-}
-
-const VOLUME: &str = r#"
-id        = "data"
-name      = "data"
-type      = "csi"
-plugin_id = "hostpath"
-capacity_min = "10MiB"
-
-capability {
-  access_mode     = "single-node-writer"
-  attachment_mode = "file-system"
-}
-"#;
 
 /// A job whose exec task runs `script` with the volume at /data.
 fn volume_job(name: &str, kind: &str, script: &str) -> String {
@@ -213,14 +149,19 @@ fn task_log(agent: &Agent, alloc_id: &str) -> String {
 
 #[test]
 fn hostpath_plugin_serves_volumes_to_exec_tasks_across_restarts() {
-    let bin = build_hostpath();
+    let bin = drover_tests::csi::our_hostpath_plugin();
     let dir = TempDir::new("csi-hostpath");
     let data_dir = dir.path().join("data");
     let mut agent = Agent::start_dev(dir.path(), &[]);
 
     // The plugin task: fingerprinted healthy, with its vendor as provider.
     let state = dir.path().join("hostpath-state");
-    run_job(&agent, &dir, "plugin", &plugin_job(&bin, &state));
+    run_job(
+        &agent,
+        &dir,
+        "plugin",
+        &drover_tests::csi::hostpath_plugin_job(&bin, &state),
+    );
     agent.eventually("the plugin to be healthy", WAIT, || {
         agent
             .get("/v1/plugin/csi/hostpath")
@@ -245,7 +186,7 @@ fn hostpath_plugin_serves_volumes_to_exec_tasks_across_restarts() {
     assert!(text.contains("Nodes Healthy        = 1"), "{text}");
 
     // Created through the controller.
-    let spec = write_job(&dir, "data.volume.hcl", VOLUME);
+    let spec = write_job(&dir, "data.volume.hcl", drover_tests::csi::HOSTPATH_VOLUME);
     let out = agent.cli(&["volume", "create", &spec]);
     assert!(out.status.success(), "volume create: {}", output_text(&out));
     let vol = volume(&agent);
