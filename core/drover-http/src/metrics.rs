@@ -1,8 +1,9 @@
 //! `GET /v1/metrics`: Nomad's JSON summary (`Timestamp`, `Gauges`, `Counters`, `Samples`,
 //! `Points`) and, with `?format=prometheus`, the Prometheus text format (0.0.4). Figures are
 //! gauges read at the request (the server's, see drover-server's `metrics`, and the local
-//! client's allocation counts); Drover keeps no timing samples or counters yet, so those
-//! lists are empty rather than invented.
+//! client's allocation counts) and the timings the server records (Raft apply, plan evaluate
+//! and apply, scheduler invocations) as samples since start; Drover keeps no counters yet,
+//! so that list is empty rather than invented.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -105,6 +106,22 @@ pub(crate) fn prometheus_text(gauges: &[Gauge]) -> String {
     out
 }
 
+/// Timings as Prometheus summaries (`_sum` and `_count`, in milliseconds as Nomad's sink).
+pub(crate) fn prometheus_summaries(
+    timings: &BTreeMap<String, drover_server::metrics::Summary>,
+) -> String {
+    let mut out = String::new();
+    for (name, t) in timings {
+        let name = prometheus_name(name);
+        let _ = writeln!(
+            out,
+            "# HELP {name} {name}\n# TYPE {name} summary\n{name}_sum {}\n{name}_count {}",
+            t.sum, t.count
+        );
+    }
+    out
+}
+
 /// `GET /v1/metrics[?format=prometheus]`.
 pub(crate) async fn metrics(
     State(s): State<AppState>,
@@ -129,7 +146,7 @@ pub fn metrics_response(gauges: &[Gauge], format: Option<&str>, pretty: bool) ->
                 header::CONTENT_TYPE,
                 "text/plain; version=0.0.4; charset=utf-8",
             )],
-            prometheus_text(gauges),
+            prometheus_text(gauges) + &prometheus_summaries(&drover_server::metrics::timings()),
         )
             .into_response(),
         None | Some("") | Some("json") => {
@@ -141,7 +158,17 @@ pub fn metrics_response(gauges: &[Gauge], format: Option<&str>, pretty: bool) ->
                     "Labels": g.labels,
                 })).collect::<Vec<_>>(),
                 "Counters": [],
-                "Samples": [],
+                "Samples": drover_server::metrics::timings().iter().map(|(name, t)| json!({
+                    "Name": name,
+                    "Count": t.count,
+                    "Sum": t.sum,
+                    "Min": t.min,
+                    "Max": t.max,
+                    "Mean": t.mean(),
+                    "Stddev": t.stddev(),
+                    "Rate": 0.0,
+                    "Labels": {},
+                })).collect::<Vec<_>>(),
                 "Points": [],
             });
             respond_json(&body, None, pretty).unwrap_or_else(IntoResponse::into_response)
@@ -206,7 +233,12 @@ mod tests {
                     .unwrap_or_default(),
             1.0
         );
-        assert_eq!(body["Samples"], serde_json::json!([]));
+        // The job's registration went through Raft: its timing is a sample.
+        let raft_apply = body["Samples"]
+            .as_array()
+            .and_then(|s| s.iter().find(|s| s["Name"] == "nomad.raft.apply").cloned())
+            .unwrap_or_else(|| panic!("no raft apply sample: {body}"));
+        assert!(raft_apply["Count"].as_u64() >= Some(1), "{raft_apply}");
 
         let r = api.get("/v1/metrics?format=prometheus").await;
         assert_eq!(r.status, StatusCode::OK);
@@ -221,6 +253,10 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("\nnomad_nomad_broker_total_ready "), "{text}");
+        assert!(
+            text.contains("# TYPE nomad_raft_apply summary\nnomad_raft_apply_sum "),
+            "{text}"
+        );
         assert_eq!(
             api.get("/v1/metrics?format=xml").await.status,
             StatusCode::BAD_REQUEST

@@ -96,3 +96,86 @@ fn job_status_name(status: &str) -> &'static str {
         _ => "pending",
     }
 }
+
+/// Timings summarised since the process started, as go-metrics keeps a sample: count, sum,
+/// min, max (milliseconds).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Summary {
+    pub count: u64,
+    pub sum: f64,
+    pub min: f64,
+    pub max: f64,
+    /// Sum of squares, for the standard deviation.
+    pub sum_sq: f64,
+}
+
+impl Summary {
+    fn add(&mut self, ms: f64) {
+        if self.count == 0 || ms < self.min {
+            self.min = ms;
+        }
+        if ms > self.max {
+            self.max = ms;
+        }
+        self.count += 1;
+        self.sum += ms;
+        self.sum_sq += ms * ms;
+    }
+
+    pub fn mean(&self) -> f64 {
+        if self.count == 0 {
+            0.0
+        } else {
+            self.sum / self.count as f64
+        }
+    }
+
+    pub fn stddev(&self) -> f64 {
+        if self.count < 2 {
+            return 0.0;
+        }
+        let n = self.count as f64;
+        ((self.sum_sq - self.sum * self.sum / n) / (n - 1.0))
+            .max(0.0)
+            .sqrt()
+    }
+}
+
+fn samples() -> &'static std::sync::Mutex<BTreeMap<String, Summary>> {
+    static SAMPLES: std::sync::OnceLock<std::sync::Mutex<BTreeMap<String, Summary>>> =
+        std::sync::OnceLock::new();
+    SAMPLES.get_or_init(Default::default)
+}
+
+/// Records one timing of `name` (Nomad's metric name).
+pub fn record_time(name: &str, took: std::time::Duration) {
+    let mut s = samples().lock().unwrap_or_else(|p| p.into_inner());
+    match s.get_mut(name) {
+        Some(summary) => summary.add(took.as_secs_f64() * 1000.0),
+        None => {
+            let mut summary = Summary::default();
+            summary.add(took.as_secs_f64() * 1000.0);
+            s.insert(name.to_string(), summary);
+        }
+    }
+}
+
+/// Every timing recorded so far, by name.
+pub fn timings() -> BTreeMap<String, Summary> {
+    samples().lock().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    #[test]
+    fn timings_summarise_count_sum_min_max_in_milliseconds() {
+        super::record_time("test.metrics.summary", Duration::from_millis(2));
+        super::record_time("test.metrics.summary", Duration::from_millis(4));
+        let s = super::timings()["test.metrics.summary"];
+        assert_eq!((s.count, s.sum, s.min, s.max), (2, 6.0, 2.0, 4.0));
+        assert_eq!(s.mean(), 3.0);
+        assert!((s.stddev() - std::f64::consts::SQRT_2).abs() < 1e-9);
+    }
+}

@@ -255,6 +255,7 @@ pub(crate) async fn run_plan_applier(inner: Arc<Inner>, mut rx: mpsc::Receiver<P
             }
             continue;
         }
+        let evaluating = std::time::Instant::now();
         let snap = inner.state.snapshot();
         let mut overlay = UsageOverlay::default();
         let mut committing = Vec::with_capacity(batch.len());
@@ -269,6 +270,7 @@ pub(crate) async fn run_plan_applier(inner: Arc<Inner>, mut rx: mpsc::Receiver<P
                 committed: false,
             });
         }
+        crate::metrics::record_time("nomad.nomad.plan.evaluate", evaluating.elapsed());
         let frees_capacity = committing
             .iter()
             .any(|c| c.part.as_ref().is_some_and(|p| p.frees_capacity));
@@ -293,10 +295,12 @@ pub(crate) async fn run_plan_applier(inner: Arc<Inner>, mut rx: mpsc::Receiver<P
             Err(parts) if parts.is_empty() => None,
             Err(parts) => Some(LogEntry::PlanResultsBatch { plans: parts }),
         };
+        let applying = std::time::Instant::now();
         let outcome = match entry {
             Some(entry) => inner.apply_kept(entry).await,
             None => Ok(0),
         };
+        crate::metrics::record_time("nomad.nomad.plan.apply", applying.elapsed());
         match outcome {
             Ok(index) => {
                 if frees_capacity {

@@ -139,7 +139,9 @@ impl Inner {
 
     /// Proposes an entry through Raft; resolves once it is applied to the state store.
     pub async fn apply(&self, entry: LogEntry) -> Result<u64, ServerError> {
+        let started = std::time::Instant::now();
         let index = self.raft.propose(entry.encode()).await?;
+        crate::metrics::record_time("nomad.raft.apply", started.elapsed());
         Ok(index)
     }
 

@@ -51,6 +51,7 @@ pub(crate) async fn run_worker(inner: Arc<Inner>, id: usize) {
         let planner_inner = inner.clone();
         let handle = Handle::current();
         let eval_for_run = eval.clone();
+        let invoked = std::time::Instant::now();
         let result = tokio::task::spawn_blocking(move || {
             let mut planner = WorkerPlanner {
                 inner: planner_inner.clone(),
@@ -64,6 +65,10 @@ pub(crate) async fn run_worker(inner: Arc<Inner>, id: usize) {
             )
         })
         .await;
+        crate::metrics::record_time(
+            &format!("nomad.nomad.worker.invoke_scheduler.{}", eval.eval_type),
+            invoked.elapsed(),
+        );
         match result {
             Ok(Ok(())) => {
                 let _ = inner.broker.ack(&eval.id, &token);
