@@ -28,3 +28,6 @@ pub mod task_runner;
 pub mod taskenv;
 
 pub use client::{Client, ClientConfig, ClientError, ServerConn};
+
+#[cfg(test)]
+mod test_env;

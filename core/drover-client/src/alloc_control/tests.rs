@@ -2,7 +2,6 @@
 //! whose tasks run until stopped.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -14,10 +13,8 @@ use drover_structs::*;
 use tokio::sync::mpsc;
 
 use super::*;
-use crate::alloc_runner::{self, AllocRunnerHandle, RunnerEnv};
-use crate::csi::server::CallFuture;
-use crate::csi::{CsiManager, CsiServerCalls};
-use crate::state_db::ClientStateDb;
+use crate::alloc_runner::{self, AllocRunnerHandle};
+use crate::test_env::{TempDir, runner_env};
 
 /// Tasks that run until stopped; signals are recorded, not delivered.
 #[derive(Default)]
@@ -122,26 +119,6 @@ impl Driver for Forever {
     }
 }
 
-/// No CSI volumes in these allocations: the server is never called.
-struct NoCsi;
-
-impl CsiServerCalls for NoCsi {
-    fn claim(&self, _: csi::CsiVolumeClaimRequest) -> CallFuture<'_, csi::CsiVolumeClaimResponse> {
-        Box::pin(async { Err("no CSI in this test".to_string()) })
-    }
-    fn unpublish(&self, _: String, _: String, _: csi::CsiVolumeClaim) -> CallFuture<'_, ()> {
-        Box::pin(async { Err("no CSI in this test".to_string()) })
-    }
-}
-
-struct TempDir(PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// One allocation of a service job whose group "g" runs `tasks` on [`Forever`], with a restart
 /// policy that allows no restarts at all.
 struct Harness {
@@ -155,30 +132,9 @@ struct Harness {
 
 impl Harness {
     fn start(tasks: &[&str]) -> Harness {
-        let dir = TempDir(
-            std::env::temp_dir().join(format!("drover-alloc-control-{}", uuid::Uuid::new_v4())),
-        );
-        std::fs::create_dir_all(&dir.0).expect("create the test's data dir");
-        let db = ClientStateDb::open(&dir.0.join("state.db")).expect("open the client state");
+        let dir = TempDir::new("alloc-control");
         let driver = Arc::new(Forever::default());
-        let mut drivers: BTreeMap<String, Arc<dyn Driver>> = BTreeMap::new();
-        drivers.insert("forever".into(), Arc::clone(&driver) as Arc<dyn Driver>);
-        let (updates_tx, updates) = mpsc::unbounded_channel();
-        let env = RunnerEnv {
-            node: Arc::new(Node {
-                id: "node-1".into(),
-                ..Default::default()
-            }),
-            region: "global".into(),
-            data_dir: dir.0.clone(),
-            drivers: Arc::new(drivers),
-            db,
-            updates: updates_tx,
-            csi: CsiManager::new(dir.0.join("csi")),
-            csi_server: Arc::new(NoCsi),
-            driver_events: Default::default(),
-            agent_env: Default::default(),
-        };
+        let (env, updates) = runner_env(&dir, "forever", Arc::clone(&driver) as Arc<dyn Driver>);
         let group = TaskGroup {
             name: "g".into(),
             restart_policy: Some(RestartPolicy {
