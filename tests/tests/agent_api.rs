@@ -441,3 +441,50 @@ fn agent_self_and_members_have_the_fields_of_nomads_samples() {
     same_kinds(&members, &nomad, "members", &mut mismatches);
     assert!(mismatches.is_empty(), "{mismatches:#?}");
 }
+
+#[test]
+fn a_server_still_waiting_for_its_peers_answers_no_cluster_leader() {
+    let dir = TempDir::new("agent-expect3");
+    let (http_port, rpc_port) = (free_port(), free_port());
+    let sdir = dir.path().join("s");
+    std::fs::create_dir_all(&sdir).expect("server dir");
+    let log_path = sdir.join("agent.log");
+    let log = std::fs::File::create(&log_path).expect("open log");
+    let child = Command::new(drover_bin())
+        .args([
+            "agent",
+            "--server",
+            "--bind",
+            "127.0.0.1",
+            "--node",
+            "lonely",
+        ])
+        .args(["--bootstrap-expect", "3"])
+        .arg("--data-dir")
+        .arg(sdir.join("data"))
+        .args(["--http-port", &http_port.to_string()])
+        .args(["--rpc-port", &rpc_port.to_string()])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("clone log fd"))
+        .stderr(log)
+        .spawn()
+        .expect("spawn drover server");
+    let agent = Agent {
+        child,
+        host: "127.0.0.1".into(),
+        http_port,
+        rpc_port,
+        data_dir: sdir.clone(),
+        log_path,
+    };
+    until("the server answers HTTP", &agent, || {
+        agent.send("GET", "/v1/status/leader", "").0 == 200
+    });
+    assert_eq!(leader_of(&agent), "");
+    assert_eq!(
+        agent.send("GET", "/v1/nodes", ""),
+        (500, "No cluster leader".to_string())
+    );
+    assert_eq!(agent.send("GET", "/v1/agent/health", "").0, 500);
+    assert_eq!(members(&agent).len(), 1);
+}
