@@ -68,25 +68,20 @@ impl Task {
         let mut status = 0;
         // SAFETY: waitpid with WNOHANG on a pid we started; status is a valid out-pointer.
         let r = unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG) };
-        let gone = r == -1 && !alive(self.pid);
-        let exit = if r == self.pid && libc::WIFSIGNALED(status) {
-            ExitResult {
-                signal: libc::WTERMSIG(status),
-                ..Default::default()
-            }
+        let (exit_code, signal, err) = if r == self.pid && libc::WIFSIGNALED(status) {
+            (0, libc::WTERMSIG(status), None)
         } else if r == self.pid {
-            ExitResult {
-                exit_code: libc::WEXITSTATUS(status),
-                ..Default::default()
-            }
-        } else if gone {
-            ExitResult {
-                exit_code: -1,
-                err: Some("exit status unknown".into()),
-                ..Default::default()
-            }
+            (libc::WEXITSTATUS(status), 0, None)
+        } else if r == -1 && !alive(self.pid) {
+            (-1, 0, Some("exit status unknown".to_string()))
         } else {
             return;
+        };
+        let exit = ExitResult {
+            exit_code,
+            signal,
+            err,
+            oom_killed: false,
         };
         self.exit = Some((exit, now()));
     }
