@@ -616,7 +616,38 @@ fn ignored_settings(file: &AgentFile) -> Vec<String> {
         .flat_map(|c| c.options.iter().flat_map(|o| o.keys()))
         .filter(|k| !CLIENT_OPTIONS.contains(&k.as_str()))
         .map(|k| format!("client.options[{k:?}]"));
-    server.chain(client).chain(options).collect()
+    server
+        .chain(client)
+        .chain(options)
+        .chain(ignored_telemetry(file.telemetry.as_ref()))
+        .collect()
+}
+
+/// `telemetry` keys with no effect: Drover computes its metrics when `/v1/metrics` is asked
+/// and always serves the Prometheus format, so only `prometheus_metrics = true` is as Nomad.
+fn ignored_telemetry(telemetry: Option<&serde_json::Value>) -> Vec<String> {
+    let blocks: Vec<&serde_json::Map<String, serde_json::Value>> = match telemetry {
+        Some(serde_json::Value::Object(m)) => vec![m],
+        Some(serde_json::Value::Array(items)) => items
+            .iter()
+            .filter_map(serde_json::Value::as_object)
+            .collect(),
+        _ => Vec::new(),
+    };
+    let mut ignored = Vec::new();
+    for block in blocks {
+        for (k, v) in block {
+            match (k.as_str(), v) {
+                ("prometheus_metrics", serde_json::Value::Bool(true)) => {}
+                ("prometheus_metrics", _) => ignored.push(
+                    "telemetry.prometheus_metrics (the Prometheus format is always served)"
+                        .to_string(),
+                ),
+                _ => ignored.push(format!("telemetry.{k}")),
+            }
+        }
+    }
+    ignored
 }
 
 /// Says once at start-up which settings have no effect, so nobody believes they took effect.
@@ -792,6 +823,28 @@ client {
         assert_eq!(client_denylist(assigned), EnvDenylist::parse("OLD"));
         let both = "client {\n  options {\n    \"env.blacklist\" = \"OLD\"\n    \"env.denylist\" = \"NEW\"\n  }\n}\n";
         assert_eq!(client_denylist(both), EnvDenylist::parse("NEW"));
+    }
+
+    #[test]
+    fn telemetry_settings_without_effect_are_reported_as_ignored() {
+        let file = parse_str(
+            "telemetry {\n  prometheus_metrics = true\n  collection_interval = \"1s\"\n  publish_node_metrics = true\n}\n",
+            "agent.hcl",
+        )
+        .unwrap();
+        assert_eq!(
+            ignored_settings(&file),
+            vec![
+                "telemetry.collection_interval".to_string(),
+                "telemetry.publish_node_metrics".to_string()
+            ]
+        );
+        let off = parse_str(
+            "telemetry {\n  prometheus_metrics = false\n}\n",
+            "agent.hcl",
+        )
+        .unwrap();
+        assert_eq!(ignored_settings(&off).len(), 1);
     }
 
     #[test]
