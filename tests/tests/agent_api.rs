@@ -316,6 +316,20 @@ fn monitor_streams_the_agents_own_log_and_metrics_have_prometheus_text() {
     let _ = child.wait();
     assert!(first.contains("Z ["), "an hclog line: {first}");
 
+    // A dev agent's self report has its client's stats, as Nomad's.
+    let me = agent.get("/v1/agent/self").expect("agent self");
+    let client = &me["stats"]["client"];
+    assert!(
+        client["last_heartbeat"]
+            .as_str()
+            .is_some_and(|s| s.ends_with('s')),
+        "{client}"
+    );
+    assert!(
+        client["node_id"].as_str().is_some_and(|s| !s.is_empty()),
+        "{client}"
+    );
+
     let (status, text) = agent.send("GET", "/v1/metrics?format=prometheus", "");
     assert_eq!(status, 200, "{text}");
     for family in [

@@ -195,6 +195,12 @@ pub(crate) async fn agent_self(
                 "node_id": node_id,
                 "known_servers": s.agent.rpc_addr.to_string(),
                 "num_allocations": snap.allocs_by_node(&node_id).iter().filter(|a| !a.terminal()).count().to_string(),
+                // Nomad's `last_heartbeat`: the time since the last heartbeat reached a server.
+                "last_heartbeat": client
+                    .last_heartbeat()
+                    .and_then(|t| t.elapsed().ok())
+                    .map(|d| format!("{d:?}"))
+                    .unwrap_or_default(),
             }),
         );
     }

@@ -76,6 +76,11 @@ pub trait NodeClient: Send + Sync + 'static {
     /// Root directory of that allocation on this node (`<data_dir>/alloc/<alloc_id>`), `None`
     /// if the client does not know the allocation.
     fn alloc_dir(&self, alloc_id: &str) -> Option<PathBuf>;
+    /// When the client's last heartbeat reached a server (`last_heartbeat` of
+    /// `/v1/agent/self`); `None` when unknown.
+    fn last_heartbeat(&self) -> Option<std::time::SystemTime> {
+        None
+    }
     /// Host statistics in Nomad's `HostStats` shape, for `/v1/client/stats`.
     fn stats(&self) -> serde_json::Value;
     /// Resource usage of an allocation this client runs (of one task, if given) in Nomad's

@@ -88,6 +88,9 @@ impl drover_http::NodeClient for HttpClient {
     fn alloc_dir(&self, alloc_id: &str) -> Option<PathBuf> {
         self.0.alloc_dir(alloc_id)
     }
+    fn last_heartbeat(&self) -> Option<std::time::SystemTime> {
+        Some(self.0.last_heartbeat())
+    }
     fn exec(
         &self,
         alloc_id: &str,
