@@ -35,6 +35,7 @@ mod server;
 pub mod snapshot_archive;
 #[cfg(test)]
 mod test_server;
+mod unblock;
 mod volume_watcher;
 mod worker;
 

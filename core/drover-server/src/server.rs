@@ -114,6 +114,8 @@ pub(crate) struct Inner {
     pub periodic: crate::periodic::PeriodicDispatcher,
     /// Blocked evaluations by job: at most one per job.
     pub blocked: Mutex<HashMap<(String, String), Evaluation>>,
+    /// When blocked evaluations were last let go, to catch the ones blocked on older snapshots.
+    pub unblocked_at: Mutex<crate::unblock::UnblockIndexes>,
     pub shutdown_tx: watch::Sender<bool>,
     pub shutdown_rx: watch::Receiver<bool>,
     /// CSI's calls to client agents, once the agent provides them.
@@ -189,12 +191,22 @@ impl Inner {
         }
     }
 
-    /// Tracks a blocked evaluation; an older blocked one of the same job is cancelled.
+    /// Tracks a blocked evaluation; an older blocked one of the same job is cancelled. One
+    /// that missed an unblock while its scheduler ran (on an older snapshot) is enqueued again
+    /// at once instead.
     pub async fn block_eval(&self, eval: Evaluation) {
         let key = (eval.namespace.clone(), eval.job_id.clone());
         let old = {
             let mut b = self.blocked.lock().unwrap_or_else(|e| e.into_inner());
-            b.insert(key, eval.clone())
+            let old = b.insert(key.clone(), eval.clone());
+            let job = self.state.snapshot().job(&eval.namespace, &eval.job_id);
+            let unblocked = self.unblocked_at.lock().unwrap_or_else(|e| e.into_inner());
+            if unblocked.missed(&eval, job.as_deref()) {
+                b.remove(&key);
+                tracing::debug!(eval = %eval.id, "blocked evaluation missed an unblock; enqueued again");
+                self.broker.enqueue(eval.clone());
+            }
+            old
         };
         if let Some(mut old) = old.filter(|o| o.id != eval.id) {
             old.status = EVAL_STATUS_CANCELED.into();
@@ -213,6 +225,10 @@ impl Inner {
         let snap = self.state.snapshot();
         let evals: Vec<Evaluation> = {
             let mut b = self.blocked.lock().unwrap_or_else(|e| e.into_inner());
+            self.unblocked_at
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .unblocked_csi_volume(namespace, volume_id, snap.latest_index());
             let waiting: Vec<(String, String)> = b
                 .keys()
                 .filter(|(ns, job_id)| {
@@ -236,6 +252,10 @@ impl Inner {
     pub fn unblock_evals(&self) {
         let evals: Vec<Evaluation> = {
             let mut b = self.blocked.lock().unwrap_or_else(|e| e.into_inner());
+            self.unblocked_at
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .unblocked_all(self.state.latest_index());
             b.drain().map(|(_, e)| e).collect()
         };
         if !evals.is_empty() {
@@ -350,6 +370,7 @@ impl Server {
             heartbeats: HeartbeatTimers::default(),
             periodic: Default::default(),
             blocked: Mutex::new(HashMap::new()),
+            unblocked_at: Mutex::default(),
             shutdown_tx,
             shutdown_rx,
             csi: Default::default(),

@@ -47,6 +47,7 @@ pub(crate) async fn run_worker(inner: Arc<Inner>, id: usize) {
             continue;
         }
         let snap = inner.state.snapshot();
+        let snapshot_index = snap.latest_index();
         let sched_config = crate::sched_config::effective(&inner.sched_config, &snap);
         let planner_inner = inner.clone();
         let handle = Handle::current();
@@ -56,6 +57,7 @@ pub(crate) async fn run_worker(inner: Arc<Inner>, id: usize) {
             let mut planner = WorkerPlanner {
                 inner: planner_inner.clone(),
                 rt: handle,
+                snapshot_index,
             };
             drover_scheduler::process_eval(
                 &SnapshotState(snap),
@@ -97,6 +99,8 @@ pub(crate) async fn run_worker(inner: Arc<Inner>, id: usize) {
 struct WorkerPlanner {
     inner: Arc<Inner>,
     rt: Handle,
+    /// The index of the snapshot the scheduler works on now.
+    snapshot_index: u64,
 }
 
 impl Planner for WorkerPlanner {
@@ -125,6 +129,7 @@ impl Planner for WorkerPlanner {
                 .await
         });
         let snap = self.inner.state.snapshot();
+        self.snapshot_index = snap.latest_index();
         Ok((result, Some(Box::new(SnapshotState(snap)))))
     }
 
@@ -140,7 +145,10 @@ impl Planner for WorkerPlanner {
             .map_err(|e| SchedulerError::Planner(e.to_string()))
     }
 
-    fn create_eval(&mut self, eval: Evaluation) -> Result<(), SchedulerError> {
+    fn create_eval(&mut self, mut eval: Evaluation) -> Result<(), SchedulerError> {
+        // What the scheduler saw, so a blocked evaluation can tell an unblock it missed (Nomad's
+        // Worker.CreateEval).
+        eval.snapshot_index = self.snapshot_index;
         let inner = self.inner.clone();
         let e = eval.clone();
         self.rt

@@ -387,6 +387,74 @@ async fn freed_claim_unblocks_evaluations_of_jobs_waiting_for_the_volume() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evaluation_blocked_on_a_snapshot_older_than_a_freed_claim_is_enqueued_again() {
+    let t = start_with_claim().await;
+    put_job(&t.server, "second", "db").await;
+    put_job(&t.server, "third", "db").await;
+    let inner = &t.server.inner;
+    // The scheduler of "second" works on this snapshot while the claim is freed, so nothing is
+    // blocked yet for the release to wake.
+    let seen = t.server.snapshot().latest_index();
+    t.server
+        .unpublish_csi_volume(
+            "default",
+            "db",
+            CsiVolumeClaim {
+                allocation_id: "a1".into(),
+                node_id: "n1".into(),
+                mode: CsiClaimMode::Write,
+                state: CsiClaimState::Unpublishing,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert!(!stored(&t.server).in_use());
+    let blocked_eval = |job_id: &str, snapshot_index: u64| {
+        let snap = t.server.snapshot();
+        let mut e = Evaluation::for_job(&snap.job("default", job_id).unwrap(), "queued-allocs");
+        e.status = EVAL_STATUS_BLOCKED.into();
+        e.snapshot_index = snapshot_index;
+        e
+    };
+    let late = blocked_eval("second", seen);
+    // One blocked by a scheduler that saw the freed claim has nothing to wait for but the next
+    // change.
+    let current = blocked_eval("third", t.server.snapshot().latest_index());
+    inner
+        .apply(LogEntry::EvalUpdate {
+            evals: vec![late.clone(), current.clone()],
+        })
+        .await
+        .unwrap();
+    inner.block_eval(late.clone()).await;
+    inner.block_eval(current).await;
+    let blocked: Vec<String> = {
+        let b = inner.blocked.lock().unwrap();
+        b.keys().map(|(_, j)| j.clone()).collect()
+    };
+    assert_eq!(
+        blocked,
+        vec!["third".to_string()],
+        "the late one was not kept"
+    );
+    // It went to the scheduler again, which evaluated it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while t
+        .server
+        .snapshot()
+        .eval(&late.id)
+        .is_some_and(|e| e.status == EVAL_STATUS_BLOCKED)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the late evaluation was never run"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stopping_a_job_records_past_claims_of_its_ended_allocations() {
     let t = start_with_claim().await;
     // Watcher off, to see what the deregistration itself writes.
