@@ -614,6 +614,31 @@ job "{name}" {{
         self.api().running_alloc(self.driver_job())
     }
 
+    /// The driver's process (its command line names this scenario's state dir).
+    fn driver_pid(&self) -> Option<i32> {
+        let state = self.state_dir.to_string_lossy().into_owned();
+        std::fs::read_dir("/proc")
+            .ok()?
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+            .find(|pid| {
+                std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+                    let c = String::from_utf8_lossy(&c);
+                    c.contains("hostpathplugin") && c.contains(&state)
+                }) && drover_tests::is_alive(*pid)
+            })
+    }
+
+    /// Restarts of the plugin jobs' tasks, summed.
+    fn plugin_restarts(&self) -> u64 {
+        let api = self.api();
+        self.plugin_jobs()
+            .iter()
+            .filter_map(|job| api.alloc_with_status(job, "running"))
+            .map(|a| a["TaskStates"]["plugin"]["Restarts"].as_u64().unwrap_or(0))
+            .sum()
+    }
+
     fn driver_calls(&self) -> Vec<(String, bool)> {
         let api = self.api();
         driver_calls(&api.task_log(&self.driver_alloc(), "plugin", true))
@@ -643,6 +668,10 @@ job "{name}" {{
         step("second writer");
         self.kill9_while_published_keeps_one_claim_and_no_extra_mount();
         step("kill -9");
+        if matches!(self.agents, Agents::Cluster(_)) {
+            self.controller_agent_killed_while_published_comes_back();
+            step("kill -9 of the controller's agent");
+        }
         self.stop_releases_the_claim_and_every_mount();
         step("release");
         self.volume_and_plugin_go(&external_id);
@@ -852,6 +881,20 @@ capability {{
         );
         assert!(api.alloc_with_status("second", "running").is_none());
         api.stop_job("holder");
+        let deadline = Instant::now() + WAIT;
+        while api.alloc_with_status("second", "running").is_none() {
+            if Instant::now() > deadline {
+                panic!(
+                    "the second writer never ran\nvolume: {:#}\nsecond: {}\nholder: {}\nevals: {:#}\n{}",
+                    api.volume(),
+                    output_text(&api.cli(&["job", "status", "second"])),
+                    output_text(&api.cli(&["job", "status", "holder"])),
+                    api.get("/v1/job/second/evaluations").unwrap_or(Value::Null),
+                    api.logs()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
         let second = api.running_alloc("second");
         let log = api.task_log(&second, "t", false);
         assert!(log.contains("hello-k8s-hostpath"), "the second saw: {log}");
@@ -869,6 +912,8 @@ capability {{
         let fingerprinted =
             |api: &Api| api.node(&node_id)["CSINodePlugins"][PLUGIN]["UpdateTime"].clone();
         let first = fingerprinted(&api);
+        let driver = self.driver_pid();
+        assert!(driver.is_some(), "the driver runs");
         self.agents.kill9_and_restart_claimer();
         let api = self.api();
         api.eventually("the node plugin to be fingerprinted again", || {
@@ -899,15 +944,55 @@ capability {{
         assert!(vol["WriteClaims"].get(&second).is_some(), "{vol:#}");
         assert_eq!(claims(&vol, "PastClaims"), 0, "{vol:#}");
         assert_eq!(before, mounts_under(self.dir.path()), "no extra mount");
+        // The plugin tasks outlived their agent: the same driver process, never restarted
+        // (a task writing its log while no agent reads it must not die of SIGPIPE).
+        assert_eq!(self.driver_pid(), driver, "the driver's process survived");
+        assert_eq!(self.plugin_restarts(), 0);
+    }
+
+    /// The agent running the controller plugin is SIGKILLed and started again while the volume
+    /// is published on the other client: its plugin is reattached and serves again.
+    fn controller_agent_killed_while_published_comes_back(&mut self) {
+        let api = self.agents.api();
+        let driver = self.driver_pid();
+        let Agents::Cluster(c) = &mut self.agents else {
+            return;
+        };
+        let node_id = c.controller.node_id();
+        let fingerprinted =
+            |api: &Api| api.node(&node_id)["CSIControllerPlugins"][PLUGIN]["UpdateTime"].clone();
+        let first = fingerprinted(&api);
+        c.controller.restart();
+        c.controller.wait_ready(WAIT);
+        api.eventually("the controller to be fingerprinted again", || {
+            fingerprinted(&api) != first
+        });
+        api.eventually("the plugin to be healthy again", || {
+            api.get(&format!("/v1/plugin/csi/{PLUGIN}"))
+                .is_ok_and(|p| p["ControllersHealthy"] == 1 && p["NodesHealthy"] == 1)
+        });
+        assert_eq!(claims(&api.volume(), "WriteClaims"), 1);
+        assert_eq!(self.driver_pid(), driver, "the driver's process survived");
+        assert_eq!(self.plugin_restarts(), 0);
     }
 
     fn stop_releases_the_claim_and_every_mount(&self) {
         let api = self.api();
+        let before = self.driver_calls();
         api.stop_job("second");
         api.eventually("the claim to be freed", || no_claims(&api.volume()));
         api.eventually("every volume mount to be gone", || {
             mounts_under(self.dir.path()).is_empty()
         });
+        let calls = self.driver_calls()[before.len()..].to_vec();
+        let expected_detach = if self.attach { (1, 0) } else { (0, 0) };
+        assert_eq!(
+            count_calls(&calls, "ControllerUnpublishVolume"),
+            expected_detach,
+            "{calls:?}"
+        );
+        assert_eq!(count_calls(&calls, "NodeUnpublishVolume").1, 0, "{calls:?}");
+        assert_eq!(count_calls(&calls, "NodeUnstageVolume").1, 0, "{calls:?}");
         let node = api.node(&self.claimer_node_id());
         let events: Vec<&Value> = node["Events"]
             .as_array()
