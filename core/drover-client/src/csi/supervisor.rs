@@ -34,6 +34,9 @@ const DEFAULT_HEALTH_TIMEOUT: Duration = Duration::from_secs(30);
 /// Nomad's default `stage_publish_base_dir`.
 pub const DEFAULT_STAGE_PUBLISH_BASE_DIR: &str = "/local/csi";
 
+/// The variable that tells a plugin task where to serve its socket.
+pub const CSI_ENDPOINT: &str = "CSI_ENDPOINT";
+
 /// Nomad's task event types of plugin health.
 pub const TASK_EVENT_PLUGIN_HEALTHY: &str = "Plugin became healthy";
 pub const TASK_EVENT_PLUGIN_UNHEALTHY: &str = "Plugin became unhealthy";
@@ -47,6 +50,8 @@ pub struct PluginTask {
     pub host_root: PathBuf,
     /// The root as the plugin sees it (set by [`PluginTask::prepare`]).
     pub plugin_root: PathBuf,
+    /// The task sets `CSI_ENDPOINT` itself (its `env` block): it is left as the task has it.
+    pub endpoint_from_task: bool,
 }
 
 /// What a plugin task gets at its start: `CSI_ENDPOINT` and the driver's mounts.
@@ -67,7 +72,14 @@ impl PluginTask {
         if raw.is_null() {
             return None;
         }
-        Some(Self::parse(raw, alloc_id, manager))
+        let endpoint_from_task = task
+            .env
+            .as_ref()
+            .is_some_and(|env| env.contains_key(CSI_ENDPOINT));
+        Some(Self::parse(raw, alloc_id, manager).map(|p| PluginTask {
+            endpoint_from_task,
+            ..p
+        }))
     }
 
     fn parse(
@@ -90,19 +102,28 @@ impl PluginTask {
             kind,
             alloc_id: alloc_id.to_string(),
             host_root,
+            endpoint_from_task: false,
         })
     }
 
     /// Creates the plugin's root and says how the task sees it: the environment it gets
-    /// (`CSI_ENDPOINT`) and, for isolating drivers, the mounts. Idempotent: runs before every
-    /// start of the task.
+    /// (`CSI_ENDPOINT`, unless the task sets it itself, as Nomad leaves it) and, for isolating
+    /// drivers, the mounts. Idempotent: runs before every start of the task.
     pub fn prepare(&mut self, isolation: FsIsolation) -> Result<PluginSetup, String> {
+        let mut setup = self.prepare_dirs_and_mounts(isolation)?;
+        if self.endpoint_from_task {
+            setup.env.remove(CSI_ENDPOINT);
+        }
+        Ok(setup)
+    }
+
+    fn prepare_dirs_and_mounts(&mut self, isolation: FsIsolation) -> Result<PluginSetup, String> {
         create_private_dir(&self.host_root)?;
         let mut setup = PluginSetup::default();
         if isolation == FsIsolation::None {
             self.plugin_root = self.host_root.clone();
             setup.env.insert(
-                "CSI_ENDPOINT".into(),
+                CSI_ENDPOINT.into(),
                 format!("unix://{}", self.host_root.join(SOCKET_NAME).display()),
             );
             return Ok(setup);
@@ -126,7 +147,7 @@ impl PluginTask {
         });
         self.plugin_root = PathBuf::from(stage_dir);
         setup.env.insert(
-            "CSI_ENDPOINT".into(),
+            CSI_ENDPOINT.into(),
             format!("unix://{}", self.config.socket_path_in_task()),
         );
         Ok(setup)
@@ -332,7 +353,36 @@ mod tests {
             alloc_id: "a1".into(),
             plugin_root: host_root.clone(),
             host_root,
+            endpoint_from_task: false,
         }
+    }
+
+    #[test]
+    fn a_csi_endpoint_the_task_sets_itself_is_left_alone() {
+        let root = std::env::temp_dir().join(format!("drover-sup-own-{}", std::process::id()));
+        let manager = CsiManager::new(&root);
+        let task = Task {
+            name: "plugin".into(),
+            env: Some(BTreeMap::from([(
+                CSI_ENDPOINT.to_string(),
+                "unix://csi/csi.sock".to_string(),
+            )])),
+            csi_plugin_config: Some(serde_json::json!({
+                "ID": "hostpath", "Type": "monolith", "MountDir": "/csi"
+            })),
+            ..Default::default()
+        };
+        let mut p = PluginTask::of_task(&task, "a1", &manager)
+            .expect("a csi_plugin block")
+            .expect("a valid block");
+        assert!(p.endpoint_from_task);
+        let setup = p.prepare(FsIsolation::None).unwrap();
+        assert!(setup.env.is_empty(), "{setup:?}");
+        assert!(
+            root.join("monolith/hostpath").is_dir(),
+            "the root is made all the same"
+        );
+        let _ = std::fs::remove_dir_all(&root);
     }
 
     #[test]
