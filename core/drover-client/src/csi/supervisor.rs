@@ -34,6 +34,9 @@ const DEFAULT_HEALTH_TIMEOUT: Duration = Duration::from_secs(30);
 /// Nomad's default `stage_publish_base_dir`.
 pub const DEFAULT_STAGE_PUBLISH_BASE_DIR: &str = "/local/csi";
 
+/// The longest path a unix socket address holds (108 bytes with the terminating NUL).
+const MAX_SOCKET_PATH: usize = 107;
+
 /// The variable that tells a plugin task where to serve its socket.
 pub const CSI_ENDPOINT: &str = "CSI_ENDPOINT";
 
@@ -118,6 +121,18 @@ impl PluginTask {
     }
 
     fn prepare_dirs_and_mounts(&mut self, isolation: FsIsolation) -> Result<PluginSetup, String> {
+        // The client dials the socket at its host path whatever the driver: one that does not
+        // fit a unix socket address could never be reached (and a plugin without filesystem
+        // isolation could not even listen on it), so say so now rather than never get healthy.
+        let socket = self.host_root.join(SOCKET_NAME);
+        if socket.as_os_str().len() > MAX_SOCKET_PATH {
+            return Err(format!(
+                "the plugin's socket path {} is {} bytes long, more than the {MAX_SOCKET_PATH} a \
+                 unix socket address holds: use a shorter data_dir",
+                socket.display(),
+                socket.as_os_str().len()
+            ));
+        }
         create_private_dir(&self.host_root)?;
         let mut setup = PluginSetup::default();
         if isolation == FsIsolation::None {
@@ -355,6 +370,18 @@ mod tests {
             host_root,
             endpoint_from_task: false,
         }
+    }
+
+    #[test]
+    fn a_socket_path_too_long_for_a_unix_socket_fails_the_setup_with_the_reason() {
+        let root = std::env::temp_dir().join("d".repeat(120));
+        let mut p = plugin(root.clone());
+        let err = p.prepare(FsIsolation::None).unwrap_err();
+        assert!(err.contains("use a shorter data_dir"), "{err}");
+        assert!(!root.exists(), "nothing made");
+        let fits = std::env::temp_dir().join(format!("drover-sup-len-{}", std::process::id()));
+        assert!(plugin(fits.clone()).prepare(FsIsolation::None).is_ok());
+        let _ = std::fs::remove_dir_all(&fits);
     }
 
     #[test]
