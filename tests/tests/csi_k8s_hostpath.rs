@@ -1064,7 +1064,7 @@ fn k8s_hostpath_monolith_with_attach_publishes_through_the_controller() {
 }
 
 #[test]
-fn k8s_hostpath_split_controller_and_node_jobs_serve_the_lifecycle() {
+fn k8s_hostpath_split_controller_and_node_jobs_with_attach_serve_the_lifecycle() {
     let Some(bin) = hostpathplugin() else { return };
     Scenario::dev("k8s-split", bin, Layout::Split, true).run();
 }
