@@ -21,6 +21,7 @@ mod heartbeat;
 mod heartbeat_tests;
 mod identity;
 mod leader_task;
+mod leadership;
 mod members;
 pub mod metrics;
 mod operator;
