@@ -96,6 +96,9 @@ struct Inner {
     node_plugins: watch::Sender<NodeCsiPlugins>,
     /// The allocations using each staged volume: unstaged when the last one leaves.
     stage_users: Mutex<BTreeMap<StageKey, BTreeSet<String>>>,
+    /// Held while a staged volume gets its first user or loses its last one, plugin call
+    /// included, so a stage and an unstage of one key never overlap.
+    stage_locks: Mutex<BTreeMap<StageKey, Arc<tokio::sync::Mutex<()>>>>,
     /// What each allocation has mounted, by (alloc id, volume id).
     mounted: Mutex<BTreeMap<(String, String), MountedVolume>>,
     /// Storage node events (mounts, unmounts, their errors) not yet sent to the servers.
@@ -122,6 +125,7 @@ impl CsiManager {
                 registered: watch::channel(0).0,
                 node_plugins: watch::channel(NodeCsiPlugins::default()).0,
                 stage_users: Mutex::new(BTreeMap::new()),
+                stage_locks: Mutex::new(BTreeMap::new()),
                 mounted: Mutex::new(BTreeMap::new()),
                 events: Mutex::new(Vec::new()),
                 events_tx: watch::channel(0).0,
@@ -285,6 +289,58 @@ impl CsiManager {
     /// Wakes when node events are recorded.
     pub fn subscribe_node_events(&self) -> watch::Receiver<u64> {
         self.inner.events_tx.subscribe()
+    }
+
+    /// Makes `alloc_id` a user of the staged volume `key`; the first user runs `stage` (the
+    /// plugin's NodeStageVolume), and stays no user if it fails. Decided and done under the
+    /// key's lock: a user arriving while the last one leaves stages after that one's unstage
+    /// (never before it, which would leave it publishing an unstaged volume).
+    pub(crate) async fn stage_for<F, Fut, E>(
+        &self,
+        key: StageKey,
+        alloc_id: &str,
+        stage: F,
+    ) -> Result<(), E>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<(), E>>,
+    {
+        let key_lock = self.stage_lock(&key);
+        let _held = key_lock.lock().await;
+        if self.add_stage_user(key.clone(), alloc_id)
+            && let Err(e) = stage().await
+        {
+            self.remove_stage_user(&key, alloc_id);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Removes `alloc_id` from the users of the staged volume `key`; the last one runs
+    /// `unstage` (NodeUnstageVolume), under the key's lock as [`CsiManager::stage_for`].
+    pub(crate) async fn unstage_for<F, Fut, E>(
+        &self,
+        key: &StageKey,
+        alloc_id: &str,
+        unstage: F,
+    ) -> Result<(), E>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<(), E>>,
+    {
+        let key_lock = self.stage_lock(key);
+        let _held = key_lock.lock().await;
+        if self.remove_stage_user(key, alloc_id) {
+            unstage().await?;
+        }
+        Ok(())
+    }
+
+    fn stage_lock(&self, key: &StageKey) -> Arc<tokio::sync::Mutex<()>> {
+        lock(&self.inner.stage_locks)
+            .entry(key.clone())
+            .or_default()
+            .clone()
     }
 
     pub(crate) fn add_stage_user(&self, key: StageKey, alloc_id: &str) -> bool {
@@ -496,6 +552,78 @@ mod tests {
         );
         assert!(!m.remove_stage_user(&key, "a1"));
         assert!(m.remove_stage_user(&key, "a2"), "last user unstages");
+    }
+
+    #[tokio::test]
+    async fn a_user_arriving_while_the_last_one_unstages_stages_again_after_it() {
+        let m = CsiManager::new("/nonexistent/csi");
+        let key = ("p".to_string(), "v".to_string(), "rw".to_string());
+        m.stage_for(key.clone(), "a1", || async { Ok::<_, ()>(()) })
+            .await
+            .unwrap();
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let (finish_unstage, unstage_may_finish) = tokio::sync::oneshot::channel::<()>();
+        let (unstage_started, started) = tokio::sync::oneshot::channel::<()>();
+        let leaving = {
+            let (m, key, calls) = (m.clone(), key.clone(), calls.clone());
+            tokio::spawn(async move {
+                m.unstage_for(&key, "a1", || async move {
+                    lock(&calls).push("unstage started");
+                    let _ = unstage_started.send(());
+                    let _ = unstage_may_finish.await;
+                    lock(&calls).push("unstage done");
+                    Ok::<_, ()>(())
+                })
+                .await
+            })
+        };
+        started.await.unwrap();
+        let arriving = {
+            let (m, key, calls) = (m.clone(), key.clone(), calls.clone());
+            tokio::spawn(async move {
+                m.stage_for(key, "a2", || async move {
+                    lock(&calls).push("stage");
+                    Ok::<_, ()>(())
+                })
+                .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(*lock(&calls), vec!["unstage started"], "the stage waits");
+        finish_unstage.send(()).unwrap();
+        leaving.await.unwrap().unwrap();
+        arriving.await.unwrap().unwrap();
+        assert_eq!(
+            *lock(&calls),
+            vec!["unstage started", "unstage done", "stage"]
+        );
+        // The new user holds the stage: its leaving unstages.
+        let unstaged = std::sync::atomic::AtomicBool::new(false);
+        m.unstage_for(&key, "a2", || async {
+            unstaged.store(true, std::sync::atomic::Ordering::SeqCst);
+            Ok::<_, ()>(())
+        })
+        .await
+        .unwrap();
+        assert!(unstaged.load(std::sync::atomic::Ordering::SeqCst));
+    }
+
+    #[tokio::test]
+    async fn a_failed_stage_leaves_no_user() {
+        let m = CsiManager::new("/nonexistent/csi");
+        let key = ("p".to_string(), "v".to_string(), "rw".to_string());
+        let failed = m
+            .stage_for(key.clone(), "a1", || async { Err::<(), _>("boom") })
+            .await;
+        assert_eq!(failed, Err("boom"));
+        let mut staged_again = false;
+        m.stage_for(key, "a2", || async {
+            staged_again = true;
+            Ok::<_, ()>(())
+        })
+        .await
+        .unwrap();
+        assert!(staged_again, "the next user is the first again");
     }
 
     #[test]

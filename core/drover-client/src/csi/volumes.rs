@@ -317,25 +317,25 @@ async fn publish(
     let staging = if plugin.node_capabilities.stage_unstage_volume {
         let rel = Path::new("staging").join(&m.volume_id).join(&m.usage);
         let (host, in_plugin) = plugin.paths(&rel);
-        create_dirs(&host)?;
         let key = (m.plugin_id.clone(), m.volume_id.clone(), m.usage.clone());
-        if manager.add_stage_user(key.clone(), &m.alloc_id) {
-            let staged = plugin
-                .client
-                .node_stage_volume(&NodeStageRequest {
-                    external_id: m.external_id.clone(),
-                    publish_context: publish_context.clone(),
-                    staging_target_path: in_plugin.clone(),
-                    capability: cap.clone(),
-                    secrets: secrets.clone(),
-                    context: context.clone(),
-                })
-                .await;
-            if let Err(e) = staged {
-                manager.remove_stage_user(&key, &m.alloc_id);
-                return Err(format!("stage volume: {e}"));
-            }
-        }
+        let request = NodeStageRequest {
+            external_id: m.external_id.clone(),
+            publish_context: publish_context.clone(),
+            staging_target_path: in_plugin.clone(),
+            capability: cap.clone(),
+            secrets: secrets.clone(),
+            context: context.clone(),
+        };
+        manager
+            .stage_for(key, &m.alloc_id, || async {
+                create_dirs(&host)?;
+                plugin
+                    .client
+                    .node_stage_volume(&request)
+                    .await
+                    .map_err(|e| format!("stage volume: {e}"))
+            })
+            .await?;
         Some(in_plugin)
     } else {
         None
@@ -416,15 +416,18 @@ async fn unmount_inner(manager: &CsiManager, m: &MountedVolume) -> Result<(), St
     remove_empty_dirs(&m.host_path, &plugin.host_root);
     if let Some(staging) = &m.staging {
         let key = (m.plugin_id.clone(), m.volume_id.clone(), m.usage.clone());
-        if manager.remove_stage_user(&key, &m.alloc_id) {
-            plugin
-                .client
-                .node_unstage_volume(&m.external_id, staging)
-                .await
-                .map_err(|e| format!("unstage volume: {e}"))?;
-            let rel = Path::new("staging").join(&m.volume_id).join(&m.usage);
-            remove_empty_dirs(&plugin.host_root.join(rel), &plugin.host_root);
-        }
+        manager
+            .unstage_for(&key, &m.alloc_id, || async {
+                plugin
+                    .client
+                    .node_unstage_volume(&m.external_id, staging)
+                    .await
+                    .map_err(|e| format!("unstage volume: {e}"))?;
+                let rel = Path::new("staging").join(&m.volume_id).join(&m.usage);
+                remove_empty_dirs(&plugin.host_root.join(rel), &plugin.host_root);
+                Ok::<(), String>(())
+            })
+            .await?;
     }
     Ok(())
 }
