@@ -226,6 +226,9 @@ fn a_library_without_a_root_module_is_refused_naming_the_file_in_our_words() {
     );
     // Not abi_stable's text ("Could load symbol", the mangled symbol name with its NUL), and
     // one line: the reason is said once.
-    assert!(!text.contains("Could load") && !text.contains("_1as_0lib"), "{text}");
+    assert!(
+        !text.contains("Could load") && !text.contains("_1as_0lib"),
+        "{text}"
+    );
     assert!(!text.contains('\0') && !text.contains('\n'), "{text}");
 }

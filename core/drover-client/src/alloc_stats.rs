@@ -429,7 +429,10 @@ mod tests {
             samples: Mutex::new(0),
         });
         live.running("web", driver, "a/web/1");
-        assert_eq!(live.exec_target("web").map(|(_, id)| id), Ok("a/web/1".into()));
+        assert_eq!(
+            live.exec_target("web").map(|(_, id)| id),
+            Ok("a/web/1".into())
+        );
         live.ended("web");
         assert_eq!(live.exec_target("web").err(), Some(NotLive::NotRunning));
     }

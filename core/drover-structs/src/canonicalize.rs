@@ -254,7 +254,11 @@ fn canonicalize_group(g: &mut Map<String, Value>, ctx: &JobContext<'_>) {
     // api `DisconnectStrategy.Canonicalize`: replace defaults to true, reconcile to best_score.
     if let Some(Value::Object(d)) = g.get_mut("Disconnect") {
         set_default(d, "Replace", json!(true));
-        set_default(d, "Reconcile", json!(crate::disconnect::RECONCILE_BEST_SCORE));
+        set_default(
+            d,
+            "Reconcile",
+            json!(crate::disconnect::RECONCILE_BEST_SCORE),
+        );
     }
 
     let restart = merge_onto(restart_default(job_type), g.get("RestartPolicy"));

@@ -246,7 +246,10 @@ pub struct TaskGroup {
     // Fields newer than Nomad 1.1.2 are written only when set, so older jobs read back as
     // Nomad 1.1.2 wrote them.
     /// Nomad's older form of `disconnect.lost_after`.
-    #[serde(rename = "MaxClientDisconnect", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "MaxClientDisconnect",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub max_client_disconnect: Option<i64>,
     /// Nomad's older form of `disconnect.replace = false`.
     #[serde(

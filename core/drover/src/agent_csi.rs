@@ -12,11 +12,10 @@ use drover_csi::{
     Topology, TopologyRequirement, ValidateVolumeRequest, VolumeContentSource,
 };
 use drover_server::csi::{
-    ControllerCreateSnapshotRequest, ControllerCreateVolumeRequest,
-    ControllerCreateVolumeResponse, ControllerDeleteSnapshotRequest,
-    ControllerDeleteVolumeRequest, ControllerListSnapshotsRequest, ControllerPublishVolumeRequest,
-    ControllerUnpublishVolumeRequest, ControllerValidateVolumeRequest, CsiClientRpc, CsiRpcFuture,
-    NodeDetachVolumeRequest,
+    ControllerCreateSnapshotRequest, ControllerCreateVolumeRequest, ControllerCreateVolumeResponse,
+    ControllerDeleteSnapshotRequest, ControllerDeleteVolumeRequest, ControllerListSnapshotsRequest,
+    ControllerPublishVolumeRequest, ControllerUnpublishVolumeRequest,
+    ControllerValidateVolumeRequest, CsiClientRpc, CsiRpcFuture, NodeDetachVolumeRequest,
 };
 use drover_structs::csi::{CsiSnapshot, CsiSnapshotList, CsiTopology, CsiVolumeCapability};
 

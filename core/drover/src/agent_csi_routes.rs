@@ -13,11 +13,10 @@ use axum::extract::{Path, State};
 use axum::routing::post;
 use drover_http::{TunnelOpener, Upstream};
 use drover_server::csi::{
-    ControllerCreateSnapshotRequest, ControllerCreateVolumeRequest,
-    ControllerCreateVolumeResponse, ControllerDeleteSnapshotRequest,
-    ControllerDeleteVolumeRequest, ControllerListSnapshotsRequest, ControllerPublishVolumeRequest,
-    ControllerUnpublishVolumeRequest, ControllerValidateVolumeRequest, CsiClientRpc, CsiRpcFuture,
-    NodeDetachVolumeRequest,
+    ControllerCreateSnapshotRequest, ControllerCreateVolumeRequest, ControllerCreateVolumeResponse,
+    ControllerDeleteSnapshotRequest, ControllerDeleteVolumeRequest, ControllerListSnapshotsRequest,
+    ControllerPublishVolumeRequest, ControllerUnpublishVolumeRequest,
+    ControllerValidateVolumeRequest, CsiClientRpc, CsiRpcFuture, NodeDetachVolumeRequest,
 };
 use drover_structs::csi::{CsiSnapshot, CsiSnapshotList};
 use serde::Serialize;
