@@ -264,6 +264,7 @@ async fn session(
     // `None` once the caller is gone: the driver then sees it and ends the command.
     let mut input = Some(input_tx);
     let mut writable = true;
+    let mut peer_closed = false;
     let mut failure = None;
     loop {
         tokio::select! {
@@ -271,7 +272,10 @@ async fn session(
                 Some(Ok(Message::Text(t))) => forward(&mut input, t.as_bytes(), &mut failure),
                 Some(Ok(Message::Binary(b))) => forward(&mut input, &b, &mut failure),
                 Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
-                Some(Ok(Message::Close(_))) | Some(Err(_)) | None => input = None,
+                Some(Ok(Message::Close(_))) | Some(Err(_)) | None => {
+                    input = None;
+                    peer_closed = true;
+                }
             },
             output = output_rx.recv() => match output {
                 Some(output) => {
@@ -303,9 +307,31 @@ async fn session(
     };
     for frame in ending {
         if !writable || socket.send(frame).await.is_err() {
+            writable = false;
             break;
         }
     }
+    if writable && !peer_closed {
+        await_peer_close(&mut socket).await;
+    }
+}
+
+/// How long a caller has to answer our close frame before the connection is dropped.
+const CLOSE_GRACE: Duration = Duration::from_secs(5);
+
+/// Reads (and discards) what the caller still sends until its close frame or the end of the
+/// connection. Why: dropping a TCP socket with unread input makes the kernel answer with a
+/// reset that discards our own unsent output, so the caller would lose the exit frame (seen
+/// as "Connection reset by peer" when its stdin close crossed our exit).
+async fn await_peer_close(socket: &mut WebSocket) {
+    let drained = async {
+        while let Some(Ok(message)) = socket.recv().await {
+            if matches!(message, Message::Close(_)) {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(CLOSE_GRACE, drained).await;
 }
 
 /// Passes a frame's inputs to the driver; an unreadable frame ends the session with its error

@@ -8,7 +8,7 @@ use axum::extract::Request;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::Response;
 use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use crate::error::ApiError;
 
@@ -61,8 +61,7 @@ where
             tokio::spawn(async move {
                 match tokio::try_join!(incoming, outgoing) {
                     Ok((incoming, outgoing)) => {
-                        let (mut a, mut b) = (TokioIo::new(incoming), TokioIo::new(outgoing));
-                        let _ = tokio::io::copy_bidirectional(&mut a, &mut b).await;
+                        splice(TokioIo::new(incoming), TokioIo::new(outgoing)).await;
                     }
                     Err(e) => tracing::debug!(error = %e, "forwarded upgrade failed"),
                 }
@@ -98,6 +97,27 @@ where
         .await
         .map_err(|e| format!("reading the answer: {e}"))?;
     Ok((status, body))
+}
+
+/// Joins two connections until both directions end. Unlike `copy_bidirectional`, a failed
+/// direction does not end the other: when the caller's side can no longer be written, what
+/// the far side already sent (a websocket's exit frame) still reaches it.
+async fn splice<A, B>(a: A, b: B)
+where
+    A: AsyncRead + AsyncWrite + Unpin,
+    B: AsyncRead + AsyncWrite + Unpin,
+{
+    let (mut a_read, mut a_write) = tokio::io::split(a);
+    let (mut b_read, mut b_write) = tokio::io::split(b);
+    let forward = async {
+        let _ = tokio::io::copy(&mut a_read, &mut b_write).await;
+        let _ = b_write.shutdown().await;
+    };
+    let backward = async {
+        let _ = tokio::io::copy(&mut b_read, &mut a_write).await;
+        let _ = a_write.shutdown().await;
+    };
+    tokio::join!(forward, backward);
 }
 
 /// Serves `router` on one connection `io` until it closes (upgrades included).
