@@ -645,6 +645,20 @@ impl NodeBuilder {
         self
     }
 
+    /// Declares a client `host_volume` (its path is under `/srv`).
+    pub fn host_volume(mut self, name: &str, read_only: bool) -> Self {
+        let hv = drover_structs::ClientHostVolumeConfig {
+            name: name.into(),
+            path: format!("/srv/{name}"),
+            read_only,
+        };
+        self.node
+            .host_volumes
+            .get_or_insert_with(BTreeMap::new)
+            .insert(name.into(), hv);
+        self
+    }
+
     /// The node, with its computed class.
     pub fn build(mut self) -> Node {
         self.node.compute_class();

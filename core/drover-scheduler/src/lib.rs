@@ -22,6 +22,7 @@ pub mod harness;
 mod constraints;
 mod context;
 mod csi;
+mod host_volumes;
 mod feasible;
 mod generic;
 mod network;

@@ -26,6 +26,7 @@ use crate::feasible::{
     ClassId, ClassVerdict, FILTER_CLASS_INELIGIBLE, FILTER_MISSING_DRIVERS, FILTER_MISSING_NETWORK,
     GroupRequirements, has_drivers, has_network_mode,
 };
+use crate::host_volumes::GroupHostVolumes;
 use crate::network::PortPicker;
 use crate::preempt::{self, Candidate};
 use crate::rank::{NodeScores, TopScores, anti_affinity, fit_score, preemption_score};
@@ -110,6 +111,7 @@ struct GroupState<'j> {
     affinity_by_class: Option<Vec<Option<f64>>>,
     spread: Option<SpreadScorer>,
     distinct: Vec<DistinctProperty>,
+    host_volumes: GroupHostVolumes,
     csi: GroupCsi,
 }
 
@@ -171,6 +173,7 @@ impl<'j> GroupState<'j> {
             distinct,
             eligibility,
             group_id,
+            host_volumes: GroupHostVolumes::new(tg),
             csi: GroupCsi::new(tg),
             req,
         }
@@ -243,6 +246,7 @@ impl<'j> Stack<'j> {
             &job.id,
             Some(&options.alloc_name),
         );
+        self.groups[g].host_volumes.begin(Some(&options.alloc_name));
         let Stack {
             kind,
             nodes,
@@ -285,6 +289,7 @@ impl<'j> Stack<'j> {
             &job.id,
             Some(&options.alloc_name),
         );
+        self.groups[g].host_volumes.begin(Some(&options.alloc_name));
         let nodes = [node.clone()];
         let mut facts = [NodeFacts::of(ctx, node)];
         let mut offset = 0;
@@ -321,6 +326,7 @@ impl<'j> Stack<'j> {
         self.groups[g]
             .csi
             .begin(ctx.state, &job.namespace, &job.id, None);
+        self.groups[g].host_volumes.begin(None);
         let nodes = [node.clone()];
         let mut facts = [NodeFacts::of(ctx, node)];
         let mut offset = 0;
@@ -584,6 +590,12 @@ impl Pass<'_, '_, '_, '_> {
                 }
             }
         };
+        // Host volumes are not part of the computed class (and a `per_alloc` source depends
+        // on the allocation): checked for every node, like Nomad's "available" checks.
+        if eligible && let Err(reason) = self.g.host_volumes.check(node) {
+            filter_node(&mut self.metric, node, reason);
+            return false;
+        }
         // Nomad's "available" checks: transient, so never memoised for the class.
         if eligible && let Err(reason) = self.g.csi.check(self.ctx.state, node) {
             filter_node(&mut self.metric, node, &reason);

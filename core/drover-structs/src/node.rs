@@ -71,8 +71,9 @@ pub struct Node {
     /// CSI node instances running on the node, by plugin id.
     #[serde(rename = "CSINodePlugins")]
     pub csi_node_plugins: Option<BTreeMap<String, crate::csi::CsiInfo>>,
+    /// The client's `host_volume` blocks, by name.
     #[serde(rename = "HostVolumes")]
-    pub host_volumes: Option<serde_json::Value>,
+    pub host_volumes: Option<BTreeMap<String, ClientHostVolumeConfig>>,
     #[serde(rename = "LastDrain")]
     pub last_drain: Option<serde_json::Value>,
     #[serde(rename = "CreateIndex")]
@@ -81,7 +82,27 @@ pub struct Node {
     pub modify_index: u64,
 }
 
+/// One `host_volume "name" { path = "..." read_only = false }` block of a client's agent
+/// config, as Nomad's `ClientHostVolumeConfig` (its JSON keeps the name too).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ClientHostVolumeConfig {
+    #[serde(rename = "Name")]
+    pub name: String,
+    /// The host directory the volume is.
+    #[serde(rename = "Path")]
+    pub path: String,
+    /// Only read-only `volume` requests may use it.
+    #[serde(rename = "ReadOnly")]
+    pub read_only: bool,
+}
+
 impl Node {
+    /// The host volume called `name`, when the client declares one.
+    pub fn host_volume(&self, name: &str) -> Option<&ClientHostVolumeConfig> {
+        self.host_volumes.as_ref()?.get(name)
+    }
+
     /// Nomad's `IsInAnyDC`: whether one of the job's datacenter globs matches the node's.
     pub fn is_in_any_dc(&self, datacenters: &[String]) -> bool {
         datacenters
@@ -240,7 +261,7 @@ pub struct NodeListStub {
     #[serde(rename = "Drivers")]
     pub drivers: BTreeMap<String, DriverInfo>,
     #[serde(rename = "HostVolumes")]
-    pub host_volumes: Option<serde_json::Value>,
+    pub host_volumes: Option<BTreeMap<String, ClientHostVolumeConfig>>,
     #[serde(rename = "NodeResources")]
     pub node_resources: Option<NodeResources>,
     #[serde(rename = "ReservedResources")]
