@@ -91,6 +91,8 @@ pub struct ClientConfig {
     pub update_interval: Duration,
     /// Agent variables tasks never inherit (Nomad's `env.denylist` client option).
     pub env_denylist: EnvDenylist,
+    /// The `host_volume "name" { path read_only }` blocks, by name; each path must exist.
+    pub host_volumes: BTreeMap<String, ClientHostVolumeConfig>,
 }
 
 impl ClientConfig {
@@ -113,6 +115,7 @@ impl ClientConfig {
             drivers: BTreeMap::new(),
             update_interval: Duration::from_millis(10),
             env_denylist: EnvDenylist::default(),
+            host_volumes: BTreeMap::new(),
         }
     }
 }
@@ -150,6 +153,14 @@ pub enum ClientError {
     DataDir {
         path: PathBuf,
         source: std::io::Error,
+    },
+    /// Nomad's text for a `host_volume` whose path cannot be read at start (the reason is
+    /// part of the text, not a separate source, so it is printed once).
+    #[error("failed to validate volume {name}, err: stat {path}: {reason}")]
+    HostVolume {
+        name: String,
+        path: String,
+        reason: std::io::Error,
     },
 }
 
@@ -518,8 +529,27 @@ fn build_node(config: &ClientConfig, db: &ClientStateDb) -> Result<Node, ClientE
         disk_mb: config.reserved_disk_mb as i64,
         ..Default::default()
     };
+    node.host_volumes = host_volumes(config)?;
     node.compute_class();
     Ok(node)
+}
+
+/// The node's host volumes: every configured path must exist, as Nomad checks when the client
+/// sets up its node (none configured is `null`, as in Nomad).
+fn host_volumes(
+    config: &ClientConfig,
+) -> Result<Option<BTreeMap<String, ClientHostVolumeConfig>>, ClientError> {
+    if config.host_volumes.is_empty() {
+        return Ok(None);
+    }
+    for (name, hv) in &config.host_volumes {
+        std::fs::metadata(&hv.path).map_err(|reason| ClientError::HostVolume {
+            name: name.clone(),
+            path: hv.path.clone(),
+            reason,
+        })?;
+    }
+    Ok(Some(config.host_volumes.clone()))
 }
 
 /// Puts what the node's CSI plugins report into the node, which the heartbeat loop then

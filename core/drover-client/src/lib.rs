@@ -18,6 +18,7 @@ pub mod driver_events;
 pub mod fingerprint;
 pub mod gc;
 pub mod heartbeat_stop;
+pub mod host_volumes;
 pub mod interpolate;
 pub mod lifecycle;
 pub mod logs;

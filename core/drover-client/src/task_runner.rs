@@ -422,8 +422,17 @@ impl TaskRunner {
             message,
             recoverable: false,
         };
-        let isolation = self.ctx.driver.capabilities().fs_isolation;
-        let mut mounts = Vec::new();
+        let capabilities = self.ctx.driver.capabilities();
+        let isolation = capabilities.fs_isolation;
+        // Host volumes go to the driver as mounts; one that cannot make them refuses the task.
+        let mut mounts = crate::host_volumes::task_mounts(
+            &self.ctx.task,
+            &self.ctx.group,
+            &self.ctx.alloc.name,
+            &self.ctx.node,
+            capabilities.mount_configs,
+        )
+        .map_err(|e| setup_failed(format!("prestart hook \"volumes\" failed: {e}")))?;
         if isolation == FsIsolation::None {
             let task_dir = self.ctx.task_dir.dir.clone();
             for b in &self.ctx.binds {

@@ -153,7 +153,10 @@ pub(crate) async fn validate(
     };
     default_job_scope(&mut job_json, opts.write_namespace(), &s.agent.region);
     let job = drover_structs::decode::decode_api_job(job_json)?;
-    let (errors, error) = match drover_structs::validate::validate_job(&job) {
+    // What registration would refuse: Nomad's rules, then what Drover does not act on yet.
+    let checked = drover_structs::validate::validate_job(&job)
+        .and_then(|()| drover_server::unsupported::refuse_unacted(&job));
+    let (errors, error) = match checked {
         Ok(()) => (Value::Null, String::new()),
         Err(multi) => (json!(multi.errors), multi.to_string()),
     };

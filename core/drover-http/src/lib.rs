@@ -19,6 +19,7 @@ mod consistency;
 mod csi;
 mod error;
 mod evals;
+mod events;
 mod jobs;
 mod jobspec;
 mod logs;
@@ -217,6 +218,7 @@ pub fn router(
         .route("/v1/agent/pprof/", get(system::pprof))
         .route("/v1/agent/pprof/{*profile}", get(system::pprof))
         .route("/v1/agent/monitor", get(monitor::monitor))
+        .route("/v1/event/stream", get(events::stream))
         .route("/v1/status/leader", get(agent::leader))
         .route("/v1/status/peers", get(agent::peers))
         .route("/v1/regions", get(agent::regions))

@@ -305,6 +305,8 @@ pub struct Fsm {
     pub state: Arc<StateStore>,
     /// Entries this server proposed, already decoded (see `crate::proposed`).
     pub(crate) proposed: Arc<crate::proposed::ProposedEntries>,
+    /// Where the changes of applied entries go (`/v1/event/stream`).
+    pub(crate) events: Arc<crate::events::EventBroker>,
 }
 
 impl drover_raft::StateMachine for Fsm {
@@ -330,7 +332,21 @@ impl drover_raft::StateMachine for Fsm {
             Some(entry) => Ok(entry),
             None => LogEntry::decode(data),
         };
-        let result = entry.and_then(|e| apply_entry(&self.state, index, e));
+        let result = entry.and_then(|e| {
+            // What the entry touches is read before it is consumed; the events themselves
+            // after, from the state it left, and only for an entry that applied.
+            let touched = if self.events.enabled() {
+                crate::events::EntryEvents::of(&e)
+            } else {
+                None
+            };
+            apply_entry(&self.state, index, e)?;
+            if let Some(touched) = touched {
+                self.events
+                    .publish(touched.into_batch(index, &self.state.snapshot()));
+            }
+            Ok(())
+        });
         match result {
             Ok(()) => Vec::new(),
             Err(FsmError::Rejected(why)) => {

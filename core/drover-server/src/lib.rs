@@ -15,6 +15,7 @@ mod cluster;
 mod cluster_tests;
 pub mod csi;
 mod dispatch;
+pub mod events;
 pub mod fsm;
 mod heartbeat;
 #[cfg(test)]
@@ -37,6 +38,7 @@ pub mod snapshot_archive;
 #[cfg(test)]
 mod test_server;
 mod unblock;
+pub mod unsupported;
 mod volume_watcher;
 mod worker;
 

@@ -42,7 +42,7 @@ impl Server {
     ) -> Result<RegisterResult, ServerError> {
         validate::validate_job(&job).map_err(ServerError::Validation)?;
         crate::periodic::validate_time_zone(&job)?;
-        refuse_unsupported_disconnect(&job).map_err(ServerError::Validation)?;
+        crate::unsupported::refuse_unacted(&job).map_err(ServerError::Validation)?;
         match self
             .route(Request::RegisterJob { job, enforce_index })
             .await?
@@ -414,60 +414,5 @@ impl Server {
             Reply::Index(index) => Ok(index),
             other => Err(unexpected(other)),
         }
-    }
-}
-
-/// The system scheduler does not yet keep allocations of disconnected nodes as `unknown`
-/// (Nomad's reconcile_node): refuse the disconnect settings of system and sysbatch groups
-/// rather than accept them and ignore them.
-fn refuse_unsupported_disconnect(job: &Job) -> Result<(), drover_structs::MultiError> {
-    let mut m = drover_structs::MultiError::new();
-    if matches!(
-        job.job_type.as_str(),
-        drover_structs::JOB_TYPE_SYSTEM | drover_structs::JOB_TYPE_SYSBATCH
-    ) {
-        for tg in &job.task_groups {
-            if tg.disconnect.is_some() {
-                m.push(format!(
-                    "Task group {}: disconnect is not supported for {} jobs yet",
-                    tg.name, job.job_type
-                ));
-            }
-            if tg.max_client_disconnect.is_some() {
-                m.push(format!(
-                    "Task group {}: max_client_disconnect is not supported for {} jobs yet",
-                    tg.name, job.job_type
-                ));
-            }
-        }
-    }
-    m.into_result()
-}
-
-#[cfg(test)]
-mod disconnect_refusal_tests {
-    use super::*;
-
-    #[test]
-    fn system_jobs_with_disconnect_settings_are_refused_naming_the_field() {
-        let job = Job {
-            job_type: drover_structs::JOB_TYPE_SYSTEM.into(),
-            task_groups: vec![drover_structs::TaskGroup {
-                name: "g".into(),
-                max_client_disconnect: Some(1),
-                ..Default::default()
-            }],
-            ..Default::default()
-        };
-        let e = refuse_unsupported_disconnect(&job).unwrap_err().to_string();
-        assert!(
-            e.contains("max_client_disconnect is not supported for system jobs"),
-            "{e}"
-        );
-        let service = Job {
-            job_type: drover_structs::JOB_TYPE_SERVICE.into(),
-            ..job
-        };
-        assert!(refuse_unsupported_disconnect(&service).is_ok());
     }
 }

@@ -63,6 +63,9 @@ pub struct ServerConfig {
     pub snapshot_threshold: u64,
     pub eval_nack_timeout: Duration,
     pub eval_delivery_limit: u32,
+    /// Batches the event broker keeps for `/v1/event/stream` (Nomad's `event_buffer_size`;
+    /// 0 turns the broker off, as `enable_event_broker = false` does).
+    pub event_buffer_size: usize,
 }
 
 impl ServerConfig {
@@ -86,6 +89,7 @@ impl ServerConfig {
             snapshot_threshold: 8192,
             eval_nack_timeout: Duration::from_secs(60),
             eval_delivery_limit: 3,
+            event_buffer_size: crate::events::DEFAULT_BUFFER_SIZE,
         }
     }
 }
@@ -127,6 +131,9 @@ pub(crate) struct Inner {
     pub volume_watcher: crate::volume_watcher::VolumeWatcher,
     /// Plan entries proposed here, which this server's FSM applies without decoding them.
     pub proposed: Arc<ProposedEntries>,
+    /// The changes the FSM applied, for `/v1/event/stream` (on every server, not only the
+    /// leader).
+    pub events: Arc<crate::events::EventBroker>,
 }
 
 impl Inner {
@@ -353,9 +360,11 @@ impl Server {
 
         let state = Arc::new(StateStore::new());
         let proposed = Arc::new(ProposedEntries::default());
+        let events = Arc::new(crate::events::EventBroker::new(config.event_buffer_size));
         let fsm = Fsm {
             state: state.clone(),
             proposed: proposed.clone(),
+            events: events.clone(),
         };
         let raft = RaftNode::start(raft_config, fsm, net.raft_transport())?;
         net.attach(raft.clone());
@@ -379,6 +388,7 @@ impl Server {
             csi: Default::default(),
             volume_watcher: Default::default(),
             proposed,
+            events,
         });
         tokio::spawn(run_plan_applier(inner.clone(), plan_rx));
         for id in 0..inner.config.num_schedulers.max(1) {
@@ -408,6 +418,11 @@ impl Server {
 
     pub fn state(&self) -> &Arc<StateStore> {
         &self.inner.state
+    }
+
+    /// The event broker (`/v1/event/stream`).
+    pub fn events(&self) -> &Arc<crate::events::EventBroker> {
+        &self.inner.events
     }
 
     pub fn snapshot(&self) -> StateSnapshot {

@@ -386,6 +386,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             cc.cpu_total_compute = c.cpu_total_compute;
             cc.memory_total_mb = c.memory_total_mb;
             cc.env_denylist = env_denylist(c);
+            cc.host_volumes = host_volumes(c);
             if let Some(r) = &c.reserved {
                 cc.reserved_cpu = r.cpu.unwrap_or(0);
                 cc.reserved_memory_mb = r.memory.unwrap_or(0);
@@ -590,6 +591,24 @@ fn advertise_rpc(file: &AgentFile, rpc_addr: SocketAddr) -> anyhow::Result<Strin
 
 /// The `client.options` keys Drover acts on; `warn_ignored_settings` reports any other.
 const CLIENT_OPTIONS: &[&str] = &["env.denylist", "env.blacklist"];
+
+/// The client's `host_volume` blocks as the node declares them (paths checked by the client).
+fn host_volumes(
+    c: &crate::config::ClientBlock,
+) -> BTreeMap<String, drover_structs::ClientHostVolumeConfig> {
+    c.host_volume
+        .iter()
+        .flatten()
+        .map(|(name, b)| {
+            let hv = drover_structs::ClientHostVolumeConfig {
+                name: name.clone(),
+                path: b.path.clone(),
+                read_only: b.read_only,
+            };
+            (name.clone(), hv)
+        })
+        .collect()
+}
 
 /// The client's env denylist, as Nomad reads it: the `env.denylist` option, else its older name
 /// `env.blacklist`, else Nomad's default list. A value replaces the default list.

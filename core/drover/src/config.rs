@@ -90,8 +90,88 @@ pub struct ClientBlock {
     /// host. Handed to the exec driver as its plugin config's `chroot_env`.
     #[serde(deserialize_with = "one_or_many_maps")]
     pub chroot_env: Option<BTreeMap<String, String>>,
+    /// Nomad's `host_volume "name" { path = "/srv/data" read_only = false }` blocks, by name.
+    #[serde(deserialize_with = "host_volume_blocks")]
+    pub host_volume: Option<BTreeMap<String, HostVolumeBlock>>,
     #[serde(flatten)]
     pub other: BTreeMap<String, Value>,
+}
+
+/// One `host_volume` block (Nomad's keys: `path`, `read_only`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HostVolumeBlock {
+    pub path: String,
+    pub read_only: bool,
+}
+
+/// Labeled blocks come as one map by label, or (a label written twice, or hcl-rs's layout of
+/// repeated blocks) as an array of such maps, merged in order. Decoded from a value so that a
+/// wrong key inside a block is named in the error.
+fn host_volume_blocks<'de, D>(d: D) -> Result<Option<BTreeMap<String, HostVolumeBlock>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let merged = match Option::<Value>::deserialize(d)? {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Array(items)) => {
+            let mut merged = serde_json::Map::new();
+            for item in items {
+                match item {
+                    Value::Object(m) => merged.extend(m),
+                    other => {
+                        return Err(serde::de::Error::custom(format!(
+                            "expected host_volume \"name\" {{ ... }} blocks, got {other}"
+                        )));
+                    }
+                }
+            }
+            Value::Object(merged)
+        }
+        Some(v) => v,
+    };
+    serde_json::from_value(merged)
+        .map(Some)
+        .map_err(serde::de::Error::custom)
+}
+
+/// The client's `artifact` block, in Nomad's keys. A key Nomad does not have is refused.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ArtifactBlock {
+    pub http_read_timeout: Option<String>,
+    pub http_max_size: Option<String>,
+    pub decompression_size_limit: Option<String>,
+    pub decompression_file_count_limit: Option<u64>,
+    pub disable_filesystem_isolation: Option<bool>,
+    /// Accepted and checked; Drover has no git, hg, s3 or gcs getter for them to limit.
+    pub gcs_timeout: Option<String>,
+    pub git_timeout: Option<String>,
+    pub hg_timeout: Option<String>,
+    pub s3_timeout: Option<String>,
+    /// Accepted; Drover fetches in the agent itself, with no getter process to pass them to.
+    pub set_environment_variables: Option<String>,
+    pub filesystem_isolation_extra_paths: Option<Vec<String>>,
+}
+
+/// A block that hcl-rs may hand over as an object or a one-element array of objects.
+fn one_block<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::de::DeserializeOwned,
+{
+    match Option::<Value>::deserialize(d)? {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Array(mut items)) if items.len() == 1 => serde_json::from_value(items.remove(0))
+            .map(Some)
+            .map_err(serde::de::Error::custom),
+        Some(v @ Value::Object(_)) => serde_json::from_value(v)
+            .map(Some)
+            .map_err(serde::de::Error::custom),
+        Some(other) => Err(serde::de::Error::custom(format!(
+            "expected one block, got {other}"
+        ))),
+    }
 }
 
 /// A map block that hcl-rs may hand over as a one-element array of maps: accept both.
@@ -398,6 +478,46 @@ client {
             );
             assert_eq!(c.chroot_env.unwrap().len(), 1);
         }
+    }
+
+    #[test]
+    fn client_host_volume_blocks_are_read_by_name() {
+        let f = parse_str(
+            r#"
+client {
+  enabled = true
+  host_volume "data" {
+    path      = "/srv/data"
+    read_only = false
+  }
+  host_volume "certs" {
+    path      = "/etc/ssl/certs"
+    read_only = true
+  }
+}
+"#,
+            "agent.hcl",
+        )
+        .unwrap();
+        let c = f.client.unwrap();
+        assert!(c.other.is_empty(), "{:?}", c.other);
+        let hv = c.host_volume.unwrap();
+        assert_eq!(hv.len(), 2);
+        assert_eq!(hv["data"].path, "/srv/data");
+        assert!(!hv["data"].read_only);
+        assert_eq!(hv["certs"].path, "/etc/ssl/certs");
+        assert!(hv["certs"].read_only);
+    }
+
+    #[test]
+    fn an_unknown_key_in_a_host_volume_block_is_an_error_naming_it() {
+        let e = parse_str(
+            "client {\n  host_volume \"data\" {\n    path = \"/srv\"\n    bogus = 1\n  }\n}\n",
+            "a.hcl",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("bogus") && e.contains("host_volume"), "{e}");
     }
 
     #[test]

@@ -1,0 +1,203 @@
+//! Which objects a log entry changes, and the event type Nomad gives that change (its
+//! `MsgTypeEvents`): taken from the entry before it is applied (the FSM consumes it), turned
+//! into events from the state after it applied, so each event carries the stored object.
+
+use drover_state::StateSnapshot;
+
+use super::{Event, EventBatch, Payload};
+use crate::fsm::LogEntry;
+
+/// What one entry touched.
+#[derive(Debug, Default)]
+pub(crate) struct EntryEvents {
+    event_type: &'static str,
+    job: Option<(String, String)>,
+    evals: Vec<String>,
+    allocs: Vec<String>,
+    node: Option<String>,
+}
+
+fn ids<'a, T: 'a>(items: impl IntoIterator<Item = &'a T>, id: fn(&T) -> &String) -> Vec<String> {
+    items.into_iter().map(|t| id(t).clone()).collect()
+}
+
+impl EntryEvents {
+    /// `None` for entries Nomad streams nothing for (evaluation GC, scheduler configuration,
+    /// CSI bookkeeping).
+    pub(crate) fn of(entry: &LogEntry) -> Option<EntryEvents> {
+        let eval_ids = |evals: &[drover_structs::Evaluation]| ids(evals, |e| &e.id);
+        let alloc_ids = |allocs: &[drover_structs::Allocation]| ids(allocs, |a| &a.id);
+        let out = match entry {
+            LogEntry::JobRegister { job, evals, .. } => EntryEvents {
+                // A stop is a registration with `Stop` set here; Nomad's deregister entry.
+                event_type: if job.stop {
+                    "JobDeregistered"
+                } else {
+                    "JobRegistered"
+                },
+                job: Some((job.namespace.clone(), job.id.clone())),
+                evals: eval_ids(evals),
+                ..EntryEvents::default()
+            },
+            LogEntry::JobPurge { evals, .. } => EntryEvents {
+                event_type: "JobDeregistered",
+                evals: eval_ids(evals),
+                ..EntryEvents::default()
+            },
+            LogEntry::EvalUpdate { evals } => EntryEvents {
+                event_type: "EvaluationUpdated",
+                evals: eval_ids(evals),
+                ..EntryEvents::default()
+            },
+            LogEntry::PlanResults {
+                stopped,
+                placed,
+                evals,
+                ..
+            } => EntryEvents {
+                event_type: "PlanResult",
+                allocs: alloc_ids(stopped)
+                    .into_iter()
+                    .chain(alloc_ids(placed))
+                    .collect(),
+                evals: eval_ids(evals),
+                ..EntryEvents::default()
+            },
+            LogEntry::PlanResultsBatch { plans } => {
+                let mut out = EntryEvents {
+                    event_type: "PlanResult",
+                    ..EntryEvents::default()
+                };
+                for p in plans {
+                    out.allocs.extend(alloc_ids(&p.stopped));
+                    out.allocs.extend(alloc_ids(&p.placed));
+                    out.evals.extend(eval_ids(&p.evals));
+                }
+                out
+            }
+            LogEntry::AllocClientUpdate { updates, evals } => EntryEvents {
+                event_type: "AllocationUpdated",
+                allocs: ids(updates, |u| &u.id),
+                evals: eval_ids(evals),
+                ..EntryEvents::default()
+            },
+            LogEntry::AllocDesiredUpdate {
+                ids: alloc_ids,
+                evals,
+                ..
+            } => EntryEvents {
+                event_type: "AllocationUpdateDesiredStatus",
+                allocs: alloc_ids.clone(),
+                evals: eval_ids(evals),
+                ..EntryEvents::default()
+            },
+            LogEntry::NodeRegister { node } => EntryEvents {
+                event_type: "NodeRegistration",
+                node: Some(node.id.clone()),
+                ..EntryEvents::default()
+            },
+            LogEntry::NodeStatusUpdate { node_id, evals, .. } => EntryEvents {
+                event_type: "NodeStreamEvent",
+                node: Some(node_id.clone()),
+                evals: eval_ids(evals),
+                ..EntryEvents::default()
+            },
+            LogEntry::NodeEligibility { node_id, .. } => EntryEvents {
+                event_type: "NodeDrain",
+                node: Some(node_id.clone()),
+                ..EntryEvents::default()
+            },
+            LogEntry::EvalDelete { .. }
+            | LogEntry::SchedulerConfigUpdate { .. }
+            | LogEntry::Csi(_) => return None,
+        };
+        Some(out)
+    }
+
+    /// The events, with the objects as `state` (just after the entry) holds them; objects
+    /// the entry removed are left out, as Nomad leaves out deleted jobs and allocations.
+    pub(crate) fn into_batch(self, index: u64, state: &StateSnapshot) -> EventBatch {
+        let event_type = self.event_type;
+        let event = |payload| Event {
+            index,
+            event_type,
+            payload,
+        };
+        let mut events = Vec::with_capacity(self.allocs.len() + self.evals.len() + 2);
+        if let Some((ns, id)) = &self.job
+            && let Some(job) = state.job(ns, id)
+        {
+            events.push(event(Payload::Job(job)));
+        }
+        if let Some(id) = &self.node
+            && let Some(node) = state.node(id)
+        {
+            events.push(event(Payload::Node(node)));
+        }
+        events.extend(
+            self.allocs
+                .iter()
+                .filter_map(|id| state.alloc(id))
+                .map(|a| event(Payload::Allocation(a))),
+        );
+        events.extend(
+            self.evals
+                .iter()
+                .filter_map(|id| state.eval(id))
+                .map(|e| event(Payload::Evaluation(e))),
+        );
+        EventBatch { index, events }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use drover_state::StateStore;
+    use drover_structs::{Evaluation, Job};
+
+    #[test]
+    fn a_job_registration_streams_the_job_and_its_evaluation_as_job_registered() {
+        let state = StateStore::new();
+        let job = Job {
+            id: "web".into(),
+            namespace: "default".into(),
+            ..Default::default()
+        };
+        let eval = Evaluation {
+            id: "e1".into(),
+            job_id: "web".into(),
+            namespace: "default".into(),
+            ..Default::default()
+        };
+        let entry = LogEntry::JobRegister {
+            job: job.clone(),
+            evals: vec![eval.clone()],
+            enforce_index: None,
+        };
+        let events = EntryEvents::of(&entry).unwrap();
+        state.upsert_job(5, job);
+        state.upsert_evals(5, vec![eval]);
+        let batch = events.into_batch(5, &state.snapshot());
+        let got: Vec<(&str, &str, &str)> = batch
+            .events
+            .iter()
+            .map(|e| (e.topic(), e.event_type, e.key()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("Job", "JobRegistered", "web"),
+                ("Evaluation", "JobRegistered", "e1")
+            ]
+        );
+    }
+
+    #[test]
+    fn evaluation_gc_streams_nothing() {
+        let entry = LogEntry::EvalDelete {
+            ids: vec!["e1".into()],
+        };
+        assert!(EntryEvents::of(&entry).is_none());
+    }
+}

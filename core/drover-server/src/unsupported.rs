@@ -1,0 +1,340 @@
+//! Job settings Drover parses but does not act on yet, refused at registration (and by
+//! `/v1/validate/job`) with the setting's path and what is missing.
+//!
+//! Why: a job file that registers and then runs differently from Nomad (a template never
+//! rendered, a service never registered) fails later for no stated reason. Each entry here
+//! goes when its feature lands; the list is the honest boundary of what Drover runs.
+
+use drover_structs::{Job, MultiError, TaskGroup, UpdateStrategy};
+use serde_json::Value;
+
+/// Every refusal for `job`, as one multi-error in Nomad's text (`Ok` when it can run).
+pub fn refuse_unacted(job: &Job) -> Result<(), MultiError> {
+    let mut m = MultiError::new();
+    refuse_system_disconnect(job, &mut m);
+    if is_set(&job.multiregion) {
+        m.push(refusal(
+            "Job.Multiregion",
+            "multiregion",
+            "multiregion jobs are not supported yet",
+        ));
+    }
+    for (g, tg) in job.task_groups.iter().enumerate() {
+        let at = format!("Job.TaskGroups[{g}]");
+        refuse_group(job, tg, &at, &mut m);
+        for (t, task) in tg.tasks.iter().enumerate() {
+            let at = format!("{at}.Tasks[{t}]");
+            let mut refuse = |field: &str, block: &str, why: &str| {
+                m.push(format!(
+                    "Task group {} task {}: {}",
+                    tg.name,
+                    task.name,
+                    refusal(&format!("{at}.{field}"), block, why)
+                ));
+            };
+            if is_set(&task.templates) {
+                refuse(
+                    "Templates",
+                    "template",
+                    "templates are not rendered yet: write the file with the task's command, or use env",
+                );
+            }
+            if is_set(&task.services) {
+                refuse(
+                    "Services",
+                    "service",
+                    "services and health checks are not supported yet",
+                );
+            }
+            if is_set(&task.vault) {
+                refuse("Vault", "vault", "Vault integration is not supported");
+            }
+            if is_set(&task.scaling_policies) {
+                refuse(
+                    "ScalingPolicies",
+                    "scaling",
+                    "task scaling policies are not served yet",
+                );
+            }
+            if task
+                .resources
+                .devices
+                .as_ref()
+                .is_some_and(|d| !d.is_empty())
+            {
+                refuse(
+                    "Resources.Devices",
+                    "device",
+                    "device plugins are not supported yet",
+                );
+            }
+        }
+    }
+    m.into_result()
+}
+
+/// The system scheduler does not yet keep allocations of disconnected nodes as `unknown`
+/// (Nomad's reconcile_node): the disconnect settings of system and sysbatch groups.
+fn refuse_system_disconnect(job: &Job, m: &mut MultiError) {
+    if !matches!(
+        job.job_type.as_str(),
+        drover_structs::JOB_TYPE_SYSTEM | drover_structs::JOB_TYPE_SYSBATCH
+    ) {
+        return;
+    }
+    for tg in &job.task_groups {
+        if tg.disconnect.is_some() {
+            m.push(format!(
+                "Task group {}: disconnect is not supported for {} jobs yet",
+                tg.name, job.job_type
+            ));
+        }
+        if tg.max_client_disconnect.is_some() {
+            m.push(format!(
+                "Task group {}: max_client_disconnect is not supported for {} jobs yet",
+                tg.name, job.job_type
+            ));
+        }
+    }
+}
+
+fn refuse_group(job: &Job, tg: &TaskGroup, at: &str, m: &mut MultiError) {
+    let mut refuse = |field: &str, block: &str, why: &str| {
+        m.push(format!(
+            "Task group {}: {}",
+            tg.name,
+            refusal(&format!("{at}.{field}"), block, why)
+        ));
+    };
+    if is_set(&tg.services) {
+        refuse(
+            "Services",
+            "service",
+            "services and health checks are not supported yet",
+        );
+    }
+    if is_set(&tg.scaling) {
+        refuse(
+            "Scaling",
+            "scaling",
+            "scaling policies are not served yet (/v1/scaling/policies); set count instead",
+        );
+    }
+    // Canonicalization gives every group `Consul {"Namespace": ""}`; only a namespace asks
+    // for something.
+    let consul_namespace = tg
+        .consul
+        .as_ref()
+        .and_then(|c| c.get("Namespace"))
+        .and_then(Value::as_str)
+        .is_some_and(|ns| !ns.is_empty());
+    if consul_namespace {
+        refuse(
+            "Consul.Namespace",
+            "consul",
+            "Consul integration is not supported",
+        );
+    }
+    if let Some(update) = &tg.update {
+        for field in non_default_update_fields(update, &job.job_type) {
+            refuse(
+                &format!("Update.{field}"),
+                "update",
+                "deployments are not supported yet: allocations are replaced all at once, so only Nomad's default update settings are accepted",
+            );
+        }
+    }
+}
+
+/// `field (block): why`, the shape every refusal has.
+fn refusal(path: &str, block: &str, why: &str) -> String {
+    format!("{block} is not supported: {why} ({path})")
+}
+
+/// An opaque block counts as given when it is neither absent, null, nor empty.
+fn is_set(v: &Option<Value>) -> bool {
+    match v {
+        None | Some(Value::Null) => false,
+        Some(Value::Array(a)) => !a.is_empty(),
+        Some(Value::Object(o)) => !o.is_empty(),
+        Some(_) => true,
+    }
+}
+
+/// The update settings that differ from what canonicalization gives a group with no
+/// `update` block (Nomad's defaults), by their API names.
+fn non_default_update_fields(u: &UpdateStrategy, job_type: &str) -> Vec<&'static str> {
+    const SEC: i64 = 1_000_000_000;
+    if job_type != drover_structs::JOB_TYPE_SERVICE {
+        // Validation refuses update blocks of other job types with Nomad's text.
+        return Vec::new();
+    }
+    let default = UpdateStrategy {
+        stagger: 30 * SEC,
+        max_parallel: 1,
+        health_check: "checks".into(),
+        min_healthy_time: 10 * SEC,
+        healthy_deadline: 300 * SEC,
+        progress_deadline: 600 * SEC,
+        auto_revert: false,
+        auto_promote: false,
+        canary: 0,
+    };
+    let mut out = Vec::new();
+    let mut check = |differs: bool, name: &'static str| {
+        if differs {
+            out.push(name);
+        }
+    };
+    check(u.max_parallel != default.max_parallel, "MaxParallel");
+    check(u.health_check != default.health_check, "HealthCheck");
+    check(
+        u.min_healthy_time != default.min_healthy_time,
+        "MinHealthyTime",
+    );
+    check(
+        u.healthy_deadline != default.healthy_deadline,
+        "HealthyDeadline",
+    );
+    check(
+        u.progress_deadline != default.progress_deadline,
+        "ProgressDeadline",
+    );
+    check(u.auto_revert, "AutoRevert");
+    check(u.auto_promote, "AutoPromote");
+    check(u.canary != default.canary, "Canary");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use drover_structs::{Task, TaskGroup};
+    use serde_json::json;
+
+    fn job_with(tg: TaskGroup) -> Job {
+        Job {
+            job_type: drover_structs::JOB_TYPE_SERVICE.into(),
+            task_groups: vec![tg],
+            ..Default::default()
+        }
+    }
+
+    fn group(task: Task) -> TaskGroup {
+        TaskGroup {
+            name: "g".into(),
+            tasks: vec![task],
+            ..Default::default()
+        }
+    }
+
+    fn task() -> Task {
+        Task {
+            name: "t".into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_plain_job_with_canonical_defaults_is_accepted() {
+        let mut tg = group(task());
+        tg.consul = Some(json!({"Namespace": ""}));
+        tg.services = Some(json!([]));
+        tg.volumes = Some(json!({"data": {"Type": "csi", "Source": "vol"}}));
+        assert!(refuse_unacted(&job_with(tg)).is_ok());
+    }
+
+    #[test]
+    fn a_template_is_refused_naming_the_task_and_the_field_path() {
+        let mut t = task();
+        t.templates = Some(json!([{"EmbeddedTmpl": "x", "DestPath": "local/x"}]));
+        let e = refuse_unacted(&job_with(group(t))).unwrap_err().to_string();
+        assert!(
+            e.contains("Task group g task t: template is not supported")
+                && e.contains("(Job.TaskGroups[0].Tasks[0].Templates)"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn services_vault_and_devices_are_refused_each_with_its_path() {
+        let mut t = task();
+        t.services = Some(json!([{"Name": "web"}]));
+        t.vault = Some(json!({"Policies": ["x"]}));
+        t.resources.devices = Some(vec![json!({"Name": "nvidia/gpu"})]);
+        let mut tg = group(t);
+        tg.services = Some(json!([{"Name": "g"}]));
+        let e = refuse_unacted(&job_with(tg)).unwrap_err();
+        assert_eq!(e.errors.len(), 4, "{e}");
+        let text = e.to_string();
+        for path in [
+            "Job.TaskGroups[0].Services",
+            "Job.TaskGroups[0].Tasks[0].Services",
+            "Job.TaskGroups[0].Tasks[0].Vault",
+            "Job.TaskGroups[0].Tasks[0].Resources.Devices",
+        ] {
+            assert!(text.contains(path), "{path} missing from {text}");
+        }
+    }
+
+    #[test]
+    fn host_and_csi_volumes_are_accepted() {
+        let mut tg = group(task());
+        tg.volumes = Some(json!({
+            "data": {"Type": "host", "Source": "data"},
+            "vol": {"Type": "csi", "Source": "vol"},
+        }));
+        assert!(refuse_unacted(&job_with(tg)).is_ok());
+    }
+
+    #[test]
+    fn update_settings_other_than_nomads_defaults_are_refused_by_name() {
+        const SEC: i64 = 1_000_000_000;
+        let defaults = UpdateStrategy {
+            stagger: 30 * SEC,
+            max_parallel: 1,
+            health_check: "checks".into(),
+            min_healthy_time: 10 * SEC,
+            healthy_deadline: 300 * SEC,
+            progress_deadline: 600 * SEC,
+            ..Default::default()
+        };
+        let mut tg = group(task());
+        tg.update = Some(defaults.clone());
+        assert!(refuse_unacted(&job_with(tg.clone())).is_ok());
+        tg.update = Some(UpdateStrategy {
+            canary: 1,
+            auto_revert: true,
+            ..defaults
+        });
+        let e = refuse_unacted(&job_with(tg)).unwrap_err().to_string();
+        assert!(
+            e.contains("(Job.TaskGroups[0].Update.Canary)")
+                && e.contains("(Job.TaskGroups[0].Update.AutoRevert)")
+                && !e.contains("MaxParallel"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn system_jobs_with_disconnect_settings_are_refused_naming_the_field() {
+        let mut tg = group(task());
+        tg.max_client_disconnect = Some(1);
+        let mut job = job_with(tg);
+        assert!(refuse_unacted(&job).is_ok());
+        job.job_type = drover_structs::JOB_TYPE_SYSTEM.into();
+        let e = refuse_unacted(&job).unwrap_err().to_string();
+        assert!(
+            e.contains("max_client_disconnect is not supported for system jobs"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn multiregion_is_refused() {
+        let mut job = job_with(group(task()));
+        job.multiregion = Some(json!({"Regions": [{"Name": "east"}]}));
+        let e = refuse_unacted(&job).unwrap_err().to_string();
+        assert!(e.contains("(Job.Multiregion)"), "{e}");
+    }
+}

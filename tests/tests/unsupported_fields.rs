@@ -1,0 +1,53 @@
+//! Job settings Drover does not act on yet are refused when the job is registered or
+//! validated against an agent, naming the setting and its field path; nothing is registered.
+
+use drover_tests::{Agent, TempDir, output_text, write_job};
+
+const JOB: &str = r#"
+job "templated" {
+  datacenters = ["dc1"]
+  group "g" {
+    task "t" {
+      driver = "mock_driver"
+      config { run_for = "5s" }
+      template {
+        data        = "port={{ env \"NOMAD_PORT_http\" }}"
+        destination = "local/app.conf"
+      }
+      service {
+        name = "web"
+      }
+    }
+  }
+}
+"#;
+
+#[test]
+fn a_job_with_a_template_and_a_service_is_refused_by_run_and_validate_and_not_registered() {
+    let dir = TempDir::new("unsupported");
+    let agent = Agent::start_dev(dir.path(), &[]);
+    let job = write_job(&dir, "templated.nomad", JOB);
+
+    let out = agent.cli(&["job", "run", "-detach", &job]);
+    let text = output_text(&out);
+    assert!(!out.status.success(), "job run should fail: {text}");
+    for expected in [
+        "template is not supported",
+        "(Job.TaskGroups[0].Tasks[0].Templates)",
+        "service is not supported",
+        "(Job.TaskGroups[0].Tasks[0].Services)",
+    ] {
+        assert!(text.contains(expected), "{expected:?} missing: {text}");
+    }
+    let (status, _) =
+        drover_tests::http_call("GET", &format!("{}/v1/job/templated", agent.addr()), None)
+            .expect("HTTP call");
+    assert_eq!(status, 404, "nothing is registered");
+
+    let out = agent.cli(&["job", "validate", &job]);
+    let text = output_text(&out);
+    assert!(
+        !out.status.success() && text.contains("template is not supported"),
+        "job validate: {text}"
+    );
+}
