@@ -135,45 +135,6 @@ where
         .map_err(serde::de::Error::custom)
 }
 
-/// The client's `artifact` block, in Nomad's keys. A key Nomad does not have is refused.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct ArtifactBlock {
-    pub http_read_timeout: Option<String>,
-    pub http_max_size: Option<String>,
-    pub decompression_size_limit: Option<String>,
-    pub decompression_file_count_limit: Option<u64>,
-    pub disable_filesystem_isolation: Option<bool>,
-    /// Accepted and checked; Drover has no git, hg, s3 or gcs getter for them to limit.
-    pub gcs_timeout: Option<String>,
-    pub git_timeout: Option<String>,
-    pub hg_timeout: Option<String>,
-    pub s3_timeout: Option<String>,
-    /// Accepted; Drover fetches in the agent itself, with no getter process to pass them to.
-    pub set_environment_variables: Option<String>,
-    pub filesystem_isolation_extra_paths: Option<Vec<String>>,
-}
-
-/// A block that hcl-rs may hand over as an object or a one-element array of objects.
-fn one_block<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
-where
-    D: serde::Deserializer<'de>,
-    T: serde::de::DeserializeOwned,
-{
-    match Option::<Value>::deserialize(d)? {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Array(mut items)) if items.len() == 1 => serde_json::from_value(items.remove(0))
-            .map(Some)
-            .map_err(serde::de::Error::custom),
-        Some(v @ Value::Object(_)) => serde_json::from_value(v)
-            .map(Some)
-            .map_err(serde::de::Error::custom),
-        Some(other) => Err(serde::de::Error::custom(format!(
-            "expected one block, got {other}"
-        ))),
-    }
-}
-
 /// A map block that hcl-rs may hand over as a one-element array of maps: accept both.
 fn one_or_many_maps<'de, D>(d: D) -> Result<Option<BTreeMap<String, String>>, D::Error>
 where
