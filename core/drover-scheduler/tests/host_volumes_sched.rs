@@ -50,6 +50,12 @@ fn allocations_place_only_on_nodes_declaring_the_host_volume() {
     assert_eq!(live.len(), 3);
     assert!(live.iter().all(|a| a.node_id == good.id), "{live:?}");
     assert!(h.last_eval().unwrap().failed_tg_allocs.is_none());
+    // With one feasible node, each placement walks all four and names why three were passed
+    // over (a placement that landed there by chance would not).
+    for a in &live {
+        let m = a.metrics.as_ref().expect("placement metrics");
+        assert_eq!(filtered(m).get(MISSING), Some(&3), "{m:?}");
+    }
 }
 
 #[test]
