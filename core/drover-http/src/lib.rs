@@ -30,6 +30,7 @@ mod operator;
 mod proxy;
 mod query;
 mod response;
+mod search;
 mod starting;
 mod stream;
 mod system;
@@ -219,6 +220,8 @@ pub fn router(
         .route("/v1/agent/pprof/{*profile}", get(system::pprof))
         .route("/v1/agent/monitor", get(monitor::monitor))
         .route("/v1/event/stream", get(events::stream))
+        .route("/v1/search", post(search::prefix).put(search::prefix))
+        .route("/v1/search/fuzzy", post(search::fuzzy).put(search::fuzzy))
         .route("/v1/status/leader", get(agent::leader))
         .route("/v1/status/peers", get(agent::peers))
         .route("/v1/regions", get(agent::regions))

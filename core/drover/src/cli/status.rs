@@ -1,8 +1,6 @@
 //! `drover status [ID]`: without an ID the job list (as `nomad status`); with one, the status
 //! of whatever job, allocation, node or evaluation the ID (or prefix) names.
 
-use drover_structs::{AllocListStub, Evaluation, JobListStub, NodeListStub};
-
 use super::api::Client;
 use super::job_status::{self, JobStatusArgs};
 use super::{ConnArgs, Exit, alloc, eval, node, ui};
@@ -27,33 +25,56 @@ enum Context {
     Eval,
 }
 
-/// The contexts with at least one ID starting with `prefix`, in Nomad's preference order.
-fn matching_contexts(client: &Client, prefix: &str) -> anyhow::Result<Vec<Context>> {
-    let q = [("prefix", prefix)];
-    let starts = |id: &str| id.starts_with(prefix);
-    let mut found = Vec::new();
-    let (jobs, _): (Vec<JobListStub>, _) = client.get_json("/v1/jobs", &q)?;
-    if jobs.iter().any(|j| starts(&j.id)) {
-        found.push(Context::Job);
+/// What a prefix resolves to: one object, none, or several (Nomad asks for a longer prefix).
+#[derive(Debug, PartialEq)]
+enum Resolved {
+    One(Context, String),
+    None,
+    Several(Vec<(String, Vec<String>)>),
+}
+
+/// Nomad's `status` over `/v1/search` (context `all`): an exact id wins, otherwise exactly
+/// one match across the contexts the command can show.
+fn resolve(client: &Client, prefix: &str) -> anyhow::Result<Resolved> {
+    let body = serde_json::json!({"Prefix": prefix, "Context": "all"});
+    let reply: serde_json::Value = client.put_json("/v1/search", &[], &body)?;
+    Ok(resolve_matches(&reply["Matches"], prefix))
+}
+
+fn resolve_matches(matches: &serde_json::Value, prefix: &str) -> Resolved {
+    const SHOWN: [(&str, Context); 4] = [
+        ("jobs", Context::Job),
+        ("evals", Context::Eval),
+        ("allocs", Context::Alloc),
+        ("nodes", Context::Node),
+    ];
+    let mut found: Vec<(&str, Context, Vec<String>)> = Vec::new();
+    for (name, ctx) in SHOWN {
+        let ids: Vec<String> = matches[name]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if let Some(exact) = ids.iter().find(|id| *id == prefix) {
+            return Resolved::One(ctx, exact.clone());
+        }
+        if !ids.is_empty() {
+            found.push((name, ctx, ids));
+        }
     }
-    // UUID lookups need an even number of hex digits; skip them for other prefixes.
-    if prefix.len() >= 2 && prefix.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
-        let uuid_prefix = super::lookup::sanitize_uuid_prefix(prefix);
-        let q = [("prefix", uuid_prefix)];
-        let (allocs, _): (Vec<AllocListStub>, _) = client.get_json("/v1/allocations", &q)?;
-        if allocs.iter().any(|a| a.id.starts_with(uuid_prefix)) {
-            found.push(Context::Alloc);
-        }
-        let (nodes, _): (Vec<NodeListStub>, _) = client.get_json("/v1/nodes", &q)?;
-        if nodes.iter().any(|n| n.id.starts_with(uuid_prefix)) {
-            found.push(Context::Node);
-        }
-        let (evals, _): (Vec<Evaluation>, _) = client.get_json("/v1/evaluations", &q)?;
-        if evals.iter().any(|e| e.id.starts_with(uuid_prefix)) {
-            found.push(Context::Eval);
-        }
+    match found.as_slice() {
+        [] => Resolved::None,
+        [(_, ctx, ids)] if ids.len() == 1 => Resolved::One(*ctx, ids[0].clone()),
+        _ => Resolved::Several(
+            found
+                .into_iter()
+                .map(|(name, _, ids)| (name.to_string(), ids))
+                .collect(),
+        ),
     }
-    Ok(found)
 }
 
 pub fn run(args: StatusArgs) -> anyhow::Result<Exit> {
@@ -62,19 +83,30 @@ pub fn run(args: StatusArgs) -> anyhow::Result<Exit> {
         return job_status::list_jobs(&client);
     };
     let id = id.trim().to_string();
-    let contexts = match matching_contexts(&client, &id) {
-        Ok(c) => c,
+    let (context, id) = match resolve(&client, &id) {
+        Ok(Resolved::One(context, full_id)) => (context, full_id),
+        Ok(Resolved::None) => {
+            ui::err(&format!("No matches returned for query {id:?}"));
+            return Ok(1);
+        }
+        Ok(Resolved::Several(found)) => {
+            ui::err(&format!("Multiple matches found for id {id:?}"));
+            for (context, ids) in found {
+                let mut title = context.clone();
+                if let Some(first) = title.get_mut(..1) {
+                    first.make_ascii_uppercase();
+                }
+                ui::err(&format!("\n{title}:\n{}", ids.join(", ")));
+            }
+            return Ok(1);
+        }
         Err(e) => {
-            ui::err(&format!("Error querying objects with prefix {id:?}: {e:#}"));
+            ui::err(&format!("Error querying search with id: {e:#}"));
             return Ok(1);
         }
     };
-    match contexts.first() {
-        None => {
-            ui::err(&format!("No matches returned for query {id:?}"));
-            Ok(1)
-        }
-        Some(Context::Job) => job_status::run(
+    match context {
+        Context::Job => job_status::run(
             &client,
             JobStatusArgs {
                 verbose: args.verbose,
@@ -82,7 +114,7 @@ pub fn run(args: StatusArgs) -> anyhow::Result<Exit> {
                 ..Default::default()
             },
         ),
-        Some(Context::Alloc) => alloc::run(alloc::AllocCli {
+        Context::Alloc => alloc::run(alloc::AllocCli {
             conn: args.conn.clone(),
             command: alloc::AllocCommand::Status(alloc::AllocStatusArgs {
                 verbose: args.verbose,
@@ -91,7 +123,7 @@ pub fn run(args: StatusArgs) -> anyhow::Result<Exit> {
                 alloc: id,
             }),
         }),
-        Some(Context::Node) => node::run(node::NodeCli {
+        Context::Node => node::run(node::NodeCli {
             conn: args.conn.clone(),
             command: node::NodeCommand::Status(node::NodeStatusArgs {
                 verbose: args.verbose,
@@ -101,7 +133,7 @@ pub fn run(args: StatusArgs) -> anyhow::Result<Exit> {
                 node: Some(id),
             }),
         }),
-        Some(Context::Eval) => eval::run(eval::EvalCli {
+        Context::Eval => eval::run(eval::EvalCli {
             conn: args.conn.clone(),
             command: eval::EvalCommand::Status(eval::EvalStatusArgs {
                 monitor: false,
@@ -110,5 +142,32 @@ pub fn run(args: StatusArgs) -> anyhow::Result<Exit> {
                 eval: id,
             }),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn an_exact_id_wins_and_a_single_match_resolves_to_its_full_id() {
+        let m = json!({"jobs": ["web", "web-2"], "evals": null});
+        assert_eq!(
+            resolve_matches(&m, "web"),
+            Resolved::One(Context::Job, "web".into())
+        );
+        let m = json!({"jobs": null, "allocs": ["0fb703d1-ba4d"]});
+        assert_eq!(
+            resolve_matches(&m, "0f"),
+            Resolved::One(Context::Alloc, "0fb703d1-ba4d".into())
+        );
+    }
+
+    #[test]
+    fn several_matches_or_none_are_reported_as_such() {
+        let m = json!({"jobs": ["ab1"], "nodes": ["ab22"]});
+        assert!(matches!(resolve_matches(&m, "ab"), Resolved::Several(v) if v.len() == 2));
+        assert_eq!(resolve_matches(&json!({}), "zz"), Resolved::None);
     }
 }
