@@ -35,6 +35,8 @@ pub struct RunnerEnv {
     pub driver_events: crate::driver_events::DriverEventRouter,
     /// The agent's environment minus the client's env denylist (see `taskenv::agent_env`).
     pub agent_env: Arc<BTreeMap<String, String>>,
+    /// The client's `artifact` block.
+    pub artifact: Arc<crate::artifact::ArtifactConfig>,
 }
 
 /// Handle the client keeps for a running allocation.
@@ -269,6 +271,7 @@ async fn run(
             binds: volumes::task_binds(task, &mounted),
             driver_events: env.driver_events.clone(),
             agent_env: env.agent_env.clone(),
+            artifact: env.artifact.clone(),
         };
         task_binds.extend(
             ctx.binds.iter().map(|b| {

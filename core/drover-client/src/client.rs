@@ -91,6 +91,8 @@ pub struct ClientConfig {
     pub update_interval: Duration,
     /// Agent variables tasks never inherit (Nomad's `env.denylist` client option).
     pub env_denylist: EnvDenylist,
+    /// The client's `artifact` block: download timeouts and size limits.
+    pub artifact: crate::artifact::ArtifactConfig,
     /// The `host_volume "name" { path read_only }` blocks, by name; each path must exist.
     pub host_volumes: BTreeMap<String, ClientHostVolumeConfig>,
 }
@@ -115,6 +117,7 @@ impl ClientConfig {
             drivers: BTreeMap::new(),
             update_interval: Duration::from_millis(10),
             env_denylist: EnvDenylist::default(),
+            artifact: Default::default(),
             host_volumes: BTreeMap::new(),
         }
     }
@@ -204,6 +207,7 @@ impl Client {
             csi_server: Arc::new(ServerCsi(server.clone())),
             driver_events: Default::default(),
             agent_env: Arc::new(crate::taskenv::agent_env(&config.env_denylist)),
+            artifact: Arc::new(config.artifact.clone()),
         };
         // Pumps end with the client (`shutdown`); the drivers' events reach the runners.
         crate::driver_events::start_pumps(&config.drivers, &env.driver_events, &shutdown_rx);

@@ -11,6 +11,7 @@ pub mod alloc_exec;
 pub mod alloc_runner;
 pub mod alloc_stats;
 pub mod allocdir;
+pub mod artifact;
 pub mod client;
 pub mod csi;
 pub mod dispatch_payload;

@@ -68,6 +68,8 @@ pub struct TaskContext {
     /// The agent's environment minus the client's env denylist, for drivers without image
     /// isolation (see `taskenv::inherits_agent_env`).
     pub agent_env: Arc<BTreeMap<String, String>>,
+    /// The client's `artifact` block (timeouts, size limits).
+    pub artifact: Arc<crate::artifact::ArtifactConfig>,
 }
 
 /// Sent to the allocation runner whenever the task's state changes.
@@ -90,6 +92,9 @@ pub struct TaskRunner {
     driver_route: Option<RouteGuard>,
     /// Signals and restarts asked for by the client (`alloc signal`, `alloc restart`).
     commands: mpsc::UnboundedReceiver<TaskCommand>,
+    /// The task's artifacts are in place (fetched once, before the first start, as Nomad's
+    /// artifact hook marks itself done).
+    artifacts_done: bool,
 }
 
 impl TaskRunner {
@@ -114,7 +119,10 @@ impl TaskRunner {
             driver_route: None,
             // Closed until `with_commands`: nobody can ask anything.
             commands: mpsc::unbounded_channel().1,
+            artifacts_done: false,
         };
+        // A task that ever started had its artifacts fetched (before an agent restart too).
+        r.artifacts_done = r.state.started_at.is_some();
         if fresh {
             r.event(TaskEvent::new(TASK_EVENT_RECEIVED));
         }
@@ -295,6 +303,39 @@ impl TaskRunner {
                     self.finish(false);
                 }
                 break;
+            }
+            if running.is_none() && !self.artifacts_done {
+                let fetched = {
+                    let fetch = self.fetch_artifacts();
+                    tokio::pin!(fetch);
+                    tokio::select! {
+                        fetched = &mut fetch => fetched,
+                        changed = kill.changed() => match changed {
+                            // A stop does not wait for a download: the loop's top handles it.
+                            Ok(()) => continue,
+                            // Nobody can ask for a kill any more: only the download ends this.
+                            Err(_) => fetch.await,
+                        },
+                    }
+                };
+                if let Err(message) = fetched {
+                    let mut ev = TaskEvent::new(TASK_EVENT_ARTIFACT_DOWNLOAD_FAILED);
+                    ev.download_error = message.clone();
+                    ev.details.insert("download_error".into(), message);
+                    ev.display_message = ev.default_display_message();
+                    self.event(ev);
+                    // Nomad's artifact hook fails recoverably: the restart policy decides, as
+                    // for the other prestart failures.
+                    let decision = tracker.on_start_error(true);
+                    if !self
+                        .after_decision(decision, tracker.reason(), &mut kill)
+                        .await
+                    {
+                        break;
+                    }
+                    continue;
+                }
+                self.artifacts_done = true;
             }
             let task_id = match running.clone() {
                 Some(id) => id,
@@ -517,6 +558,51 @@ impl TaskRunner {
                 false
             }
         }
+    }
+
+    /// Fetches the task's artifacts into its directory (Nomad's artifact hook). The error is
+    /// the failure event's message.
+    async fn fetch_artifacts(&mut self) -> Result<(), String> {
+        let artifacts = crate::artifact::of_task(&self.ctx.task).map_err(|e| e.to_string())?;
+        if artifacts.is_empty() {
+            return Ok(());
+        }
+        self.event(TaskEvent::new(TASK_EVENT_DOWNLOADING_ARTIFACTS));
+        let c = &self.ctx;
+        let paths = TaskPaths {
+            alloc_dir: &c.alloc_path,
+            task_local_dir: &c.task_dir.local_dir,
+            task_secrets_dir: &c.task_dir.secrets_dir,
+            task_tmp_dir: &c.task_dir.tmp_dir,
+        };
+        // Interpolated as the task's own environment is, without the agent's variables.
+        let env = build_env(
+            &c.alloc,
+            &c.group,
+            &c.task,
+            &c.node,
+            &c.region,
+            &paths,
+            &BTreeMap::new(),
+        );
+        let (node, region, config) = (c.node.clone(), c.region.clone(), c.artifact.clone());
+        let (task_dir, alloc_dir) = (c.task_dir.dir.clone(), c.alloc_path.clone());
+        let staging_dir = c.task_dir.private_dir.clone();
+        tokio::task::spawn_blocking(move || {
+            let lookup = |name: &str| lookup_in(name, &env, &node, &region);
+            let place = crate::artifact::Place {
+                task_dir: &task_dir,
+                alloc_dir: &alloc_dir,
+                staging_dir: &staging_dir,
+            };
+            for a in &artifacts {
+                crate::artifact::fetch(a, &lookup, &place, &config)
+                    .map_err(|e| format!("failed to download artifact {:?}: {e}", a.source))?;
+            }
+            Ok(())
+        })
+        .await
+        .unwrap_or_else(|e| Err(format!("artifact download panicked: {e}")))
     }
 
     /// Builds the driver's task config and starts the task.

@@ -68,6 +68,7 @@ pub(crate) fn runner_env(
         csi_server: Arc::new(NoCsi),
         driver_events: Default::default(),
         agent_env: Default::default(),
+        artifact: Default::default(),
     };
     (env, updates)
 }

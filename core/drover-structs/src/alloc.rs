@@ -284,6 +284,10 @@ pub const TASK_EVENT_DRIVER_FAILURE: &str = "Driver Failure";
 pub const TASK_EVENT_KILLING: &str = "Killing";
 pub const TASK_EVENT_KILLED: &str = "Killed";
 pub const TASK_EVENT_SETUP_FAILURE: &str = "Setup Failure";
+/// The client fetches the task's `artifact` blocks.
+pub const TASK_EVENT_DOWNLOADING_ARTIFACTS: &str = "Downloading Artifacts";
+/// An artifact could not be fetched (or failed its checksum); the task did not start.
+pub const TASK_EVENT_ARTIFACT_DOWNLOAD_FAILED: &str = "Failed Artifact Download";
 pub const TASK_EVENT_SIBLING_FAILED: &str = "Sibling Task Failed";
 /// Nomad's `TaskLeaderDead`: the group's leader task finished, so the others are stopped.
 pub const TASK_EVENT_LEADER_DEAD: &str = "Leader Task Dead";
@@ -418,6 +422,14 @@ impl TaskEvent {
                     "Task successfully killed".into()
                 } else {
                     self.kill_error.clone()
+                }
+            }
+            TASK_EVENT_DOWNLOADING_ARTIFACTS => "Client is downloading artifacts".into(),
+            TASK_EVENT_ARTIFACT_DOWNLOAD_FAILED => {
+                if self.download_error.is_empty() {
+                    "Failed to download artifacts".into()
+                } else {
+                    self.download_error.clone()
                 }
             }
             TASK_EVENT_SETUP_FAILURE => {

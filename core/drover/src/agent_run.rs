@@ -395,6 +395,9 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
                 drover_structs::parse_port_ranges(&cc.reserved_ports)
                     .map_err(|e| anyhow::anyhow!("client.reserved.reserved_ports: {e}"))?;
             }
+            if let Some(a) = &c.artifact {
+                cc.artifact = artifact_config(a)?;
+            }
         }
         let c = match &server {
             Some(server) => Client::start(cc, Arc::new(LocalServer(server.clone()))).await,
@@ -619,6 +622,47 @@ fn env_denylist(client: &ClientBlock) -> EnvDenylist {
         .find_map(|key| options.and_then(|o| o.get(*key)))
         .map(|list| EnvDenylist::parse(list))
         .unwrap_or_default()
+}
+
+/// The client's `artifact` block over Nomad's defaults; a value that does not parse stops the
+/// agent, naming its key.
+fn artifact_config(
+    block: &crate::config::ArtifactBlock,
+) -> anyhow::Result<drover_client::artifact::ArtifactConfig> {
+    use drover_client::artifact::parse_bytes;
+    let mut c = drover_client::artifact::ArtifactConfig::default();
+    let duration = |key: &str, v: &str| {
+        drover_jobspec::parse_duration(v).map_err(|e| anyhow::anyhow!("client.artifact.{key}: {e}"))
+    };
+    let bytes = |key: &str, v: &str| {
+        parse_bytes(v).map_err(|e| anyhow::anyhow!("client.artifact.{key}: {e}"))
+    };
+    if let Some(v) = &block.http_read_timeout {
+        c.http_read_timeout = duration("http_read_timeout", v)?;
+    }
+    if let Some(v) = &block.http_max_size {
+        c.http_max_bytes = bytes("http_max_size", v)?;
+    }
+    if let Some(v) = &block.decompression_size_limit {
+        c.decompression_size_limit = bytes("decompression_size_limit", v)?;
+    }
+    if let Some(n) = block.decompression_file_count_limit {
+        c.decompression_file_count_limit = n;
+    }
+    if let Some(b) = block.disable_filesystem_isolation {
+        c.disable_filesystem_isolation = b;
+    }
+    for (key, v) in [
+        ("gcs_timeout", &block.gcs_timeout),
+        ("git_timeout", &block.git_timeout),
+        ("hg_timeout", &block.hg_timeout),
+        ("s3_timeout", &block.s3_timeout),
+    ] {
+        if let Some(v) = v {
+            duration(key, v)?;
+        }
+    }
+    Ok(c)
 }
 
 /// Settings Nomad accepts in `server` and `client` blocks (and `client.options` keys) that

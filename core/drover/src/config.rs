@@ -86,6 +86,9 @@ pub struct ClientBlock {
     #[serde(deserialize_with = "one_or_many_blocks")]
     pub server_join: Option<ServerJoin>,
     pub options: Option<BTreeMap<String, String>>,
+    /// Nomad's `artifact { http_read_timeout = "30m" ... }`: limits of artifact downloads.
+    #[serde(deserialize_with = "one_block")]
+    pub artifact: Option<ArtifactBlock>,
     /// Nomad's `chroot_env { "/host/path" = "/path/in/task" }`: what exec tasks see of the
     /// host. Handed to the exec driver as its plugin config's `chroot_env`.
     #[serde(deserialize_with = "one_or_many_maps")]
@@ -133,6 +136,47 @@ where
     serde_json::from_value(merged)
         .map(Some)
         .map_err(serde::de::Error::custom)
+}
+
+/// The client's `artifact` block, in Nomad's keys. A key Nomad does not have is refused.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ArtifactBlock {
+    pub http_read_timeout: Option<String>,
+    pub http_max_size: Option<String>,
+    pub decompression_size_limit: Option<String>,
+    pub decompression_file_count_limit: Option<u64>,
+    pub disable_filesystem_isolation: Option<bool>,
+    /// Accepted and checked; Drover has no git, hg, s3 or gcs getter for them to limit.
+    pub gcs_timeout: Option<String>,
+    pub git_timeout: Option<String>,
+    pub hg_timeout: Option<String>,
+    pub s3_timeout: Option<String>,
+    /// Accepted; Drover fetches in the agent itself, with no getter process to pass them to.
+    pub set_environment_variables: Option<String>,
+    pub filesystem_isolation_extra_paths: Option<Vec<String>>,
+}
+
+/// A block that hcl-rs may hand over as an object or a one-element array of objects.
+fn one_block<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::de::DeserializeOwned,
+{
+    match Option::<Value>::deserialize(d)? {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Array(mut items)) if items.len() == 1 => {
+            serde_json::from_value(items.remove(0))
+                .map(Some)
+                .map_err(serde::de::Error::custom)
+        }
+        Some(v @ Value::Object(_)) => serde_json::from_value(v)
+            .map(Some)
+            .map_err(serde::de::Error::custom),
+        Some(other) => Err(serde::de::Error::custom(format!(
+            "expected one block, got {other}"
+        ))),
+    }
 }
 
 /// A map block that hcl-rs may hand over as a one-element array of maps: accept both.
@@ -320,6 +364,28 @@ impl AgentFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn client_artifact_block_parses_and_unknown_keys_are_refused() {
+        let f = parse_str(
+            "client {\n  artifact {\n    http_read_timeout = \"5s\"\n    http_max_size = \"1MB\"\n    decompression_file_count_limit = 10\n  }\n}\n",
+            "a.hcl",
+        )
+        .unwrap();
+        let c = f.client.unwrap();
+        assert!(c.other.is_empty(), "{:?}", c.other);
+        let a = c.artifact.unwrap();
+        assert_eq!(a.http_read_timeout.as_deref(), Some("5s"));
+        assert_eq!(a.http_max_size.as_deref(), Some("1MB"));
+        assert_eq!(a.decompression_file_count_limit, Some(10));
+        let e = parse_str(
+            "client {\n  artifact {\n    http_max_bytes = \"1MB\"\n  }\n}\n",
+            "a.hcl",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("unknown field `http_max_bytes`"), "{e}");
+    }
 
     #[test]
     fn parses_nomads_agent_format() {
