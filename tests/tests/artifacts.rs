@@ -101,6 +101,11 @@ fn tar_gz(entries: &[(&str, &str)]) -> Vec<u8> {
 /// A batch job whose raw_exec task "t" runs `script` after fetching `artifacts` (HCL blocks);
 /// no restarts, so a failed start fails the allocation at once.
 fn job(name: &str, artifacts: &str, script: &str) -> String {
+    job_with_restarts(name, artifacts, script, 0)
+}
+
+/// As `job`, with `attempts` restarts a second apart before the task fails.
+fn job_with_restarts(name: &str, artifacts: &str, script: &str, attempts: u32) -> String {
     format!(
         r#"
 job "{name}" {{
@@ -108,7 +113,8 @@ job "{name}" {{
   type = "batch"
   group "g" {{
     restart {{
-      attempts = 0
+      attempts = {attempts}
+      delay = "1s"
       mode = "fail"
     }}
     task "t" {{
@@ -335,6 +341,58 @@ fn a_tar_gz_entry_climbing_out_of_the_task_dir_fails_the_task_and_writes_nothing
         "part of a refused archive was written"
     );
     assert!(!alloc_dir.join("t/local/ran").exists(), "the task ran");
+}
+
+#[test]
+fn a_failed_artifact_download_is_retried_as_the_restart_policy_says() {
+    let server = FileServer::start(BTreeMap::from([(
+        "/hello.txt".to_string(),
+        b"hello\n".to_vec(),
+    )]));
+    let dir = TempDir::new("artifacts-retry");
+    let agent = Agent::start_dev(dir.path(), &[]);
+    let artifacts = format!(
+        r#"
+      artifact {{
+        source = "{}?checksum=md5:{}"
+      }}"#,
+        server.url("/hello.txt"),
+        "0".repeat(32)
+    );
+    let alloc = run_to_end(
+        &agent,
+        &dir,
+        "art-retry",
+        &job_with_restarts("art-retry", &artifacts, "true", 1),
+    );
+    assert_eq!(alloc["ClientStatus"], "failed", "{}", alloc["TaskStates"]);
+    let state = &alloc["TaskStates"]["t"];
+    assert_eq!(state["Restarts"], 1, "{state}");
+    let evs = events(&alloc);
+    let kinds: Vec<&str> = evs
+        .iter()
+        .filter_map(|e| e["Type"].as_str())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "Received",
+            "Task Setup",
+            "Downloading Artifacts",
+            "Failed Artifact Download",
+            "Restarting",
+            "Downloading Artifacts",
+            "Failed Artifact Download",
+            "Not Restarting",
+        ],
+        "{state}"
+    );
+    let asked = server
+        .requests()
+        .iter()
+        .filter(|r| r.starts_with("GET /hello.txt "))
+        .count();
+    assert_eq!(asked, 2, "one download per attempt");
 }
 
 fn hex(bytes: &[u8]) -> String {

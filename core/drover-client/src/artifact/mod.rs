@@ -575,6 +575,7 @@ fn copy_tree(from: &Path, root: &Path, dest: &Path) -> Result<(), ArtifactError>
 mod tests {
     use super::*;
     use serde_json::json;
+    use sha2::Digest;
 
     #[test]
     fn destinations_stay_inside_the_task_directory() {
@@ -668,6 +669,92 @@ mod tests {
         assert_eq!(s.param("archive"), Some("false"));
         let s = Source::parse("local/in.txt", &none, Path::new("/t")).unwrap();
         assert!(matches!(&s.location, Location::Local(p) if p == Path::new("/t/local/in.txt")));
+    }
+
+    /// Serves one HTTP response per connection on 127.0.0.1 and answers its port; each request's
+    /// head goes to the returned channel.
+    fn serve(status: &'static str, body: Vec<u8>) -> (u16, std::sync::mpsc::Receiver<String>) {
+        use std::io::{BufRead, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
+                let mut head = String::new();
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                        break;
+                    }
+                    head.push_str(&line);
+                }
+                let _ = tx.send(head);
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = stream.write_all(&body);
+            }
+        });
+        (port, rx)
+    }
+
+    fn http(url: String) -> Artifact {
+        local(&url, &[], Mode::File, "local/f")
+    }
+
+    #[test]
+    fn http_downloads_send_headers_and_strip_go_getters_parameters() {
+        let d = Dirs::new();
+        let (port, heads) = serve("200 OK", b"served".to_vec());
+        let mut a = http(format!(
+            "http://127.0.0.1:{port}/f?checksum=md5:{}",
+            hex::encode(md5::Md5::digest(b"served"))
+        ));
+        a.headers.insert("X-Token".into(), "${NOMAD_META_t}".into());
+        let lookup = |n: &str| (n == "NOMAD_META_t").then(|| "secret".to_string());
+        d.fetch(&a, &lookup, &ArtifactConfig::default()).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(d.0.join("web/local/f")).unwrap(),
+            "served"
+        );
+        let head = heads.recv().unwrap();
+        assert!(head.starts_with("GET /f HTTP/1.1\r\n"), "{head}");
+        assert!(head.to_lowercase().contains("x-token: secret"), "{head}");
+        // Nothing is left in the staging directory.
+        let staged = std::fs::read_dir(d.0.join("web/private")).unwrap().count();
+        assert_eq!(staged, 0);
+    }
+
+    #[test]
+    fn http_errors_and_oversized_downloads_are_refused_and_write_nothing() {
+        let d = Dirs::new();
+        let (port, _heads) = serve("404 Not Found", b"nope".to_vec());
+        let e = d
+            .fetch(
+                &http(format!("http://127.0.0.1:{port}/f")),
+                &|_| None,
+                &ArtifactConfig::default(),
+            )
+            .unwrap_err();
+        assert_eq!(e.to_string(), "bad response code: 404");
+        let (port, _heads) = serve("200 OK", vec![b'x'; 2048]);
+        let small = ArtifactConfig {
+            http_max_bytes: 1024,
+            ..Default::default()
+        };
+        let e = d
+            .fetch(
+                &http(format!("http://127.0.0.1:{port}/f")),
+                &|_| None,
+                &small,
+            )
+            .unwrap_err();
+        assert!(matches!(e, ArtifactError::TooLarge(1024)), "{e}");
+        assert!(!d.0.join("web/local/f").exists());
     }
 
     #[test]
