@@ -4,15 +4,14 @@
 use drover_tests::{Agent, TempDir, output_text, write_job};
 
 const JOB: &str = r#"
-job "templated" {
+job "refused" {
   datacenters = ["dc1"]
   group "g" {
     task "t" {
       driver = "mock_driver"
       config { run_for = "5s" }
-      template {
-        data        = "port={{ env \"NOMAD_PORT_http\" }}"
-        destination = "local/app.conf"
+      vault {
+        policies = ["app"]
       }
       service {
         name = "web"
@@ -23,31 +22,31 @@ job "templated" {
 "#;
 
 #[test]
-fn a_job_with_a_template_and_a_service_is_refused_by_run_and_validate_and_not_registered() {
+fn a_job_with_vault_and_a_service_is_refused_by_run_and_validate_and_not_registered() {
     let dir = TempDir::new("unsupported");
     let agent = Agent::start_dev(dir.path(), &[]);
-    let job = write_job(&dir, "templated.nomad", JOB);
+    let job = write_job(&dir, "refused.nomad", JOB);
 
     let out = agent.cli(&["job", "run", "-detach", &job]);
     let text = output_text(&out);
     assert!(!out.status.success(), "job run should fail: {text}");
     for expected in [
-        "template is not supported",
-        "(Job.TaskGroups[0].Tasks[0].Templates)",
+        "vault is not supported",
+        "(Job.TaskGroups[0].Tasks[0].Vault)",
         "service is not supported",
         "(Job.TaskGroups[0].Tasks[0].Services)",
     ] {
         assert!(text.contains(expected), "{expected:?} missing: {text}");
     }
     let (status, _) =
-        drover_tests::http_call("GET", &format!("{}/v1/job/templated", agent.addr()), None)
+        drover_tests::http_call("GET", &format!("{}/v1/job/refused", agent.addr()), None)
             .expect("HTTP call");
     assert_eq!(status, 404, "nothing is registered");
 
     let out = agent.cli(&["job", "validate", &job]);
     let text = output_text(&out);
     assert!(
-        !out.status.success() && text.contains("template is not supported"),
+        !out.status.success() && text.contains("vault is not supported"),
         "job validate: {text}"
     );
 }

@@ -28,6 +28,7 @@ pub mod restarts;
 pub mod state_db;
 pub mod task_runner;
 pub mod taskenv;
+pub mod template;
 
 pub use client::{Client, ClientConfig, ClientError, ServerConn};
 

@@ -14,7 +14,7 @@ use drover_abi::{
 };
 use drover_structs::time::{format_rfc3339_nanos, now_nanos};
 use drover_structs::*;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::alloc_control::{AllocControlError, Reply, TaskCommand};
 use crate::alloc_stats::LiveTasks;
@@ -28,6 +28,10 @@ use crate::logs::{LogConfig, LogKind, LogPump, create_fifo, fifo_path};
 use crate::restarts::{Decision, RestartTracker};
 use crate::state_db::ClientStateDb;
 use crate::taskenv::{TaskPaths, build_env, inherits_agent_env, lookup_in};
+
+/// How often a running task's templates are rendered again to find changed outputs (Nomad
+/// watches their dependencies; the ones Drover serves are files, see `template`).
+const TEMPLATE_RERENDER: Duration = Duration::from_secs(1);
 
 /// Nomad's default client `max_kill_timeout`.
 const MAX_KILL_TIMEOUT: Duration = Duration::from_secs(30);
@@ -92,6 +96,12 @@ pub struct TaskRunner {
     driver_route: Option<RouteGuard>,
     /// Signals and restarts asked for by the client (`alloc signal`, `alloc restart`).
     commands: mpsc::UnboundedReceiver<TaskCommand>,
+    /// The task's templates once first rendered, and what they render with.
+    templates: Option<crate::template::Templates>,
+    template_env: Option<crate::template::RenderEnv>,
+    /// Why the templates failed: a start that fails with this set is Nomad's "Template
+    /// failed" kill, a running task stopped with it set fails instead of restarting.
+    template_failure: Option<String>,
     /// The task's artifacts are in place (fetched once, before the first start, as Nomad's
     /// artifact hook marks itself done).
     artifacts_done: bool,
@@ -119,6 +129,9 @@ impl TaskRunner {
             driver_route: None,
             // Closed until `with_commands`: nobody can ask anything.
             commands: mpsc::unbounded_channel().1,
+            templates: None,
+            template_env: None,
+            template_failure: None,
             artifacts_done: false,
         };
         // A task that ever started had its artifacts fetched (before an agent restart too).
@@ -345,6 +358,12 @@ impl TaskRunner {
                         id
                     }
                     Err(e) => {
+                        if let Some(message) = self.template_failure.take() {
+                            // Nomad kills the task for a failed render; no restart.
+                            self.event(template_failed_event(&message, 0));
+                            self.finish(true);
+                            break;
+                        }
                         let (message, recoverable) = match &e {
                             DriverError::StartFailed {
                                 message,
@@ -372,9 +391,19 @@ impl TaskRunner {
             // recorded without abandoning it (each wait holds a blocking call for up to 30 s).
             let wait = wait_exit(self.ctx.driver.clone(), task_id.clone());
             tokio::pin!(wait);
+            let mut template_tick = tokio::time::interval_at(
+                tokio::time::Instant::now() + TEMPLATE_RERENDER,
+                TEMPLATE_RERENDER,
+            );
+            template_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             let exit = loop {
                 tokio::select! {
                     exit = &mut wait => break Some(exit),
+                    _ = template_tick.tick(), if self.templates.is_some()
+                        && self.template_failure.is_none() =>
+                    {
+                        self.rerender_templates(&task_id, &mut restarting).await;
+                    }
                     Some(ev) = self.plugin_events.1.recv() => self.event(ev),
                     Some(command) = self.commands.recv() => {
                         self.command(command, &task_id, &mut restarting).await;
@@ -413,6 +442,14 @@ impl TaskRunner {
             ev.display_message = ev.default_display_message();
             self.event(ev);
             self.release(&task_id).await;
+            if self.template_failure.is_some() {
+                // Stopped for a failed re-render: the task fails, as Nomad's kill does.
+                for done in restarting.drain(..) {
+                    let _ = done.send(Ok(()));
+                }
+                self.finish(true);
+                break;
+            }
             if !restarting.is_empty() {
                 self.restart_on_request();
                 for done in restarting.drain(..) {
@@ -634,6 +671,19 @@ impl TaskRunner {
             &c.alloc, &c.group, &c.task, &c.node, &c.region, &paths, agent_env,
         );
         env.extend(extra_env);
+        // After the artifacts and the dispatch payload, as Nomad's template hook: a template
+        // may read them. Variables of `env = true` templates override the task's own.
+        match first_render(&mut self.templates, &mut self.template_env, c, &env) {
+            Ok(vars) => env.extend(vars),
+            Err(e) => {
+                let message = e.to_string();
+                self.template_failure = Some(message.clone());
+                return Err(DriverError::StartFailed {
+                    message: format!("Template failed: {message}"),
+                    recoverable: false,
+                });
+            }
+        }
         let lookup = |name: &str| lookup_in(name, &env, &c.node, &c.region);
         let raw_config = serde_json::Value::Object(c.task.config.clone().unwrap_or_default());
         let driver_config = crate::interpolate::interpolate_json(&raw_config, &lookup);
@@ -810,6 +860,66 @@ impl TaskRunner {
         }
     }
 
+    /// Renders the running task's templates again and applies the change modes of those whose
+    /// output changed: a restart through the same path as `alloc restart`, or the signals
+    /// (Nomad's "template changed" Signaling events). A failure stops the task, failing it.
+    async fn rerender_templates(&mut self, task_id: &str, restarting: &mut Vec<Reply>) {
+        let (Some(templates), Some(env)) = (self.templates.as_mut(), self.template_env.as_ref())
+        else {
+            return;
+        };
+        // Small local files: rendered in place rather than on the blocking pool.
+        let changes = templates.rerender(env);
+        let failure = match changes {
+            Ok(c) if c.is_empty() => return,
+            Ok(c) if c.restart => {
+                let mut event = TaskEvent::new(TASK_EVENT_RESTART_SIGNAL);
+                event.display_message = "Template with change_mode restart re-rendered".into();
+                let (done, _) = oneshot::channel();
+                let restart = TaskCommand::Restart {
+                    event: Box::new(event),
+                    done,
+                };
+                self.command(restart, task_id, restarting).await;
+                return;
+            }
+            // The task is stopping for a restart: it starts again with the new outputs.
+            Ok(_) if !restarting.is_empty() => return,
+            Ok(c) => {
+                let mut failure = None;
+                for signal in c.signals {
+                    let mut ev = TaskEvent::new(TASK_EVENT_SIGNALING);
+                    ev.task_signal = signal.clone();
+                    ev.task_signal_reason = "template changed".into();
+                    ev.display_message = ev.default_display_message();
+                    self.event(ev);
+                    let driver = self.ctx.driver.clone();
+                    let id = task_id.to_string();
+                    let sig = signal.clone();
+                    let sent = tokio::task::spawn_blocking(move || driver.signal_task(&id, &sig))
+                        .await
+                        .unwrap_or_else(|e| Err(DriverError::Other(e.to_string())));
+                    if let Err(e) = sent {
+                        failure = Some(format!("failed to send signal {signal}: {e}"));
+                        break;
+                    }
+                }
+                match failure {
+                    Some(f) => f,
+                    None => return,
+                }
+            }
+            Err(e) => e.to_string(),
+        };
+        let timeout = self.kill_timeout().as_nanos() as i64;
+        self.event(template_failed_event(&failure, timeout));
+        self.template_failure = Some(failure);
+        if let Err(e) = self.stop_task(task_id).await {
+            let task = &self.ctx.task.name;
+            tracing::error!(task = %task, error = %e, "failed to kill task for a failed template");
+        }
+    }
+
     /// After the task stopped for a requested restart: Nomad's restart tracker restarts it at
     /// once without counting an attempt, and the task state counts one more restart.
     fn restart_on_request(&mut self) {
@@ -851,6 +961,49 @@ impl TaskRunner {
 }
 
 /// Waits for a task to exit, on the blocking pool.
+/// Nomad's event for a template that failed: the task is killed and fails.
+fn template_failed_event(message: &str, kill_timeout_nanos: i64) -> TaskEvent {
+    let mut ev = TaskEvent::new(TASK_EVENT_KILLING);
+    ev.fails_task = true;
+    ev.kill_timeout = kill_timeout_nanos;
+    ev.display_message = format!("Template failed: {message}");
+    ev
+}
+
+/// Renders the task's templates before its first start and keeps what the re-renders need;
+/// answers the `env = true` variables (as last rendered, for a restart too: Nomad does not
+/// render again for a restart, the re-renders keep the outputs current).
+fn first_render(
+    templates: &mut Option<crate::template::Templates>,
+    template_env: &mut Option<crate::template::RenderEnv>,
+    c: &TaskContext,
+    env: &BTreeMap<String, String>,
+) -> Result<BTreeMap<String, String>, crate::template::TemplateError> {
+    if templates.is_none() {
+        let specs = crate::template::of_task(&c.task)?;
+        if specs.is_empty() {
+            return Ok(BTreeMap::new());
+        }
+        *templates = Some(crate::template::Templates::new(specs));
+    }
+    let Some(t) = templates.as_mut() else {
+        return Ok(BTreeMap::new());
+    };
+    if t.rendered() && template_env.is_some() {
+        return t.env_vars();
+    }
+    let render_env = crate::template::RenderEnv {
+        task_dir: c.task_dir.dir.clone(),
+        alloc_dir: c.alloc_path.clone(),
+        env: env.clone(),
+        node: c.node.clone(),
+        region: c.region.clone(),
+    };
+    let vars = t.render_all(&render_env)?;
+    *template_env = Some(render_env);
+    Ok(vars)
+}
+
 async fn wait_exit(driver: Arc<dyn Driver>, task_id: String) -> ExitResult {
     loop {
         let d = driver.clone();

@@ -1,8 +1,8 @@
 //! Job settings Drover parses but does not act on yet, refused at registration (and by
 //! `/v1/validate/job`) with the setting's path and what is missing.
 //!
-//! Why: a job file that registers and then runs differently from Nomad (a template never
-//! rendered, a service never registered) fails later for no stated reason. Each entry here
+//! Why: a job file that registers and then runs differently from Nomad (a service never
+//! registered, a Vault token never fetched) fails later for no stated reason. Each entry here
 //! goes when its feature lands; the list is the honest boundary of what Drover runs.
 
 use drover_structs::{Job, MultiError, TaskGroup, UpdateStrategy};
@@ -32,13 +32,6 @@ pub fn refuse_unacted(job: &Job) -> Result<(), MultiError> {
                     refusal(&format!("{at}.{field}"), block, why)
                 ));
             };
-            if is_set(&task.templates) {
-                refuse(
-                    "Templates",
-                    "template",
-                    "templates are not rendered yet: write the file with the task's command, or use env",
-                );
-            }
             if is_set(&task.services) {
                 refuse(
                     "Services",
@@ -245,13 +238,20 @@ mod tests {
     }
 
     #[test]
-    fn a_template_is_refused_naming_the_task_and_the_field_path() {
+    fn a_template_is_accepted_now_that_the_client_renders_it() {
         let mut t = task();
         t.templates = Some(json!([{"EmbeddedTmpl": "x", "DestPath": "local/x"}]));
+        assert!(refuse_unacted(&job_with(group(t))).is_ok());
+    }
+
+    #[test]
+    fn vault_is_refused_naming_the_task_and_the_field_path() {
+        let mut t = task();
+        t.vault = Some(json!({"Policies": ["x"]}));
         let e = refuse_unacted(&job_with(group(t))).unwrap_err().to_string();
         assert!(
-            e.contains("Task group g task t: template is not supported")
-                && e.contains("(Job.TaskGroups[0].Tasks[0].Templates)"),
+            e.contains("Task group g task t: vault is not supported")
+                && e.contains("(Job.TaskGroups[0].Tasks[0].Vault)"),
             "{e}"
         );
     }

@@ -1,0 +1,1295 @@
+//! The task `template` block: consul-template's Go text/template rendered into the task
+//! directory before the task starts, re-rendered while it runs, with the template's
+//! `change_mode` applied when an output changes.
+//!
+//! The engine is `gotmpl` (a port of Go's text/template); this module adds the consul-template
+//! functions Drover can serve from the client alone (`env`, `file`, `timestamp`, JSON and
+//! string helpers, arithmetic). Functions that need Consul, Vault or Nomad's services and
+//! variables fail the render naming the function: a template that renders anything but
+//! Nomad's output is worse than a task that fails saying why.
+//!
+//! Nomad re-renders when a watched dependency changes; the only dependencies Drover serves are
+//! files (`source`, `file`), so the task runner re-renders on a timer and only what changed
+//! since the last render is written, leaving a task's own edits of an unchanged output alone.
+//!
+//! File sandbox: Nomad's client default (`template.disable_file_sandbox = false`) keeps
+//! `source` and `file` inside the task directory; Drover always does (no setting turns it off).
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+
+use drover_structs::{Node, Task};
+use gotmpl::{MissingKey, Template, TemplateError as GoError, Value};
+use serde_json::Value as Json;
+
+/// Why a template could not be rendered or written; the text goes into Nomad's
+/// "Template failed: ..." event.
+#[derive(Debug, thiserror::Error)]
+pub enum TemplateError {
+    #[error("template {index}: {message}")]
+    Spec { index: usize, message: String },
+    #[error("template source path {path:?} escapes the task directory (the file sandbox is on)")]
+    SourceEscapes { path: String },
+    #[error("template destination {path:?} escapes the allocation directory")]
+    DestEscapes { path: String },
+    #[error("failed to read template source {path}: {source}")]
+    ReadSource {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{name}: {source}")]
+    Render { name: String, source: GoError },
+    #[error("failed to write template {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("failed to parse env template {dest} line {line}: {message}")]
+    Env {
+        dest: String,
+        line: usize,
+        message: String,
+    },
+}
+
+/// What to do when a template's output changes while the task runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChangeMode {
+    Restart,
+    Signal(String),
+    Noop,
+}
+
+/// One `template` block, in Nomad's API names (`EmbeddedTmpl`, `SourcePath`...).
+#[derive(Debug, Clone)]
+pub struct TemplateSpec {
+    pub embedded: String,
+    pub source: String,
+    pub dest: String,
+    pub change_mode: ChangeMode,
+    pub perms: u32,
+    pub left_delim: String,
+    pub right_delim: String,
+    pub envvars: bool,
+    pub err_missing_key: bool,
+}
+
+/// The task's templates, from the opaque `Templates` JSON of the job.
+pub fn of_task(task: &Task) -> Result<Vec<TemplateSpec>, TemplateError> {
+    let Some(Json::Array(list)) = task.templates.as_ref() else {
+        return Ok(Vec::new());
+    };
+    list.iter()
+        .enumerate()
+        .map(|(i, t)| spec(i + 1, t))
+        .collect()
+}
+
+fn spec(index: usize, t: &Json) -> Result<TemplateSpec, TemplateError> {
+    let s = |key: &str| t.get(key).and_then(Json::as_str).unwrap_or("").to_string();
+    let b = |key: &str| t.get(key).and_then(Json::as_bool).unwrap_or(false);
+    let fail = |message: String| TemplateError::Spec { index, message };
+    let change_mode = match s("ChangeMode").as_str() {
+        "" | "restart" => ChangeMode::Restart,
+        "noop" => ChangeMode::Noop,
+        "signal" => ChangeMode::Signal(s("ChangeSignal")),
+        other => return Err(fail(format!("unknown change_mode {other:?}"))),
+    };
+    let perms = match s("Perms").as_str() {
+        "" => 0o644,
+        p => u32::from_str_radix(p, 8).map_err(|e| fail(format!("perms {p:?}: {e}")))?,
+    };
+    let delim = |key: &str, default: &str| {
+        let d = s(key);
+        if d.is_empty() { default.to_string() } else { d }
+    };
+    Ok(TemplateSpec {
+        embedded: s("EmbeddedTmpl"),
+        source: s("SourcePath"),
+        dest: s("DestPath"),
+        change_mode,
+        perms,
+        left_delim: delim("LeftDelim", "{{"),
+        right_delim: delim("RightDelim", "}}"),
+        envvars: b("Envvars"),
+        err_missing_key: b("ErrMissingKey"),
+    })
+}
+
+/// What a render sees of the task: its directories and environment, and the node (for
+/// `env "attr.kernel.name"`, `env "node.unique.id"`, `env "meta.x"`, as Nomad serves them).
+#[derive(Clone)]
+pub struct RenderEnv {
+    pub task_dir: PathBuf,
+    pub alloc_dir: PathBuf,
+    pub env: BTreeMap<String, String>,
+    pub node: Arc<Node>,
+    pub region: String,
+}
+
+impl RenderEnv {
+    fn lookup(&self, name: &str) -> String {
+        crate::taskenv::lookup_in(name, &self.env, &self.node, &self.region).unwrap_or_default()
+    }
+}
+
+/// Renders one template to text (nothing written).
+pub fn render(spec: &TemplateSpec, env: &RenderEnv) -> Result<String, TemplateError> {
+    let interpolate = |s: &str| crate::interpolate::interpolate(s, &|n| Some(env.lookup(n)));
+    let (text, name) = if spec.source.is_empty() {
+        (spec.embedded.clone(), spec.dest.clone())
+    } else {
+        let source = interpolate(&spec.source);
+        let path =
+            sandboxed(&env.task_dir, &source).ok_or_else(|| TemplateError::SourceEscapes {
+                path: source.clone(),
+            })?;
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| TemplateError::ReadSource { path, source: e })?;
+        (text, source)
+    };
+    let render_err = |source| TemplateError::Render {
+        name: name.clone(),
+        source,
+    };
+    // consul-template executes with nil data and missingkey=zero unless error_on_missing_key
+    // (for its maps of interface values, zero prints "<no value>" as the default does).
+    let missing = if spec.err_missing_key {
+        MissingKey::Error
+    } else {
+        MissingKey::ZeroValue
+    };
+    let tmpl = functions(Template::new(&name), env)
+        .delims(&spec.left_delim, &spec.right_delim)
+        .missing_key(missing)
+        .parse(&text)
+        .map_err(render_err)?;
+    tmpl.execute_to_string(&Value::Nil).map_err(render_err)
+}
+
+/// `path` (relative to the task directory, or absolute) when it stays inside `root` after
+/// resolving `..` and symlinks, as far as it exists.
+fn sandboxed(root: &Path, path: &str) -> Option<PathBuf> {
+    let joined = if Path::new(path).is_absolute() {
+        PathBuf::from(path)
+    } else {
+        root.join(path)
+    };
+    let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+    let resolved = joined
+        .canonicalize()
+        .unwrap_or_else(|_| lexical_normal(&joined));
+    resolved.starts_with(&root).then_some(resolved)
+}
+
+/// `..` and `.` resolved without touching the filesystem (for paths that do not exist yet).
+fn lexical_normal(p: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// The task's templates and what each rendered last.
+pub struct Templates {
+    specs: Vec<TemplateSpec>,
+    last: Vec<Option<String>>,
+}
+
+/// What a re-render changed: whether any changed template asks for a restart, and the signals
+/// the others ask for (each once, in template order).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Changes {
+    pub restart: bool,
+    pub signals: Vec<String>,
+}
+
+impl Changes {
+    pub fn is_empty(&self) -> bool {
+        !self.restart && self.signals.is_empty()
+    }
+}
+
+impl Templates {
+    pub fn new(specs: Vec<TemplateSpec>) -> Self {
+        let last = vec![None; specs.len()];
+        Templates { specs, last }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.specs.is_empty()
+    }
+
+    /// Whether every template was rendered once (Nomad renders before the first start only;
+    /// later changes come from the re-renders).
+    pub fn rendered(&self) -> bool {
+        self.last.iter().all(Option::is_some)
+    }
+
+    /// Renders and writes every template, in order, so a template may read what an earlier
+    /// one wrote. Answers the variables of `env = true` templates.
+    pub fn render_all(
+        &mut self,
+        env: &RenderEnv,
+    ) -> Result<BTreeMap<String, String>, TemplateError> {
+        for i in 0..self.specs.len() {
+            let text = render(&self.specs[i], env)?;
+            if self.specs[i].envvars {
+                parse_env(&self.specs[i].dest, &text)?;
+            }
+            write_output(&self.specs[i], env, &text)?;
+            self.last[i] = Some(text);
+        }
+        self.env_vars()
+    }
+
+    /// The variables of the `env = true` templates as last rendered, later templates winning.
+    pub fn env_vars(&self) -> Result<BTreeMap<String, String>, TemplateError> {
+        let mut vars = BTreeMap::new();
+        for (spec, text) in self.specs.iter().zip(&self.last) {
+            if let (true, Some(text)) = (spec.envvars, text) {
+                vars.extend(parse_env(&spec.dest, text)?);
+            }
+        }
+        Ok(vars)
+    }
+
+    /// Renders every template again and writes those whose output differs from their last
+    /// render; answers what their change modes ask for.
+    pub fn rerender(&mut self, env: &RenderEnv) -> Result<Changes, TemplateError> {
+        let mut changes = Changes::default();
+        for i in 0..self.specs.len() {
+            let text = render(&self.specs[i], env)?;
+            if self.last[i].as_deref() == Some(text.as_str()) {
+                continue;
+            }
+            if self.specs[i].envvars {
+                parse_env(&self.specs[i].dest, &text)?;
+            }
+            write_output(&self.specs[i], env, &text)?;
+            self.last[i] = Some(text);
+            match &self.specs[i].change_mode {
+                ChangeMode::Restart => changes.restart = true,
+                ChangeMode::Signal(s) if !changes.signals.contains(s) => {
+                    changes.signals.push(s.clone())
+                }
+                ChangeMode::Signal(_) | ChangeMode::Noop => {}
+            }
+        }
+        if changes.restart {
+            // A restart delivers every change; signals to a task being restarted are moot.
+            changes.signals.clear();
+        }
+        Ok(changes)
+    }
+}
+
+/// Writes `text` to the template's destination (relative to the task directory, kept inside
+/// the allocation directory) with its permissions, by a rename so that the task never reads
+/// a half-written file.
+fn write_output(spec: &TemplateSpec, env: &RenderEnv, text: &str) -> Result<(), TemplateError> {
+    let dest = crate::interpolate::interpolate(&spec.dest, &|n| Some(env.lookup(n)));
+    let path = lexical_normal(&env.task_dir.join(&dest));
+    if !path.starts_with(lexical_normal(&env.alloc_dir)) {
+        return Err(TemplateError::DestEscapes { path: dest });
+    }
+    let write_err = |source| TemplateError::Write {
+        path: path.clone(),
+        source,
+    };
+    let dir = path.parent().unwrap_or(&env.task_dir);
+    std::fs::create_dir_all(dir).map_err(write_err)?;
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("out");
+    let tmp = dir.join(format!(".{name}.drover-tmp"));
+    let written = (|| {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(spec.perms)
+            .open(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        // The umask narrowed the mode given at creation.
+        f.set_permissions(std::fs::Permissions::from_mode(spec.perms))?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, &path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written.map_err(write_err)
+}
+
+/// The variables of an `env = true` template: `KEY=VALUE` lines (go-envparse's rules: blank
+/// lines and `#` comments skipped, an optional `export `, values single- or double-quoted,
+/// double quotes with backslash escapes, an unquoted value ending at ` #`).
+pub fn parse_env(dest: &str, text: &str) -> Result<Vec<(String, String)>, TemplateError> {
+    let mut out = Vec::new();
+    for (n, raw) in text.lines().enumerate() {
+        let fail = |message: &str| TemplateError::Env {
+            dest: dest.to_string(),
+            line: n + 1,
+            message: message.to_string(),
+        };
+        let line = raw.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let line = line.strip_prefix("export ").unwrap_or(line);
+        let (key, value) = line.split_once('=').ok_or_else(|| fail("missing ="))?;
+        let key = key.trim();
+        if key.is_empty()
+            || !key
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.' || c == '-')
+        {
+            return Err(fail("invalid variable name"));
+        }
+        let value = value.trim_start();
+        let value = if let Some(rest) = value.strip_prefix('\'') {
+            let end = rest.find('\'').ok_or_else(|| fail("unterminated quote"))?;
+            rest[..end].to_string()
+        } else if let Some(rest) = value.strip_prefix('"') {
+            let mut v = String::new();
+            let mut chars = rest.chars();
+            let mut closed = false;
+            while let Some(c) = chars.next() {
+                match c {
+                    '"' => {
+                        closed = true;
+                        break;
+                    }
+                    '\\' => match chars.next() {
+                        Some('n') => v.push('\n'),
+                        Some('t') => v.push('\t'),
+                        Some('r') => v.push('\r'),
+                        Some(other) => v.push(other),
+                        None => return Err(fail("unterminated quote")),
+                    },
+                    c => v.push(c),
+                }
+            }
+            if !closed {
+                return Err(fail("unterminated quote"));
+            }
+            v
+        } else {
+            let end = value.find(" #").unwrap_or(value.len());
+            value[..end].trim_end().to_string()
+        };
+        out.push((key.to_string(), value));
+    }
+    Ok(out)
+}
+
+/// The consul-template functions that need a service Drover does not have: rendering one
+/// fails naming it.
+pub const UNSUPPORTED_FUNCTIONS: &[&str] = &[
+    "caLeaf",
+    "caRoots",
+    "connect",
+    "datacenters",
+    "key",
+    "keyExists",
+    "keyOrDefault",
+    "ls",
+    "node",
+    "nodes",
+    "nomadService",
+    "nomadServices",
+    "nomadVar",
+    "nomadVarExists",
+    "nomadVarList",
+    "nomadVarListSafe",
+    "partitions",
+    "peerings",
+    "pkiCert",
+    "safeLs",
+    "safeTree",
+    "secret",
+    "secrets",
+    "service",
+    "services",
+    "tree",
+    // Nomad's default template.function_denylist.
+    "plugin",
+    "writeToFile",
+];
+
+fn exec_err(message: String) -> GoError {
+    GoError::Exec(message)
+}
+
+fn arg_str<'a>(f: &str, args: &'a [Value], i: usize) -> gotmpl::Result<&'a str> {
+    match args.get(i) {
+        Some(Value::String(s)) => Ok(s),
+        Some(other) => Err(exec_err(format!(
+            "{f}: argument {} must be a string, not {}",
+            i + 1,
+            other.type_name()
+        ))),
+        None => Err(exec_err(format!("{f}: wrong number of arguments"))),
+    }
+}
+
+fn arity(f: &str, args: &[Value], n: usize) -> gotmpl::Result<()> {
+    if args.len() == n {
+        Ok(())
+    } else {
+        Err(exec_err(format!(
+            "{f}: wants {n} argument(s), got {}",
+            args.len()
+        )))
+    }
+}
+
+/// `t` with consul-template's functions this client serves, and the unsupported ones refusing.
+fn functions(mut t: Template, env: &RenderEnv) -> Template {
+    for name in UNSUPPORTED_FUNCTIONS {
+        t = t.func(name, move |_| {
+            Err(exec_err(format!(
+                "function {name:?} is not supported by Drover (it needs Consul, Vault or Nomad services and variables)"
+            )))
+        });
+    }
+    let e = env.clone();
+    t = t.func("env", move |args| {
+        arity("env", args, 1)?;
+        Ok(Value::from(e.lookup(arg_str("env", args, 0)?)))
+    });
+    let task_dir = env.task_dir.clone();
+    t = t.func("file", move |args| {
+        arity("file", args, 1)?;
+        let path = arg_str("file", args, 0)?;
+        if path.is_empty() {
+            return Ok(Value::from(""));
+        }
+        let full = sandboxed(&task_dir, path)
+            .ok_or_else(|| exec_err(format!("file: {path:?} is outside of the task directory")))?;
+        std::fs::read_to_string(&full)
+            .map(Value::from)
+            .map_err(|e| exec_err(format!("file: {path}: {e}")))
+    });
+    t.func("timestamp", |args| {
+        let layout = match args.len() {
+            0 => "2006-01-02T15:04:05Z07:00",
+            1 => arg_str("timestamp", args, 0)?,
+            _ => return Err(exec_err("timestamp: wants at most 1 argument".into())),
+        };
+        Ok(Value::from(timestamp(layout, now_utc())))
+    })
+    .func("toJSON", |args| {
+        arity("toJSON", args, 1)?;
+        if matches!(args[0], Value::Nil) {
+            return Ok(Value::from(""));
+        }
+        let mut out = String::new();
+        go_json(&args[0], &mut out)?;
+        Ok(Value::from(out))
+    })
+    .func("parseJSON", |args| {
+        arity("parseJSON", args, 1)?;
+        let s = arg_str("parseJSON", args, 0)?;
+        if s.is_empty() {
+            return Ok(Value::from(BTreeMap::<String, Value>::new()));
+        }
+        let j: Json = serde_json::from_str(s).map_err(|e| exec_err(format!("parseJSON: {e}")))?;
+        Ok(from_json(&j))
+    })
+    .func("toUpper", |args| {
+        arity("toUpper", args, 1)?;
+        Ok(Value::from(arg_str("toUpper", args, 0)?.to_uppercase()))
+    })
+    .func("toLower", |args| {
+        arity("toLower", args, 1)?;
+        Ok(Value::from(arg_str("toLower", args, 0)?.to_lowercase()))
+    })
+    .func("trimSpace", |args| {
+        arity("trimSpace", args, 1)?;
+        Ok(Value::from(arg_str("trimSpace", args, 0)?.trim()))
+    })
+    .func("split", |args| {
+        // consul-template: split(sep, s), s trimmed first, nothing for an empty s.
+        arity("split", args, 2)?;
+        let (sep, s) = (
+            arg_str("split", args, 0)?,
+            arg_str("split", args, 1)?.trim(),
+        );
+        let parts: Vec<Value> = if s.is_empty() {
+            Vec::new()
+        } else if sep.is_empty() {
+            // Go's strings.Split with an empty separator: one element per character.
+            s.chars().map(|c| Value::from(c.to_string())).collect()
+        } else {
+            s.split(sep).map(Value::from).collect()
+        };
+        Ok(Value::from(parts))
+    })
+    .func("join", |args| {
+        // consul-template: join(sep, list), the list usually piped in.
+        arity("join", args, 2)?;
+        let sep = arg_str("join", args, 0)?;
+        let Value::List(items) = &args[1] else {
+            return Err(exec_err(format!(
+                "join: argument 2 must be a list, not {}",
+                args[1].type_name()
+            )));
+        };
+        let parts: Vec<String> = items.iter().map(|v| v.to_string()).collect();
+        Ok(Value::from(parts.join(sep)))
+    })
+    .func("replaceAll", |args| {
+        // consul-template: replaceAll(from, to, s).
+        arity("replaceAll", args, 3)?;
+        let (from, to, s) = (
+            arg_str("replaceAll", args, 0)?,
+            arg_str("replaceAll", args, 1)?,
+            arg_str("replaceAll", args, 2)?,
+        );
+        Ok(Value::from(go_replace_all(s, from, to)))
+    })
+    .func("contains", |args| {
+        // consul-template: contains(needle, haystack), a list or a string.
+        arity("contains", args, 2)?;
+        let found = match (&args[1], &args[0]) {
+            (Value::List(items), needle) => items.iter().any(|v| values_equal(v, needle)),
+            (Value::String(hay), Value::String(needle)) => hay.contains(&**needle),
+            (Value::Nil, _) => false,
+            (hay, _) => {
+                return Err(exec_err(format!(
+                    "contains: cannot look into a {}",
+                    hay.type_name()
+                )));
+            }
+        };
+        Ok(Value::Bool(found))
+    })
+    .func("add", |args| arith("add", args, Op::Add))
+    .func("subtract", |args| arith("subtract", args, Op::Sub))
+    .func("multiply", |args| arith("multiply", args, Op::Mul))
+    .func("divide", |args| arith("divide", args, Op::Div))
+}
+
+fn values_equal(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::String(x), Value::String(y)) => x == y,
+        (Value::Bool(x), Value::Bool(y)) => x == y,
+        (Value::Nil, Value::Nil) => true,
+        _ => match (num(a), num(b)) {
+            (Some(x), Some(y)) => x.as_f64() == y.as_f64(),
+            _ => false,
+        },
+    }
+}
+
+/// Go's strings.ReplaceAll: an empty `from` inserts `to` around every character.
+fn go_replace_all(s: &str, from: &str, to: &str) -> String {
+    if !from.is_empty() {
+        return s.replace(from, to);
+    }
+    let mut out = String::from(to);
+    for c in s.chars() {
+        out.push(c);
+        out.push_str(to);
+    }
+    out
+}
+
+#[derive(Clone, Copy)]
+enum Num {
+    Int(i64),
+    Uint(u64),
+    Float(f64),
+}
+
+impl Num {
+    fn as_f64(self) -> f64 {
+        match self {
+            Num::Int(i) => i as f64,
+            Num::Uint(u) => u as f64,
+            Num::Float(f) => f,
+        }
+    }
+}
+
+fn num(v: &Value) -> Option<Num> {
+    match v {
+        Value::Int(i) => Some(Num::Int(*i)),
+        Value::Uint(u) => Some(Num::Uint(*u)),
+        Value::Float(f) => Some(Num::Float(*f)),
+        _ => None,
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Op {
+    Add,
+    Sub,
+    Mul,
+    Div,
+}
+
+/// consul-template's arithmetic: `add b a` is `a + b`, `subtract b a` is `a - b`, `divide b a`
+/// is `a / b` (so `{{ 10 | divide 2 }}` is 5); the piped value's kind decides the result's,
+/// an int with a float gives a float.
+fn arith(name: &str, args: &[Value], op: Op) -> gotmpl::Result<Value> {
+    arity(name, args, 2)?;
+    let bad = |v: &Value| exec_err(format!("{name}: cannot compute with a {}", v.type_name()));
+    let b = num(&args[0]).ok_or_else(|| bad(&args[0]))?;
+    let a = num(&args[1]).ok_or_else(|| bad(&args[1]))?;
+    let overflow = || exec_err(format!("{name}: integer overflow"));
+    let by_zero = || exec_err(format!("{name}: integer divide by zero"));
+    match (a, b) {
+        (Num::Float(_), _) | (_, Num::Float(_)) => {
+            let (a, b) = (a.as_f64(), b.as_f64());
+            Ok(Value::Float(match op {
+                Op::Add => a + b,
+                Op::Sub => a - b,
+                Op::Mul => a * b,
+                Op::Div => a / b,
+            }))
+        }
+        (Num::Uint(a), b) => {
+            let b = match b {
+                Num::Uint(b) => b,
+                Num::Int(b) => u64::try_from(b).map_err(|_| overflow())?,
+                Num::Float(_) => return Err(overflow()),
+            };
+            let r = match op {
+                Op::Add => a.checked_add(b),
+                Op::Sub => a.checked_sub(b),
+                Op::Mul => a.checked_mul(b),
+                Op::Div if b == 0 => return Err(by_zero()),
+                Op::Div => a.checked_div(b),
+            };
+            r.map(Value::Uint).ok_or_else(overflow)
+        }
+        (Num::Int(a), b) => {
+            let b = match b {
+                Num::Int(b) => b,
+                Num::Uint(b) => i64::try_from(b).map_err(|_| overflow())?,
+                Num::Float(_) => return Err(overflow()),
+            };
+            let r = match op {
+                Op::Add => a.checked_add(b),
+                Op::Sub => a.checked_sub(b),
+                Op::Mul => a.checked_mul(b),
+                Op::Div if b == 0 => return Err(by_zero()),
+                Op::Div => a.checked_div(b),
+            };
+            r.map(Value::Int).ok_or_else(overflow)
+        }
+    }
+}
+
+/// JSON as Go's `json.Unmarshal` into `interface{}` gives it: every number a float64.
+fn from_json(j: &Json) -> Value {
+    match j {
+        Json::Null => Value::Nil,
+        Json::Bool(b) => Value::Bool(*b),
+        Json::Number(n) => Value::Float(n.as_f64().unwrap_or(0.0)),
+        Json::String(s) => Value::from(s.as_str()),
+        Json::Array(a) => Value::from(a.iter().map(from_json).collect::<Vec<_>>()),
+        Json::Object(o) => Value::from(
+            o.iter()
+                .map(|(k, v)| (k.clone(), from_json(v)))
+                .collect::<BTreeMap<String, Value>>(),
+        ),
+    }
+}
+
+/// Go's `json.Marshal`: sorted map keys, `<`, `>`, `&`, U+2028 and U+2029 escaped, floats in
+/// the shortest form that reads back (exponent form below 1e-6 and from 1e21).
+fn go_json(v: &Value, out: &mut String) -> gotmpl::Result<()> {
+    use std::fmt::Write as _;
+    match v {
+        Value::Nil => out.push_str("null"),
+        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Int(i) => {
+            let _ = write!(out, "{i}");
+        }
+        Value::Uint(u) => {
+            let _ = write!(out, "{u}");
+        }
+        Value::Float(f) => {
+            if !f.is_finite() {
+                return Err(exec_err(format!("toJSON: unsupported value: {f}")));
+            }
+            out.push_str(&go_json_float(*f));
+        }
+        Value::String(s) => go_json_string(s, out),
+        Value::List(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                go_json(item, out)?;
+            }
+            out.push(']');
+        }
+        Value::Map(m) => {
+            out.push('{');
+            for (i, (k, item)) in m.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                go_json_string(k, out);
+                out.push(':');
+                go_json(item, out)?;
+            }
+            out.push('}');
+        }
+        Value::Function(_) => {
+            return Err(exec_err("toJSON: unsupported type: func".into()));
+        }
+    }
+    Ok(())
+}
+
+fn go_json_float(f: f64) -> String {
+    let abs = f.abs();
+    if abs != 0.0 && !(1e-6..1e21).contains(&abs) {
+        // Go: strconv 'e' format with at least two exponent digits ("1e-07", "1e+21").
+        let s = format!("{f:e}");
+        let (mantissa, exp) = s.split_once('e').unwrap_or((&s, "0"));
+        let (sign, digits) = match exp.strip_prefix('-') {
+            Some(d) => ('-', d),
+            None => ('+', exp),
+        };
+        format!("{mantissa}e{sign}{digits:0>2}")
+    } else {
+        format!("{f}")
+    }
+}
+
+fn go_json_string(s: &str, out: &mut String) {
+    use std::fmt::Write as _;
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// A UTC instant broken down for formatting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Utc {
+    pub year: i64,
+    pub month: u32,
+    pub day: u32,
+    pub hour: u32,
+    pub minute: u32,
+    pub second: u32,
+    pub nanos: u32,
+    /// 0 = Sunday.
+    pub weekday: u32,
+    pub unix: i64,
+}
+
+fn now_utc() -> Utc {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    utc_of(d.as_secs() as i64, d.subsec_nanos())
+}
+
+/// Unix seconds to a civil UTC date (Howard Hinnant's days-from-civil inverse).
+pub fn utc_of(unix: i64, nanos: u32) -> Utc {
+    let days = unix.div_euclid(86_400);
+    let secs = unix.rem_euclid(86_400) as u32;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    Utc {
+        year,
+        month,
+        day,
+        hour: secs / 3600,
+        minute: secs / 60 % 60,
+        second: secs % 60,
+        nanos,
+        weekday: (days + 4).rem_euclid(7) as u32,
+        unix,
+    }
+}
+
+const MONTHS: [&str; 12] = [
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+];
+const DAYS: [&str; 7] = [
+    "Sunday",
+    "Monday",
+    "Tuesday",
+    "Wednesday",
+    "Thursday",
+    "Friday",
+    "Saturday",
+];
+
+/// consul-template's `timestamp`: Go's `time.Format` layout in UTC, or `"unix"` for Unix
+/// seconds. Go's layout elements (`2006`, `01`, `Jan`, `15`, `.000`, `Z07:00`...) are replaced;
+/// other text is copied.
+pub fn timestamp(layout: &str, t: Utc) -> String {
+    use std::fmt::Write as _;
+    if layout == "unix" {
+        return t.unix.to_string();
+    }
+    let hour12 = if t.hour.is_multiple_of(12) {
+        12
+    } else {
+        t.hour % 12
+    };
+    let month = MONTHS[(t.month as usize).saturating_sub(1) % 12];
+    let day = DAYS[t.weekday as usize % 7];
+    let mut out = String::new();
+    let mut rest = layout;
+    // Longest elements first, as Go's nextStdChunk tries them.
+    while !rest.is_empty() {
+        let elements: [(&str, String); 29] = [
+            ("January", month.to_string()),
+            ("Jan", month[..3].to_string()),
+            ("Monday", day.to_string()),
+            ("Mon", day[..3].to_string()),
+            ("2006", format!("{:04}", t.year)),
+            ("Z07:00", "Z".into()),
+            ("Z0700", "Z".into()),
+            ("Z07", "Z".into()),
+            ("-07:00", "+00:00".into()),
+            ("-0700", "+0000".into()),
+            ("-07", "+00".into()),
+            ("MST", "UTC".into()),
+            (".000000000", format!(".{:09}", t.nanos)),
+            (".000000", format!(".{:06}", t.nanos / 1000)),
+            (".000", format!(".{:03}", t.nanos / 1_000_000)),
+            (".999999999", frac_trimmed(t.nanos, 9)),
+            (".999999", frac_trimmed(t.nanos / 1000, 6)),
+            (".999", frac_trimmed(t.nanos / 1_000_000, 3)),
+            ("06", format!("{:02}", t.year.rem_euclid(100))),
+            ("01", format!("{:02}", t.month)),
+            ("02", format!("{:02}", t.day)),
+            ("_2", format!("{:>2}", t.day)),
+            ("15", format!("{:02}", t.hour)),
+            ("03", format!("{hour12:02}")),
+            ("04", format!("{:02}", t.minute)),
+            ("05", format!("{:02}", t.second)),
+            ("PM", if t.hour >= 12 { "PM" } else { "AM" }.into()),
+            ("pm", if t.hour >= 12 { "pm" } else { "am" }.into()),
+            ("1", t.month.to_string()),
+        ];
+        let single: [(&str, String); 4] = [
+            ("2", t.day.to_string()),
+            ("3", hour12.to_string()),
+            ("4", t.minute.to_string()),
+            ("5", t.second.to_string()),
+        ];
+        if let Some((el, v)) = elements
+            .iter()
+            .chain(single.iter())
+            .find(|(el, _)| rest.starts_with(el))
+        {
+            out.push_str(v);
+            rest = &rest[el.len()..];
+        } else {
+            let c = rest.chars().next().unwrap_or(' ');
+            let _ = write!(out, "{c}");
+            rest = &rest[c.len_utf8()..];
+        }
+    }
+    out
+}
+
+/// Go's `.999` fractions: trailing zeros dropped, nothing (not even the dot) for zero.
+fn frac_trimmed(v: u32, width: usize) -> String {
+    let s = format!("{v:0width$}");
+    let s = s.trim_end_matches('0');
+    if s.is_empty() {
+        String::new()
+    } else {
+        format!(".{s}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn env_in(dir: &Path) -> RenderEnv {
+        let mut node = Node {
+            id: "node-1".into(),
+            ..Default::default()
+        };
+        node.attributes.insert("kernel.name".into(), "linux".into());
+        node.meta.insert("rack".into(), "r1".into());
+        RenderEnv {
+            task_dir: dir.join("task"),
+            alloc_dir: dir.to_path_buf(),
+            env: BTreeMap::from([
+                ("NOMAD_ALLOC_ID".into(), "a-1".into()),
+                ("GREETING".into(), "Hello World".into()),
+            ]),
+            node: Arc::new(node),
+            region: "global".into(),
+        }
+    }
+
+    fn embedded(data: &str) -> TemplateSpec {
+        TemplateSpec {
+            embedded: data.into(),
+            source: String::new(),
+            dest: "local/out.txt".into(),
+            change_mode: ChangeMode::Restart,
+            perms: 0o644,
+            left_delim: "{{".into(),
+            right_delim: "}}".into(),
+            envvars: false,
+            err_missing_key: false,
+        }
+    }
+
+    struct Dir(PathBuf);
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    fn tmp() -> Dir {
+        let d = std::env::temp_dir().join(format!("drover-tmpl-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(d.join("task/local")).unwrap();
+        Dir(d)
+    }
+
+    fn r(data: &str) -> Result<String, TemplateError> {
+        let d = tmp();
+        render(&embedded(data), &env_in(&d.0))
+    }
+
+    #[test]
+    fn env_reads_the_task_env_node_attributes_meta_and_node_values() {
+        assert_eq!(
+            r(r#"{{ env "NOMAD_ALLOC_ID" }} {{ env "attr.kernel.name" }} {{ env "meta.rack" }} {{ env "node.unique.id" }} [{{ env "UNSET" }}]"#).unwrap(),
+            "a-1 linux r1 node-1 []"
+        );
+    }
+
+    #[test]
+    fn go_syntax_pipelines_conditionals_ranges_variables_trim_markers_and_comments() {
+        let t = r#"{{/* a comment */ -}}
+{{ $g := env "GREETING" -}}
+{{ if eq $g "Hello World" }}yes{{ else }}no{{ end }}
+{{ range $i, $w := split " " $g }}{{ $i }}={{ $w }};{{ end }}
+{{ with env "UNSET" }}set{{ else }}unset{{ end }}
+{{- " tail" }}"#;
+        assert_eq!(r(t).unwrap(), "yes\n0=Hello;1=World;\nunset tail");
+    }
+
+    #[test]
+    fn string_functions_follow_consul_templates_argument_order() {
+        assert_eq!(
+            r(r#"{{ env "GREETING" | toUpper }}"#).unwrap(),
+            "HELLO WORLD"
+        );
+        assert_eq!(
+            r(r#"{{ env "GREETING" | toLower }}"#).unwrap(),
+            "hello world"
+        );
+        assert_eq!(r(r#"{{ "  x y  " | trimSpace }}"#).unwrap(), "x y");
+        assert_eq!(r(r#"{{ "a.b.c" | replaceAll "." "_" }}"#).unwrap(), "a_b_c");
+        assert_eq!(
+            r(r#"{{ "a,b,c" | split "," | join ";" }}"#).unwrap(),
+            "a;b;c"
+        );
+        assert_eq!(r(r#"{{ len (split "," "  ") }}"#).unwrap(), "0");
+        assert_eq!(
+            r(r#"{{ "Hello World" | contains "World" }} {{ split "," "a,b" | contains "c" }}"#)
+                .unwrap(),
+            "true false"
+        );
+    }
+
+    #[test]
+    fn arithmetic_takes_the_piped_value_as_the_left_operand() {
+        assert_eq!(r("{{ 2 | add 3 }}").unwrap(), "5");
+        assert_eq!(r("{{ 5 | subtract 2 }}").unwrap(), "3");
+        assert_eq!(r("{{ 4 | multiply 3 }}").unwrap(), "12");
+        assert_eq!(r("{{ 10 | divide 2 }}").unwrap(), "5");
+        assert_eq!(r("{{ 7 | divide 2 }}").unwrap(), "3");
+        assert_eq!(r("{{ 1.5 | add 1 }}").unwrap(), "2.5");
+        let e = r("{{ 1 | divide 0 }}").unwrap_err().to_string();
+        assert!(e.contains("divide by zero"), "{e}");
+    }
+
+    #[test]
+    fn json_round_trips_as_go_encodes_it() {
+        assert_eq!(
+            r(r#"{{ with parseJSON "{\"b\":[1,2.5],\"a\":\"<x>\"}" }}{{ .a }} {{ index .b 0 }} {{ toJSON . }}{{ end }}"#)
+                .unwrap(),
+            r#"<x> 1 {"a":"\u003cx\u003e","b":[1,2.5]}"#
+        );
+        assert_eq!(
+            r(r#"{{ (parseJSON "{\"n\":3}").n | divide 2 }}"#).unwrap(),
+            "1.5"
+        );
+        assert_eq!(go_json_float(1e21), "1e+21");
+        assert_eq!(go_json_float(1e-7), "1e-07");
+        assert_eq!(r(r#"{{ toJSON (parseJSON "") }}"#).unwrap(), "{}");
+    }
+
+    #[test]
+    fn file_reads_inside_the_task_dir_only() {
+        let d = tmp();
+        let env = env_in(&d.0);
+        std::fs::write(d.0.join("task/local/in.txt"), "from a file").unwrap();
+        std::fs::write(d.0.join("outside.txt"), "secret").unwrap();
+        assert_eq!(
+            render(&embedded(r#"{{ file "local/in.txt" }}"#), &env).unwrap(),
+            "from a file"
+        );
+        let abs = d.0.join("task/local/in.txt");
+        let t = format!(r#"{{{{ file "{}" }}}}"#, abs.display());
+        assert_eq!(render(&embedded(&t), &env).unwrap(), "from a file");
+        for escape in ["../outside.txt", "/etc/hostname"] {
+            let t = format!(r#"{{{{ file "{escape}" }}}}"#);
+            let e = render(&embedded(&t), &env).unwrap_err().to_string();
+            assert!(e.contains("outside of the task directory"), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_source_outside_the_task_dir_is_refused() {
+        let d = tmp();
+        std::fs::write(d.0.join("outside.tpl"), "x").unwrap();
+        let mut s = embedded("");
+        s.source = "../outside.tpl".into();
+        let e = render(&s, &env_in(&d.0)).unwrap_err();
+        assert!(matches!(e, TemplateError::SourceEscapes { .. }), "{e}");
+        s.source = "local/missing.tpl".into();
+        let e = render(&s, &env_in(&d.0)).unwrap_err();
+        assert!(matches!(e, TemplateError::ReadSource { .. }), "{e}");
+    }
+
+    #[test]
+    fn custom_delimiters_leave_braces_as_text() {
+        let mut s = embedded(r#"{{ literal }} [[ env "NOMAD_ALLOC_ID" ]]"#);
+        s.left_delim = "[[".into();
+        s.right_delim = "]]".into();
+        let d = tmp();
+        assert_eq!(render(&s, &env_in(&d.0)).unwrap(), "{{ literal }} a-1");
+    }
+
+    #[test]
+    fn a_missing_key_prints_no_value_unless_error_on_missing_key() {
+        let t = r#"{{ (parseJSON "{\"a\":1}").b }}"#;
+        assert_eq!(r(t).unwrap(), "<no value>");
+        let mut s = embedded(t);
+        s.err_missing_key = true;
+        let d = tmp();
+        let e = render(&s, &env_in(&d.0)).unwrap_err().to_string();
+        assert!(e.contains("no entry for key"), "{e}");
+    }
+
+    #[test]
+    fn service_and_variable_functions_fail_naming_the_function() {
+        for f in [
+            r#"nomadService "db""#,
+            r#"nomadVar "x""#,
+            r#"key "k""#,
+            r#"secret "s""#,
+        ] {
+            let e = r(&format!("{{{{ {f} }}}}")).unwrap_err().to_string();
+            let name = f.split(' ').next().unwrap();
+            assert!(
+                e.contains(&format!("function {name:?} is not supported")),
+                "{e}"
+            );
+        }
+        // Not called, not a failure.
+        assert_eq!(
+            r(r#"{{ if false }}{{ service "x" }}{{ end }}ok"#).unwrap(),
+            "ok"
+        );
+    }
+
+    #[test]
+    fn a_parse_error_fails_the_render() {
+        assert!(matches!(r("{{ if }}"), Err(TemplateError::Render { .. })));
+        assert!(r("{{ undefinedFunction }}").is_err());
+    }
+
+    #[test]
+    fn timestamps_use_gos_layouts_in_utc() {
+        // 2026-12-01T19:30:05.120Z, a Tuesday.
+        let t = utc_of(1_796_153_405, 120_000_000);
+        assert_eq!(
+            timestamp("2006-01-02T15:04:05Z07:00", t),
+            "2026-12-01T19:30:05Z"
+        );
+        assert_eq!(timestamp("unix", t), "1796153405");
+        assert_eq!(
+            timestamp("Mon Jan _2 03:04:05.000 PM 2006", t),
+            "Tue Dec  1 07:30:05.120 PM 2026"
+        );
+        assert_eq!(timestamp("02/01/06 .999", t), "01/12/26 .12");
+        assert_eq!(utc_of(0, 0).year, 1970);
+        assert_eq!(utc_of(951_782_400, 0).day, 29, "2000-02-29");
+        let now = r("{{ timestamp }}").unwrap();
+        assert!(now.ends_with('Z') && now.len() == 20, "{now}");
+    }
+
+    #[test]
+    fn env_files_parse_as_key_value_lines() {
+        let text = "# comment\n\nA=1\nexport B = two words\nC=\"quo\\\"ted\\n\"\nD='single # kept'\nE=x # comment\nF=\n";
+        assert_eq!(
+            parse_env("local/e.env", text).unwrap(),
+            vec![
+                ("A".into(), "1".into()),
+                ("B".into(), "two words".into()),
+                ("C".into(), "quo\"ted\n".into()),
+                ("D".into(), "single # kept".into()),
+                ("E".into(), "x".into()),
+                ("F".into(), "".into()),
+            ]
+        );
+        let e = parse_env("local/e.env", "A=1\nnot a pair\n").unwrap_err();
+        assert!(e.to_string().contains("line 2"), "{e}");
+    }
+
+    #[test]
+    fn render_all_writes_in_order_with_perms_and_returns_env_vars() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tmp();
+        let env = env_in(&d.0);
+        let mut first = embedded("inner {{ env \"NOMAD_ALLOC_ID\" }}");
+        first.dest = "local/src.tpl".into();
+        first.perms = 0o600;
+        let mut second = embedded("");
+        second.source = "local/src.tpl".into();
+        second.dest = "local/out.txt".into();
+        let mut vars = embedded("X={{ env \"NOMAD_ALLOC_ID\" }}\n");
+        vars.dest = "secrets/x.env".into();
+        vars.envvars = true;
+        let mut t = Templates::new(vec![first, second, vars]);
+        let got = t.render_all(&env).unwrap();
+        assert_eq!(got, BTreeMap::from([("X".to_string(), "a-1".to_string())]));
+        let out = std::fs::read_to_string(d.0.join("task/local/out.txt")).unwrap();
+        assert_eq!(out, "inner a-1");
+        let mode = std::fs::metadata(d.0.join("task/local/src.tpl"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+
+    #[test]
+    fn rerender_writes_only_changed_outputs_and_reports_their_change_modes() {
+        let d = tmp();
+        let env = env_in(&d.0);
+        let src = d.0.join("task/local/in.tpl");
+        std::fs::write(&src, "v1").unwrap();
+        let mut signal = embedded("");
+        signal.source = "local/in.tpl".into();
+        signal.dest = "local/sig.conf".into();
+        signal.change_mode = ChangeMode::Signal("SIGUSR1".into());
+        let mut noop = embedded("static");
+        noop.dest = "local/noop.conf".into();
+        noop.change_mode = ChangeMode::Noop;
+        let mut t = Templates::new(vec![signal, noop]);
+        t.render_all(&env).unwrap();
+        // The task edits an output whose inputs did not change: left alone.
+        std::fs::write(d.0.join("task/local/noop.conf"), "edited").unwrap();
+        assert!(t.rerender(&env).unwrap().is_empty());
+        assert_eq!(
+            std::fs::read_to_string(d.0.join("task/local/noop.conf")).unwrap(),
+            "edited"
+        );
+        std::fs::write(&src, "v2").unwrap();
+        assert_eq!(
+            t.rerender(&env).unwrap(),
+            Changes {
+                restart: false,
+                signals: vec!["SIGUSR1".into()]
+            }
+        );
+        assert_eq!(
+            std::fs::read_to_string(d.0.join("task/local/sig.conf")).unwrap(),
+            "v2"
+        );
+        assert!(t.rerender(&env).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_destination_outside_the_alloc_dir_is_refused() {
+        let d = tmp();
+        let mut s = embedded("x");
+        s.dest = "../../escape.txt".into();
+        let mut t = Templates::new(vec![s]);
+        let e = t.render_all(&env_in(&d.0)).unwrap_err();
+        assert!(matches!(e, TemplateError::DestEscapes { .. }), "{e}");
+    }
+
+    #[test]
+    fn specs_read_nomads_api_names() {
+        let task = Task {
+            templates: Some(json!([{
+                "EmbeddedTmpl": "x", "DestPath": "local/a", "ChangeMode": "signal",
+                "ChangeSignal": "SIGHUP", "Perms": "0600", "LeftDelim": "<<",
+                "RightDelim": ">>", "Envvars": true, "ErrMissingKey": true
+            }])),
+            ..Default::default()
+        };
+        let s = &of_task(&task).unwrap()[0];
+        assert_eq!(s.change_mode, ChangeMode::Signal("SIGHUP".into()));
+        assert_eq!(s.perms, 0o600);
+        assert_eq!(
+            (s.left_delim.as_str(), s.right_delim.as_str()),
+            ("<<", ">>")
+        );
+        assert!(s.envvars && s.err_missing_key);
+        let bad = Task {
+            templates: Some(json!([{ "DestPath": "a", "Perms": "9" }])),
+            ..Default::default()
+        };
+        assert!(of_task(&bad).is_err());
+    }
+}
