@@ -1,15 +1,20 @@
-//! `/v1/system/gc` and `/v1/system/reconcile/summaries`. Drover's servers have no garbage
-//! collector of jobs, evaluations, allocations or nodes yet, and keep job summaries in the
-//! FSM with every write instead of reconciling them: both answer 501 saying so, never a 200
-//! that did nothing.
+//! `/v1/system/gc` (the leader's garbage collector of ended evaluations, allocations and
+//! jobs, run at once with every age threshold at zero) and `/v1/system/reconcile/summaries`,
+//! which answers 501: Drover keeps job summaries in the FSM with every write instead of
+//! reconciling them. Nodes are not collected yet.
 
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+
+use crate::AppState;
 use crate::error::ApiError;
 
-/// `PUT /v1/system/gc`.
-pub(crate) async fn gc() -> ApiError {
-    ApiError::not_implemented(
-        "forced garbage collection (/v1/system/gc: Drover's servers do not collect jobs, evaluations, allocations or nodes yet)",
-    )
+/// `PUT /v1/system/gc`: an empty 200 once the pass committed, as Nomad answers.
+pub(crate) async fn gc(State(s): State<AppState>) -> Result<Response, ApiError> {
+    let index = s.server.force_gc().await?;
+    let mut response = axum::http::StatusCode::OK.into_response();
+    crate::response::QueryMeta::new(&s, index).apply(response.headers_mut());
+    Ok(response)
 }
 
 /// `PUT /v1/system/reconcile/summaries`.
@@ -38,9 +43,9 @@ mod tests {
     use crate::test_support::TestApi;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn system_gc_and_reconcile_say_they_are_not_supported() {
+    async fn reconciling_summaries_says_it_is_not_supported() {
         let api = TestApi::start().await;
-        for path in ["/v1/system/gc", "/v1/system/reconcile/summaries"] {
+        for path in ["/v1/system/reconcile/summaries"] {
             let r = api.call(Method::PUT, path, None).await;
             assert_eq!(r.status, StatusCode::NOT_IMPLEMENTED, "{path}");
             assert!(

@@ -42,6 +42,12 @@ pub enum LogEntry {
     EvalDelete {
         ids: Vec<String>,
     },
+    /// Garbage collection (Nomad's eval reap): evaluations and the allocations their clients
+    /// ended (the state keeps any other allocation named).
+    GcReap {
+        evals: Vec<String>,
+        allocs: Vec<String>,
+    },
     /// The committed part of a plan. Placements carry no job: they run the job version named
     /// here, which the FSM links from the job versions table.
     /// Allocations are written as held (`AllocationAsHeld`): decoding gives back exactly what
@@ -229,6 +235,7 @@ pub fn apply_entry(state: &StateStore, index: u64, entry: LogEntry) -> Result<()
         }
         LogEntry::EvalUpdate { evals } => state.upsert_evals(index, evals),
         LogEntry::EvalDelete { ids } => state.delete_evals(index, &ids),
+        LogEntry::GcReap { evals, allocs } => state.reap(index, &evals, &allocs),
         LogEntry::PlanResults {
             job,
             stopped,

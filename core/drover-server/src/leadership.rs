@@ -30,6 +30,7 @@ pub(crate) async fn leader_loop(inner: Arc<Inner>) {
             leading = false;
             inner.periodic.stop();
             inner.volume_watcher.stop();
+            inner.garbage.stop();
             inner.broker.set_enabled(false);
             inner.heartbeats.clear();
             inner
@@ -57,6 +58,7 @@ pub(crate) async fn leader_loop(inner: Arc<Inner>) {
 pub(crate) async fn reestablish_leadership(inner: &Arc<Inner>) {
     inner.periodic.stop();
     inner.volume_watcher.stop();
+    inner.garbage.stop();
     inner.broker.set_enabled(false);
     inner.heartbeats.clear();
     inner
@@ -105,6 +107,7 @@ async fn establish_leadership(inner: &Arc<Inner>) {
     }
     inner.periodic.start(inner.clone());
     inner.volume_watcher.start(inner.clone());
+    inner.garbage.start(inner.clone());
     tracing::info!(pending = np, blocked = nb, "leadership established");
 }
 

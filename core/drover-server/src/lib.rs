@@ -17,6 +17,7 @@ pub mod csi;
 mod dispatch;
 pub mod events;
 pub mod fsm;
+pub mod garbage;
 mod heartbeat;
 #[cfg(test)]
 mod heartbeat_tests;

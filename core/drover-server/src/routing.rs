@@ -73,6 +73,15 @@ impl Server {
         }
     }
 
+    /// Collects every ended evaluation, allocation and job now, whatever their age
+    /// (`/v1/system/gc`); on the leader.
+    pub async fn force_gc(&self) -> Result<u64, ServerError> {
+        match self.route(Request::ForceGc).await? {
+            Reply::Index(index) => Ok(index),
+            other => Err(unexpected(other)),
+        }
+    }
+
     /// Stops one allocation (`alloc stop`); the scheduler replaces it if its job still wants it.
     pub async fn stop_alloc(&self, alloc_id: &str) -> Result<(String, u64), ServerError> {
         match self
@@ -360,6 +369,10 @@ impl Server {
                 self.force_periodic_here(&namespace, &job_id).await
             }
             Request::DispatchJob(request) => self.dispatch_job_here(request).await,
+            Request::ForceGc => {
+                crate::garbage::run_pass(&self.inner, &crate::garbage::GcThresholds::FORCE).await?;
+                Ok(Reply::Index(self.inner.state.latest_index()))
+            }
         }
     }
 

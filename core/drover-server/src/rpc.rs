@@ -80,6 +80,8 @@ pub enum Request {
         job_id: String,
     },
     DispatchJob(crate::dispatch::DispatchRequest),
+    /// `PUT /v1/system/gc`: a garbage collection pass on the leader, ages ignored.
+    ForceGc,
     /// CSI volume and plugin endpoints (see `crate::csi`).
     Csi(crate::csi::CsiRequest),
     /// CSI snapshot endpoints (see `crate::csi::snapshot`).

@@ -131,6 +131,8 @@ pub(crate) struct Inner {
     pub volume_watcher: crate::volume_watcher::VolumeWatcher,
     /// Plan entries proposed here, which this server's FSM applies without decoding them.
     pub proposed: Arc<ProposedEntries>,
+    /// Collects ended evaluations, allocations and jobs; runs while leading.
+    pub garbage: crate::garbage::GarbageCollector,
     /// The changes the FSM applied, for `/v1/event/stream` (on every server, not only the
     /// leader).
     pub events: Arc<crate::events::EventBroker>,
@@ -388,6 +390,7 @@ impl Server {
             csi: Default::default(),
             volume_watcher: Default::default(),
             proposed,
+            garbage: Default::default(),
             events,
         });
         tokio::spawn(run_plan_applier(inner.clone(), plan_rx));

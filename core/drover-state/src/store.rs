@@ -209,6 +209,49 @@ impl StateStore {
         })
     }
 
+    /// Garbage collection (Nomad's eval reap): removes evaluations and allocations. Only
+    /// allocations their client ended are removed; a live one named here stays, whatever
+    /// the caller decided from an older view (its usage and CSI bookkeeping are then still
+    /// right, since ended allocations hold none).
+    pub fn reap(&self, index: u64, eval_ids: &[String], alloc_ids: &[String]) {
+        self.write(index, &[Table::Evals, Table::Allocs], |t| {
+            for id in eval_ids {
+                if let Some(e) = t.evals.remove(id) {
+                    let k = key(&e.namespace, &e.job_id);
+                    if let Some(set) = t.evals_by_job.get_mut(&k) {
+                        set.remove(id);
+                        if set.is_empty() {
+                            t.evals_by_job.remove(&k);
+                        }
+                    }
+                }
+            }
+            for id in alloc_ids {
+                let Some((k, a)) = t.allocs.get_key_value(id.as_str()) else {
+                    continue;
+                };
+                if !a.client_terminal() {
+                    continue;
+                }
+                let (k, a) = (k.clone(), a.clone());
+                t.allocs.remove(&k);
+                if let Some(set) = t.allocs_by_node.get_mut(&a.node_id) {
+                    set.remove(&k);
+                    if set.is_empty() {
+                        t.allocs_by_node.remove(&a.node_id);
+                    }
+                }
+                let jk = key(&a.namespace, &a.job_id);
+                if let Some(set) = t.allocs_by_job.get_mut(&jk) {
+                    set.remove(&k);
+                    if set.is_empty() {
+                        t.allocs_by_job.remove(&jk);
+                    }
+                }
+            }
+        })
+    }
+
     /// Applies a committed plan: allocations stopped and placed, with the job version the
     /// placements run, and the evaluation updates that came with it.
     pub fn upsert_plan_results(
@@ -803,6 +846,37 @@ mod tests {
         assert_eq!(stored.client_status, drover_structs::ALLOC_CLIENT_LOST);
         assert!(stored.first_lost() > 0);
         assert!(!stored.needs_to_reconnect());
+    }
+
+    #[test]
+    fn reaping_removes_ended_allocations_and_evaluations_but_never_a_live_allocation() {
+        let s = StateStore::new();
+        let j = Arc::new(job("a", 1));
+        s.upsert_job(1, job("a", 1));
+        let mut done = alloc("done", "a");
+        done.client_status = drover_structs::ALLOC_CLIENT_COMPLETE.into();
+        let mut live = alloc("live", "a");
+        live.client_status = drover_structs::ALLOC_CLIENT_RUNNING.into();
+        s.upsert_plan_results(2, Some(j), vec![], vec![done, live], vec![]);
+        s.upsert_evals(3, vec![drover_structs::Evaluation {
+            id: "e1".into(),
+            namespace: "default".into(),
+            job_id: "a".into(),
+            ..Default::default()
+        }]);
+        s.reap(4, &["e1".to_string()], &["done".to_string(), "live".to_string()]);
+        let snap = s.snapshot();
+        assert!(snap.eval("e1").is_none());
+        assert!(snap.evals_by_job("default", "a").is_empty());
+        assert!(snap.alloc("done").is_none());
+        assert!(snap.alloc("live").is_some(), "a running allocation is kept");
+        let by_job: Vec<String> = snap
+            .allocs_by_job("default", "a")
+            .iter()
+            .map(|a| a.id.clone())
+            .collect();
+        assert_eq!(by_job, vec!["live".to_string()]);
+        assert_eq!(snap.table_index(Table::Allocs), 4);
     }
 
     #[test]

@@ -108,6 +108,7 @@ impl EntryEvents {
                 ..EntryEvents::default()
             },
             LogEntry::EvalDelete { .. }
+            | LogEntry::GcReap { .. }
             | LogEntry::SchedulerConfigUpdate { .. }
             | LogEntry::Csi(_) => return None,
         };

@@ -296,8 +296,12 @@ fn decode_json<T: DeserializeOwned>(path: &str, resp: Response<ureq::Body>) -> R
         .limit(MAX_JSON_BODY)
         .read_to_vec()
         .map_err(|e| body_err(e.to_string()))?;
-    let value: serde_json::Value =
-        serde_json::from_slice(&bytes).map_err(|e| body_err(e.to_string()))?;
+    // Some endpoints (`/v1/system/gc`) answer 200 with no body at all.
+    let value: serde_json::Value = if bytes.is_empty() {
+        serde_json::Value::Null
+    } else {
+        serde_json::from_slice(&bytes).map_err(|e| body_err(e.to_string()))?
+    };
     drover_structs::decode::decode(value, path)
         .map_err(|e| body_err(format!("{}: {}", e.path, e.message)))
 }

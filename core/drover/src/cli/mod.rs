@@ -30,6 +30,7 @@ mod operator_scheduler;
 mod plugin;
 mod server;
 mod status;
+mod system;
 pub(crate) mod timefmt;
 mod ui;
 mod volume;
@@ -82,6 +83,8 @@ enum Command {
     Eval(eval::EvalCli),
     /// Interact with servers
     Server(server::ServerCli),
+    /// Interact with the system API (garbage collection, summary reconciliation)
+    System(system::SystemCli),
     /// Stream the agent's log
     Monitor(agent_monitor::MonitorArgs),
     /// Cluster operations: the Raft configuration, snapshots
@@ -194,6 +197,7 @@ fn dispatch(command: Command) -> anyhow::Result<Exit> {
         Command::Node(cmd) => node::run(cmd),
         Command::Eval(cmd) => eval::run(cmd),
         Command::Server(cmd) => server::run(cmd),
+        Command::System(cmd) => system::run(cmd),
         Command::Monitor(args) => agent_monitor::run(args),
         Command::Operator(cmd) => operator::run(cmd),
         Command::Status(args) => status::run(args),
