@@ -106,6 +106,8 @@ pub enum ArtifactError {
     OutsideAllocDir(String),
     #[error("mode \"dir\" needs an archive or a directory source")]
     DirModeNeedsDirectory,
+    #[error("chown is not supported by Drover: artifacts stay owned by the agent's user")]
+    ChownUnsupported,
     #[error("checksums apply to files; {0} is a directory")]
     ChecksumOfDirectory(String),
     #[error(transparent)]
@@ -136,6 +138,8 @@ pub struct Artifact {
     pub headers: BTreeMap<String, String>,
     pub mode: Mode,
     pub destination: String,
+    /// `chown = true`: refused, Drover does not change the owner of what it fetched.
+    pub chown: bool,
 }
 
 /// The task's artifacts (its `Artifacts` in Nomad's JSON).
@@ -185,6 +189,7 @@ impl Artifact {
             headers: map("GetterHeaders")?,
             mode,
             destination,
+            chown: v.get("Chown").and_then(Value::as_bool).unwrap_or(false),
         })
     }
 }
@@ -215,6 +220,9 @@ pub fn fetch(
     place: &Place,
     config: &ArtifactConfig,
 ) -> Result<(), ArtifactError> {
+    if artifact.chown {
+        return Err(ArtifactError::ChownUnsupported);
+    }
     let interpolate = |s: &str| crate::interpolate::interpolate(s, lookup);
     let root = place
         .task_dir
@@ -758,6 +766,19 @@ mod tests {
     }
 
     #[test]
+    fn chown_is_refused_rather_than_ignored() {
+        let d = Dirs::new();
+        std::fs::write(d.0.join("in.txt"), "x").unwrap();
+        let mut a = local("../in.txt", &[], Mode::Any, "local/");
+        a.chown = true;
+        let e = d
+            .fetch(&a, &|_| None, &ArtifactConfig::default())
+            .unwrap_err();
+        assert!(matches!(e, ArtifactError::ChownUnsupported), "{e}");
+        assert!(!d.0.join("web/local/in.txt").exists());
+    }
+
+    #[test]
     fn sizes_parse_as_go_humanize_does() {
         assert_eq!(parse_bytes("100GB").unwrap(), 100_000_000_000);
         assert_eq!(parse_bytes("1 MiB").unwrap(), 1 << 20);
@@ -807,6 +828,7 @@ mod tests {
             headers: BTreeMap::new(),
             mode,
             destination: dest.into(),
+            chown: false,
         }
     }
 
