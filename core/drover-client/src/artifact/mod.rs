@@ -7,7 +7,9 @@
 //! `artifact.disable_filesystem_isolation` is set, as Nomad's sandbox allows), forced getters
 //! `http::`/`file::`, the `checksum`, `archive` and `filename` query parameters (the block's
 //! `options` become query parameters, as Nomad passes them), and unpacking of tar, tar.gz,
-//! gz and zip. git, hg, s3 and gcs getters are refused by name.
+//! gz and zip, and `source//subdir` (only that directory of an archive or directory is
+//! taken; symlinks in it are left out). git, hg, s3 and gcs getters are refused by name;
+//! `chown = true` is refused.
 //!
 //! Nothing lands outside the task directory: see `archive` for how paths are resolved.
 
@@ -108,6 +110,12 @@ pub enum ArtifactError {
     DirModeNeedsDirectory,
     #[error("chown is not supported by Drover: artifacts stay owned by the agent's user")]
     ChownUnsupported,
+    #[error("subdirectory {0:?} of the source escapes it")]
+    SubdirEscapes(String),
+    #[error("a subdirectory (source//dir) needs an archive or a directory source")]
+    SubdirNeedsDirectory,
+    #[error("subdirectory {0:?} is not in the source")]
+    SubdirMissing(String),
     #[error("checksums apply to files; {0} is a directory")]
     ChecksumOfDirectory(String),
     #[error(transparent)]
@@ -204,6 +212,16 @@ pub struct Place<'a> {
     pub staging_dir: &'a Path,
 }
 
+/// A scratch directory (physical path, and relative to the task directory), removed however
+/// the fetch ends.
+struct Scratch(PathBuf, PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// Removes a staged download however the fetch ends.
 struct Staged(PathBuf);
 
@@ -284,7 +302,20 @@ pub fn fetch(
                         path.display()
                     )));
                 }
-                copy_tree(&real, &root, &dest)?;
+                let from = match &source.subdir {
+                    None => real.clone(),
+                    Some(sub) => {
+                        let inner = real
+                            .join(sub)
+                            .canonicalize()
+                            .map_err(|_| ArtifactError::SubdirMissing(sub.display().to_string()))?;
+                        if !inner.starts_with(&real) {
+                            return Err(ArtifactError::SubdirEscapes(sub.display().to_string()));
+                        }
+                        inner
+                    }
+                };
+                copy_tree(&from, &root, &dest)?;
                 return Ok(());
             }
             (real, path.display().to_string(), None)
@@ -307,10 +338,32 @@ pub fn fetch(
             other => other,
         })?;
     }
-    if let Some(format) = archive::detect(&name, archive_opt)? {
+    let format = archive::detect(&name, archive_opt)?;
+    if source.subdir.is_some() && (format.is_none() || artifact.mode == Mode::File) {
+        return Err(ArtifactError::SubdirNeedsDirectory);
+    }
+    if let Some(format) = format {
+        // With a subdirectory, the whole archive goes to a scratch directory the task does not
+        // see, and only the subdirectory is copied to the destination (go-getter's `//dir`).
+        let scratch = match &source.subdir {
+            None => None,
+            Some(_) => {
+                let staging = std::fs::create_dir_all(place.staging_dir)
+                    .and_then(|()| place.staging_dir.canonicalize())
+                    .map_err(|source| ArtifactError::Io {
+                        context: format!("resolving {}", place.staging_dir.display()),
+                        source,
+                    })?;
+                let rel = staging
+                    .strip_prefix(&root)
+                    .map_err(|_| ArtifactError::DestinationEscapes)?
+                    .join(format!("unpack-{}", uuid::Uuid::new_v4().simple()));
+                Some(Scratch(root.join(&rel), rel))
+            }
+        };
         let target = Target {
             root: &root,
-            dest: &dest,
+            dest: scratch.as_ref().map(|s| s.1.as_path()).unwrap_or(&dest),
             file_mode: artifact.mode == Mode::File,
         };
         let unpack_from = if format == archive::Format::Gz {
@@ -328,6 +381,14 @@ pub fn fetch(
         };
         let path = unpack_from.as_ref().map(|s| s.0.as_path()).unwrap_or(&file);
         archive::unpack(path, format, &target, limits)?;
+        if let (Some(scratch), Some(sub)) = (&scratch, &source.subdir) {
+            let inner = archive::resolve(&root, &root, &scratch.1.join(sub), Create::Nothing)
+                .map_err(|_| ArtifactError::SubdirEscapes(sub.display().to_string()))?;
+            if !inner.starts_with(&scratch.0) || !inner.is_dir() {
+                return Err(ArtifactError::SubdirMissing(sub.display().to_string()));
+            }
+            copy_tree(&inner, &root, &dest)?;
+        }
         return Ok(());
     }
     let at = match artifact.mode {
@@ -401,6 +462,22 @@ struct Source {
     params: BTreeMap<String, String>,
     /// The source as the job gave it, without its query, for messages.
     display: String,
+    /// go-getter's `source//subdir`: only this part of an archive or directory is taken.
+    subdir: Option<PathBuf>,
+}
+
+/// go-getter's `SourceDirSubdir`: `http://h/a.tgz//dir?q` is `http://h/a.tgz?q` and `dir`
+/// (a `//` in the scheme's `://` does not count).
+fn split_subdir(text: &str) -> (String, Option<String>) {
+    let start = text.find("://").map(|i| i + 3).unwrap_or(0);
+    let Some(at) = text[start..].find("//").map(|i| start + i) else {
+        return (text.to_string(), None);
+    };
+    let (source, rest) = (&text[..at], &text[at + 2..]);
+    match rest.split_once('?') {
+        Some((sub, query)) => (format!("{source}?{query}"), Some(sub.to_string())),
+        None => (source.to_string(), Some(rest.to_string())),
+    }
 }
 
 impl Source {
@@ -413,7 +490,13 @@ impl Source {
         options: &BTreeMap<String, String>,
         task_dir: &Path,
     ) -> Result<Source, ArtifactError> {
-        let mut text = text.trim();
+        let (text, subdir) = split_subdir(text.trim());
+        let subdir = match subdir.filter(|s| !s.is_empty()) {
+            None => None,
+            Some(s) if archive::lexically_inside(Path::new(&s)) => Some(PathBuf::from(s)),
+            Some(s) => return Err(ArtifactError::SubdirEscapes(s)),
+        };
+        let mut text = text.as_str();
         // go-getter's forced getter: `git::https://...`.
         let mut forced = None;
         if let Some((getter, rest)) = text.split_once("::")
@@ -459,6 +542,7 @@ impl Source {
                 location: Location::Http(url),
                 params,
                 display: display.to_string(),
+                subdir,
             });
         }
         // A local path (or file:// URL); relative paths start at the task directory, which
@@ -485,6 +569,7 @@ impl Source {
             location: Location::Local(full),
             params,
             display: path.display().to_string(),
+            subdir,
         })
     }
 }
@@ -763,6 +848,61 @@ mod tests {
             .unwrap_err();
         assert!(matches!(e, ArtifactError::TooLarge(1024)), "{e}");
         assert!(!d.0.join("web/local/f").exists());
+    }
+
+    #[test]
+    fn a_subdirectory_after_a_double_slash_is_split_off_as_go_getter_does() {
+        assert_eq!(
+            split_subdir("http://h/a.tgz//sub/dir?checksum=x"),
+            (
+                "http://h/a.tgz?checksum=x".to_string(),
+                Some("sub/dir".to_string())
+            )
+        );
+        assert_eq!(
+            split_subdir("http://h/a.tgz"),
+            ("http://h/a.tgz".to_string(), None)
+        );
+        assert_eq!(
+            split_subdir("local/a.tar//x"),
+            ("local/a.tar".to_string(), Some("x".to_string()))
+        );
+        assert!(matches!(
+            Source::parse("http://h/a.tgz//../..", &BTreeMap::new(), Path::new("/t")),
+            Err(ArtifactError::SubdirEscapes(_))
+        ));
+    }
+
+    #[test]
+    fn only_the_subdirectory_of_an_archive_lands_in_the_destination() {
+        let d = Dirs::new();
+        let mut b = tar::Builder::new(Vec::new());
+        for (name, data) in [("top.txt", "top"), ("sub/inner.txt", "inner")] {
+            let mut h = tar::Header::new_gnu();
+            h.set_path(name).unwrap();
+            h.set_size(data.len() as u64);
+            h.set_mode(0o644);
+            h.set_cksum();
+            b.append(&h, data.as_bytes()).unwrap();
+        }
+        std::fs::write(d.0.join("a.tar"), b.into_inner().unwrap()).unwrap();
+        let a = local("../a.tar//sub", &[], Mode::Any, "local/");
+        d.fetch(&a, &|_| None, &ArtifactConfig::default()).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(d.0.join("web/local/inner.txt")).unwrap(),
+            "inner"
+        );
+        assert!(!d.0.join("web/local/top.txt").exists());
+        // The scratch copy of the whole archive is gone.
+        let left: Vec<_> = std::fs::read_dir(d.0.join("web/private"))
+            .unwrap()
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+        let missing = local("../a.tar//nope", &[], Mode::Any, "local/");
+        let e = d
+            .fetch(&missing, &|_| None, &ArtifactConfig::default())
+            .unwrap_err();
+        assert!(matches!(e, ArtifactError::SubdirMissing(_)), "{e}");
     }
 
     #[test]
