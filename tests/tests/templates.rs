@@ -234,3 +234,71 @@ exit 1"#;
     });
     assert!(signalled, "no Restart Signaled event: {state}");
 }
+
+#[test]
+fn templates_of_a_task_taken_back_after_an_agent_restart_keep_signalling_on_change() {
+    let dir = TempDir::new("templates-recover");
+    let mut agent = Agent::start_dev(dir.path(), &[]);
+    // The clock template changes every render: its file changing after the restart shows the
+    // new agent re-renders. It comes last, so the templates before it were taken back by then.
+    let templates = [
+        template("v1\n", "local/app.tpl", "change_mode = \"noop\""),
+        "      template {\n        source = \"local/app.tpl\"\n        destination = \"local/app.conf\"\n        change_mode = \"signal\"\n        change_signal = \"SIGUSR1\"\n      }\n"
+            .to_string(),
+        template(
+            "{{ timestamp \"2006-01-02T15:04:05.000000000Z07:00\" }}",
+            "local/clock.txt",
+            "change_mode = \"noop\"",
+        ),
+    ]
+    .concat();
+    let script = r#"trap 'echo "got USR1: $(cat local/app.conf)"; exit 0' USR1
+echo "dir=$(pwd)"
+i=0
+while [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done
+exit 1"#;
+    let alloc = run_until(
+        &agent,
+        &dir,
+        "recovered",
+        &job("recovered", &templates, script),
+        "running",
+    );
+    let alloc_id = alloc["ID"].as_str().expect("alloc id").to_string();
+    let mut task_dir = String::new();
+    agent.eventually("the task to print its directory", WAIT, || {
+        let out = agent.cli(&["alloc", "logs", &alloc_id, "t"]);
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        match text.lines().find_map(|l| l.strip_prefix("dir=")) {
+            Some(d) => {
+                task_dir = d.to_string();
+                true
+            }
+            None => false,
+        }
+    });
+    let task_dir = std::path::PathBuf::from(task_dir);
+    agent.kill9();
+    let agent = Agent::start_on_ports(dir.path(), agent.http_port, agent.rpc_port, &[]);
+    let clock = || std::fs::read_to_string(task_dir.join("local/clock.txt")).unwrap_or_default();
+    let seen = clock();
+    agent.eventually("the new agent to re-render the templates", WAIT, || {
+        clock() != seen
+    });
+    std::fs::write(task_dir.join("local/app.tpl"), "v2\n").expect("change the source");
+    agent.eventually("the task to print that it got the signal", WAIT, || {
+        stdout_of(&agent, &alloc_id).contains("got USR1")
+    });
+    assert_eq!(
+        stdout_of(&agent, &alloc_id),
+        format!("dir={}\ngot USR1: v2\n", task_dir.display())
+    );
+    let alloc = agent
+        .get(&format!("/v1/allocation/{alloc_id}"))
+        .expect("the allocation");
+    let signalled = events(&alloc).into_iter().any(|e| {
+        e["Type"] == "Signaling"
+            && e["DisplayMessage"] == "Task being sent signal SIGUSR1: template changed"
+    });
+    assert!(signalled, "no Signaling event: {}", alloc["TaskStates"]);
+}

@@ -286,6 +286,7 @@ impl TaskRunner {
                         .live
                         .running(&name, self.ctx.driver.clone(), &handle.config.id);
                     running = Some(handle.config.id.clone());
+                    self.recover_templates(&handle.config.id).await;
                     if let Some(p) = self.plugin.as_mut() {
                         // The plugin's directories and mounts are still in place: this only
                         // learns the paths the plugin was given.
@@ -860,6 +861,59 @@ impl TaskRunner {
         }
     }
 
+    /// Takes back the templates of a task recovered after an agent restart, so that their
+    /// re-renders go on (Nomad renders them again when its client restarts). A failure stops
+    /// the task, failing it, as a failed re-render does.
+    async fn recover_templates(&mut self, task_id: &str) {
+        let c = &self.ctx;
+        let specs = match crate::template::of_task(&c.task) {
+            Ok(specs) if specs.is_empty() => return,
+            Ok(specs) => specs,
+            Err(e) => return self.fail_by_template(task_id, e.to_string()).await,
+        };
+        let paths = TaskPaths {
+            alloc_dir: &c.alloc_path,
+            task_local_dir: &c.task_dir.local_dir,
+            task_secrets_dir: &c.task_dir.secrets_dir,
+            task_tmp_dir: &c.task_dir.tmp_dir,
+        };
+        let no_agent_env = BTreeMap::new();
+        let agent_env = if inherits_agent_env(c.driver.capabilities().fs_isolation) {
+            &*c.agent_env
+        } else {
+            &no_agent_env
+        };
+        let env = build_env(
+            &c.alloc, &c.group, &c.task, &c.node, &c.region, &paths, agent_env,
+        );
+        let render_env = crate::template::RenderEnv {
+            task_dir: c.task_dir.dir.clone(),
+            alloc_dir: c.alloc_path.clone(),
+            env,
+            node: c.node.clone(),
+            region: c.region.clone(),
+        };
+        let mut templates = crate::template::Templates::new(specs);
+        let recovered = templates.recover(&render_env);
+        self.templates = Some(templates);
+        self.template_env = Some(render_env);
+        if let Err(e) = recovered {
+            self.fail_by_template(task_id, e.to_string()).await;
+        }
+    }
+
+    /// Records Nomad's "Template failed" kill and stops the task; the runner fails it once
+    /// it exited (see `template_failure`).
+    async fn fail_by_template(&mut self, task_id: &str, failure: String) {
+        let timeout = self.kill_timeout().as_nanos() as i64;
+        self.event(template_failed_event(&failure, timeout));
+        self.template_failure = Some(failure);
+        if let Err(e) = self.stop_task(task_id).await {
+            let task = &self.ctx.task.name;
+            tracing::error!(task = %task, error = %e, "failed to kill task for a failed template");
+        }
+    }
+
     /// Renders the running task's templates again and applies the change modes of those whose
     /// output changed: a restart through the same path as `alloc restart`, or the signals
     /// (Nomad's "template changed" Signaling events). A failure stops the task, failing it.
@@ -911,13 +965,7 @@ impl TaskRunner {
             }
             Err(e) => e.to_string(),
         };
-        let timeout = self.kill_timeout().as_nanos() as i64;
-        self.event(template_failed_event(&failure, timeout));
-        self.template_failure = Some(failure);
-        if let Err(e) = self.stop_task(task_id).await {
-            let task = &self.ctx.task.name;
-            tracing::error!(task = %task, error = %e, "failed to kill task for a failed template");
-        }
+        self.fail_by_template(task_id, failure).await;
     }
 
     /// After the task stopped for a requested restart: Nomad's restart tracker restarts it at

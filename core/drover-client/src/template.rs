@@ -263,6 +263,26 @@ impl Templates {
         Ok(vars)
     }
 
+    /// For a task taken back after an agent restart: renders every template to learn what it
+    /// gives now, writing those whose file differs, without change actions (the task may have
+    /// read the older file or not: nothing says which). Re-renders go on from there.
+    pub fn recover(&mut self, env: &RenderEnv) -> Result<(), TemplateError> {
+        for i in 0..self.specs.len() {
+            let text = render(&self.specs[i], env)?;
+            if self.specs[i].envvars {
+                parse_env(&self.specs[i].dest, &text)?;
+            }
+            let dest =
+                crate::interpolate::interpolate(&self.specs[i].dest, &|n| Some(env.lookup(n)));
+            let on_disk = std::fs::read_to_string(env.task_dir.join(dest)).ok();
+            if on_disk.as_deref() != Some(text.as_str()) {
+                write_output(&self.specs[i], env, &text)?;
+            }
+            self.last[i] = Some(text);
+        }
+        Ok(())
+    }
+
     /// Renders every template again and writes those whose output differs from their last
     /// render; answers what their change modes ask for.
     pub fn rerender(&mut self, env: &RenderEnv) -> Result<Changes, TemplateError> {
@@ -1256,6 +1276,29 @@ mod tests {
             "v2"
         );
         assert!(t.rerender(&env).unwrap().is_empty());
+    }
+
+    #[test]
+    fn recover_rewrites_only_differing_files_and_later_changes_still_count() {
+        let d = tmp();
+        let env = env_in(&d.0);
+        let src = d.0.join("task/local/in.tpl");
+        std::fs::write(&src, "v1").unwrap();
+        let out = d.0.join("task/local/out.conf");
+        std::fs::write(&out, "stale").unwrap();
+        let mut s = embedded("");
+        s.source = "local/in.tpl".into();
+        s.dest = "local/out.conf".into();
+        let mut t = Templates::new(vec![s]);
+        t.recover(&env).unwrap();
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), "v1");
+        assert!(t.rendered());
+        assert!(
+            t.rerender(&env).unwrap().is_empty(),
+            "recovery is no change"
+        );
+        std::fs::write(&src, "v2").unwrap();
+        assert!(t.rerender(&env).unwrap().restart);
     }
 
     #[test]
