@@ -12,6 +12,10 @@
 //! files (`source`, `file`), so the task runner re-renders on a timer and only what changed
 //! since the last render is written, leaving a task's own edits of an unchanged output alone.
 //!
+//! Known difference from Go: `gotmpl` prints a float in an action with Rust's formatting, so
+//! a float of 1e6 or more (or under 1e-4), as `parseJSON` gives for such numbers, prints as
+//! `1000000` where Go prints `1e+06`; integers and smaller floats print as in Go.
+//!
 //! File sandbox: Nomad's client default (`template.disable_file_sandbox = false`) keeps
 //! `source` and `file` inside the task directory; Drover always does (no setting turns it off).
 
@@ -419,6 +423,7 @@ pub const UNSUPPORTED_FUNCTIONS: &[&str] = &[
     "caRoots",
     "connect",
     "datacenters",
+    "exportedServices",
     "key",
     "keyExists",
     "keyOrDefault",
@@ -487,6 +492,26 @@ fn functions(mut t: Template, env: &RenderEnv) -> Template {
         arity("env", args, 1)?;
         Ok(Value::from(e.lookup(arg_str("env", args, 0)?)))
     });
+    let e = env.clone();
+    t = t.func("mustEnv", move |args| {
+        arity("mustEnv", args, 1)?;
+        let name = arg_str("mustEnv", args, 0)?;
+        let v = e.lookup(name);
+        if v.is_empty() {
+            return Err(exec_err(format!(
+                "required environment variable {name} is empty"
+            )));
+        }
+        Ok(Value::from(v))
+    });
+    let e = env.clone();
+    t = t.func("envOrDefault", move |args| {
+        arity("envOrDefault", args, 2)?;
+        let name = arg_str("envOrDefault", args, 0)?;
+        let default = arg_str("envOrDefault", args, 1)?;
+        let found = crate::taskenv::lookup_in(name, &e.env, &e.node, &e.region);
+        Ok(Value::from(found.unwrap_or_else(|| default.to_string())))
+    });
     let task_dir = env.task_dir.clone();
     t = t.func("file", move |args| {
         arity("file", args, 1)?;
@@ -510,9 +535,6 @@ fn functions(mut t: Template, env: &RenderEnv) -> Template {
     })
     .func("toJSON", |args| {
         arity("toJSON", args, 1)?;
-        if matches!(args[0], Value::Nil) {
-            return Ok(Value::from(""));
-        }
         let mut out = String::new();
         go_json(&args[0], &mut out)?;
         Ok(Value::from(out))
@@ -565,7 +587,19 @@ fn functions(mut t: Template, env: &RenderEnv) -> Template {
                 args[1].type_name()
             )));
         };
-        let parts: Vec<String> = items.iter().map(|v| v.to_string()).collect();
+        // Go wants a []string: a list with anything but strings does not convert.
+        let mut parts = Vec::with_capacity(items.len());
+        for item in items.iter() {
+            match item {
+                Value::String(s) => parts.push(&**s),
+                other => {
+                    return Err(exec_err(format!(
+                        "join: wrong type for value; expected []string; got a list holding a {}",
+                        other.type_name()
+                    )));
+                }
+            }
+        }
         Ok(Value::from(parts.join(sep)))
     })
     .func("replaceAll", |args| {
@@ -579,36 +613,133 @@ fn functions(mut t: Template, env: &RenderEnv) -> Template {
         Ok(Value::from(go_replace_all(s, from, to)))
     })
     .func("contains", |args| {
-        // consul-template: contains(needle, haystack), a list or a string.
+        // consul-template: contains(needle, haystack) is in(haystack, needle).
         arity("contains", args, 2)?;
-        let found = match (&args[1], &args[0]) {
-            (Value::List(items), needle) => items.iter().any(|v| values_equal(v, needle)),
-            (Value::String(hay), Value::String(needle)) => hay.contains(&**needle),
-            (Value::Nil, _) => false,
-            (hay, _) => {
-                return Err(exec_err(format!(
-                    "contains: cannot look into a {}",
-                    hay.type_name()
-                )));
-            }
-        };
-        Ok(Value::Bool(found))
+        Ok(Value::Bool(is_in(&args[1], &args[0])))
+    })
+    .func("in", |args| {
+        arity("in", args, 2)?;
+        Ok(Value::Bool(is_in(&args[0], &args[1])))
     })
     .func("add", |args| arith("add", args, Op::Add))
     .func("subtract", |args| arith("subtract", args, Op::Sub))
     .func("multiply", |args| arith("multiply", args, Op::Mul))
     .func("divide", |args| arith("divide", args, Op::Div))
+    .func("trim", |args| {
+        arity("trim", args, 2)?;
+        let cutset = arg_str("trim", args, 0)?;
+        let s = arg_str("trim", args, 1)?;
+        Ok(Value::from(s.trim_matches(|c| cutset.contains(c))))
+    })
+    .func("trimPrefix", |args| {
+        arity("trimPrefix", args, 2)?;
+        let (prefix, s) = (
+            arg_str("trimPrefix", args, 0)?,
+            arg_str("trimPrefix", args, 1)?,
+        );
+        Ok(Value::from(s.strip_prefix(prefix).unwrap_or(s)))
+    })
+    .func("trimSuffix", |args| {
+        arity("trimSuffix", args, 2)?;
+        let (suffix, s) = (
+            arg_str("trimSuffix", args, 0)?,
+            arg_str("trimSuffix", args, 1)?,
+        );
+        Ok(Value::from(s.strip_suffix(suffix).unwrap_or(s)))
+    })
+    .func("indent", |args| {
+        arity("indent", args, 2)?;
+        let spaces = match args[0] {
+            Value::Int(n) => n,
+            Value::Uint(n) => i64::try_from(n).unwrap_or(i64::MAX),
+            ref other => {
+                return Err(exec_err(format!(
+                    "indent: wants an int, not {}",
+                    other.type_name()
+                )));
+            }
+        };
+        if spaces < 0 {
+            return Err(exec_err("indent value must be a positive integer".into()));
+        }
+        let prefix = " ".repeat(spaces as usize);
+        let mut out = String::new();
+        // Every line but the empty ones gets the prefix, as consul-template's indent.
+        for (i, line) in arg_str("indent", args, 1)?.split('\n').enumerate() {
+            if i > 0 {
+                out.push('\n');
+            }
+            if !line.is_empty() {
+                out.push_str(&prefix);
+            }
+            out.push_str(line);
+        }
+        Ok(Value::from(out))
+    })
+    .func("parseBool", |args| {
+        arity("parseBool", args, 1)?;
+        let s = arg_str("parseBool", args, 0)?;
+        Ok(Value::Bool(match s {
+            "" => false,
+            "1" | "t" | "T" | "TRUE" | "true" | "True" => true,
+            "0" | "f" | "F" | "FALSE" | "false" | "False" => false,
+            _ => return Err(strconv_err("parseBool", "ParseBool", s)),
+        }))
+    })
+    .func("parseInt", |args| {
+        arity("parseInt", args, 1)?;
+        let s = arg_str("parseInt", args, 0)?;
+        if s.is_empty() {
+            return Ok(Value::Int(0));
+        }
+        s.parse::<i64>()
+            .map(Value::Int)
+            .map_err(|_| strconv_err("parseInt", "ParseInt", s))
+    })
+    .func("parseUint", |args| {
+        arity("parseUint", args, 1)?;
+        let s = arg_str("parseUint", args, 0)?;
+        if s.is_empty() {
+            return Ok(Value::Uint(0));
+        }
+        // Go's ParseUint takes no sign.
+        if s.starts_with('+') {
+            return Err(strconv_err("parseUint", "ParseUint", s));
+        }
+        s.parse::<u64>()
+            .map(Value::Uint)
+            .map_err(|_| strconv_err("parseUint", "ParseUint", s))
+    })
+    .func("parseFloat", |args| {
+        arity("parseFloat", args, 1)?;
+        let s = arg_str("parseFloat", args, 0)?;
+        if s.is_empty() {
+            return Ok(Value::Float(0.0));
+        }
+        s.parse::<f64>()
+            .map(Value::Float)
+            .map_err(|_| strconv_err("parseFloat", "ParseFloat", s))
+    })
 }
 
-fn values_equal(a: &Value, b: &Value) -> bool {
-    match (a, b) {
-        (Value::String(x), Value::String(y)) => x == y,
-        (Value::Bool(x), Value::Bool(y)) => x == y,
-        (Value::Nil, Value::Nil) => true,
-        _ => match (num(a), num(b)) {
-            (Some(x), Some(y)) => x.as_f64() == y.as_f64(),
+/// consul-template's wrapped strconv error: `parseInt: strconv.ParseInt: parsing "x": invalid
+/// syntax` (out-of-range numbers say invalid syntax here too).
+fn strconv_err(f: &str, go: &str, s: &str) -> GoError {
+    exec_err(format!("{f}: strconv.{go}: parsing {s:?}: invalid syntax"))
+}
+
+/// consul-template's `in(l, v)`: a list holds `v` when an element of the same kind (integer,
+/// float, string) equals it; a string holds a string it contains; anything else holds nothing.
+fn is_in(l: &Value, v: &Value) -> bool {
+    match l {
+        Value::List(items) => items.iter().any(|e| match (e, v) {
+            (Value::Int(a), Value::Int(b)) => a == b,
+            (Value::Float(a), Value::Float(b)) => a == b,
+            (Value::String(a), Value::String(b)) => a == b,
             _ => false,
-        },
+        }),
+        Value::String(hay) => matches!(v, Value::String(needle) if hay.contains(&**needle)),
+        _ => false,
     }
 }
 
@@ -660,56 +791,48 @@ enum Op {
 }
 
 /// consul-template's arithmetic: `add b a` is `a + b`, `subtract b a` is `a - b`, `divide b a`
-/// is `a / b` (so `{{ 10 | divide 2 }}` is 5); the piped value's kind decides the result's,
-/// an int with a float gives a float.
+/// is `a / b` (so `{{ 10 | divide 2 }}` is 5). As its reflect switch: a float on either side
+/// gives a float; two unsigned give an unsigned; any other pair of integers an int64; integer
+/// results wrap as Go's do, and an integer division by zero fails (Go's runtime panic).
 fn arith(name: &str, args: &[Value], op: Op) -> gotmpl::Result<Value> {
     arity(name, args, 2)?;
-    let bad = |v: &Value| exec_err(format!("{name}: cannot compute with a {}", v.type_name()));
-    let b = num(&args[0]).ok_or_else(|| bad(&args[0]))?;
+    let bad = |v: &Value| exec_err(format!("{name}: unknown type for {v} ({})", v.type_name()));
     let a = num(&args[1]).ok_or_else(|| bad(&args[1]))?;
-    let overflow = || exec_err(format!("{name}: integer overflow"));
-    let by_zero = || exec_err(format!("{name}: integer divide by zero"));
-    match (a, b) {
+    let b = num(&args[0]).ok_or_else(|| bad(&args[0]))?;
+    let by_zero = || exec_err(format!("{name}: runtime error: integer divide by zero"));
+    Ok(match (a, b) {
         (Num::Float(_), _) | (_, Num::Float(_)) => {
             let (a, b) = (a.as_f64(), b.as_f64());
-            Ok(Value::Float(match op {
+            Value::Float(match op {
                 Op::Add => a + b,
                 Op::Sub => a - b,
                 Op::Mul => a * b,
                 Op::Div => a / b,
-            }))
+            })
         }
-        (Num::Uint(a), b) => {
-            let b = match b {
-                Num::Uint(b) => b,
-                Num::Int(b) => u64::try_from(b).map_err(|_| overflow())?,
-                Num::Float(_) => return Err(overflow()),
+        (Num::Uint(a), Num::Uint(b)) => Value::Uint(match op {
+            Op::Add => a.wrapping_add(b),
+            Op::Sub => a.wrapping_sub(b),
+            Op::Mul => a.wrapping_mul(b),
+            Op::Div if b == 0 => return Err(by_zero()),
+            Op::Div => a / b,
+        }),
+        (a, b) => {
+            let int = |n: Num| match n {
+                Num::Int(i) => i,
+                Num::Uint(u) => u as i64,
+                Num::Float(f) => f as i64,
             };
-            let r = match op {
-                Op::Add => a.checked_add(b),
-                Op::Sub => a.checked_sub(b),
-                Op::Mul => a.checked_mul(b),
+            let (a, b) = (int(a), int(b));
+            Value::Int(match op {
+                Op::Add => a.wrapping_add(b),
+                Op::Sub => a.wrapping_sub(b),
+                Op::Mul => a.wrapping_mul(b),
                 Op::Div if b == 0 => return Err(by_zero()),
-                Op::Div => a.checked_div(b),
-            };
-            r.map(Value::Uint).ok_or_else(overflow)
+                Op::Div => a.wrapping_div(b),
+            })
         }
-        (Num::Int(a), b) => {
-            let b = match b {
-                Num::Int(b) => b,
-                Num::Uint(b) => i64::try_from(b).map_err(|_| overflow())?,
-                Num::Float(_) => return Err(overflow()),
-            };
-            let r = match op {
-                Op::Add => a.checked_add(b),
-                Op::Sub => a.checked_sub(b),
-                Op::Mul => a.checked_mul(b),
-                Op::Div if b == 0 => return Err(by_zero()),
-                Op::Div => a.checked_div(b),
-            };
-            r.map(Value::Int).ok_or_else(overflow)
-        }
-    }
+    })
 }
 
 /// JSON as Go's `json.Unmarshal` into `interface{}` gives it: every number a float64.
@@ -729,7 +852,8 @@ fn from_json(j: &Json) -> Value {
 }
 
 /// Go's `json.Marshal`: sorted map keys, `<`, `>`, `&`, U+2028 and U+2029 escaped, floats in
-/// the shortest form that reads back (exponent form below 1e-6 and from 1e21).
+/// the shortest form that reads back (exponent form below 1e-6 and from 1e21, as `1e-7` and
+/// `1e+21`).
 fn go_json(v: &Value, out: &mut String) -> gotmpl::Result<()> {
     use std::fmt::Write as _;
     match v {
@@ -780,14 +904,13 @@ fn go_json(v: &Value, out: &mut String) -> gotmpl::Result<()> {
 fn go_json_float(f: f64) -> String {
     let abs = f.abs();
     if abs != 0.0 && !(1e-6..1e21).contains(&abs) {
-        // Go: strconv 'e' format with at least two exponent digits ("1e-07", "1e+21").
+        // Go: strconv's 'e' form ("1e+21"), with encoding/json shortening "e-07" to "e-7".
         let s = format!("{f:e}");
         let (mantissa, exp) = s.split_once('e').unwrap_or((&s, "0"));
-        let (sign, digits) = match exp.strip_prefix('-') {
-            Some(d) => ('-', d),
-            None => ('+', exp),
-        };
-        format!("{mantissa}e{sign}{digits:0>2}")
+        match exp.strip_prefix('-') {
+            Some(digits) => format!("{mantissa}e-{digits}"),
+            None => format!("{mantissa}e+{exp:0>2}"),
+        }
     } else {
         format!("{f}")
     }
@@ -1034,6 +1157,36 @@ mod tests {
     }
 
     #[test]
+    fn parse_functions_follow_gos_strconv() {
+        assert_eq!(
+            r(r#"{{ parseBool "True" }} {{ parseBool "" }} {{ parseInt "-42" }} {{ parseUint "7" }} {{ parseFloat "2.5" }}"#)
+                .unwrap(),
+            "true false -42 7 2.5"
+        );
+        let e = r(r#"{{ parseInt "4x" }}"#).unwrap_err().to_string();
+        assert!(
+            e.contains(r#"parseInt: strconv.ParseInt: parsing "4x": invalid syntax"#),
+            "{e}"
+        );
+        assert!(r(r#"{{ parseBool "yes" }}"#).is_err());
+        assert!(r(r#"{{ parseUint "-1" }}"#).is_err());
+    }
+
+    #[test]
+    fn must_env_and_env_or_default() {
+        assert_eq!(
+            r(r#"{{ mustEnv "NOMAD_ALLOC_ID" }} {{ envOrDefault "UNSET" "dflt" }} {{ envOrDefault "GREETING" "x" }}"#)
+                .unwrap(),
+            "a-1 dflt Hello World"
+        );
+        let e = r(r#"{{ mustEnv "UNSET" }}"#).unwrap_err().to_string();
+        assert!(
+            e.contains("required environment variable UNSET is empty"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn go_syntax_pipelines_conditionals_ranges_variables_trim_markers_and_comments() {
         let t = r#"{{/* a comment */ -}}
 {{ $g := env "GREETING" -}}
@@ -1066,6 +1219,22 @@ mod tests {
                 .unwrap(),
             "true false"
         );
+        // consul-template's `in`: same kinds only, and nothing in what is not a list or string.
+        assert_eq!(
+            r(r#"{{ parseJSON "[1, \"x\"]" | contains 1 }} {{ parseJSON "[1]" | contains 1.0 }} {{ in "abc" "b" }} {{ 5 | contains 5 }}"#)
+                .unwrap(),
+            "false true true false"
+        );
+        let e = r(r#"{{ parseJSON "[1]" | join "," }}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("expected []string"), "{e}");
+        assert_eq!(r(r#"{{ "xxhixx" | trim "x" }}"#).unwrap(), "hi");
+        assert_eq!(
+            r(r#"{{ "pre-x" | trimPrefix "pre-" }} {{ "x.txt" | trimSuffix ".txt" }}"#).unwrap(),
+            "x x"
+        );
+        assert_eq!(r("{{ \"a\\n\\nb\" | indent 2 }}").unwrap(), "  a\n\n  b");
     }
 
     #[test]
@@ -1076,8 +1245,19 @@ mod tests {
         assert_eq!(r("{{ 10 | divide 2 }}").unwrap(), "5");
         assert_eq!(r("{{ 7 | divide 2 }}").unwrap(), "3");
         assert_eq!(r("{{ 1.5 | add 1 }}").unwrap(), "2.5");
+        assert_eq!(r("{{ 2 | add 1.5 }}").unwrap(), "3.5");
+        assert_eq!(
+            r("{{ 9223372036854775807 | add 1 }}").unwrap(),
+            "-9223372036854775808"
+        );
+        assert_eq!(
+            r(r#"{{ parseUint "3" | subtract (parseUint "5") }}"#).unwrap(),
+            "18446744073709551614"
+        );
         let e = r("{{ 1 | divide 0 }}").unwrap_err().to_string();
         assert!(e.contains("divide by zero"), "{e}");
+        let e = r(r#"{{ "a" | add 1 }}"#).unwrap_err().to_string();
+        assert!(e.contains("add: unknown type"), "{e}");
     }
 
     #[test]
@@ -1092,8 +1272,10 @@ mod tests {
             "1.5"
         );
         assert_eq!(go_json_float(1e21), "1e+21");
-        assert_eq!(go_json_float(1e-7), "1e-07");
+        assert_eq!(go_json_float(1e-7), "1e-7");
+        assert_eq!(go_json_float(1.5e-10), "1.5e-10");
         assert_eq!(r(r#"{{ toJSON (parseJSON "") }}"#).unwrap(), "{}");
+        assert_eq!(r(r#"{{ toJSON (parseJSON "null") }}"#).unwrap(), "null");
     }
 
     #[test]
