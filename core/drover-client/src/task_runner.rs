@@ -102,6 +102,8 @@ pub struct TaskRunner {
     /// Why the templates failed: a start that fails with this set is Nomad's "Template
     /// failed" kill, a running task stopped with it set fails instead of restarting.
     template_failure: Option<String>,
+    /// Changes of the running task's templates waiting for their splay, and until when.
+    template_due: Option<(tokio::time::Instant, crate::template::Changes)>,
     /// The task's artifacts are in place (fetched once, before the first start, as Nomad's
     /// artifact hook marks itself done).
     artifacts_done: bool,
@@ -132,6 +134,7 @@ impl TaskRunner {
             templates: None,
             template_env: None,
             template_failure: None,
+            template_due: None,
             artifacts_done: false,
         };
         // A task that ever started had its artifacts fetched (before an agent restart too).
@@ -397,13 +400,21 @@ impl TaskRunner {
                 TEMPLATE_RERENDER,
             );
             template_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            // Changes found for an earlier run of the task are in the outputs it starts with.
+            self.template_due = None;
             let exit = loop {
+                let due = self.template_due.as_ref().map(|(at, _)| *at);
                 tokio::select! {
                     exit = &mut wait => break Some(exit),
                     _ = template_tick.tick(), if self.templates.is_some()
                         && self.template_failure.is_none() =>
                     {
-                        self.rerender_templates(&task_id, &mut restarting).await;
+                        self.rerender_templates();
+                    }
+                    _ = sleep_until_due(due), if due.is_some() => {
+                        if let Some((_, changes)) = self.template_due.take() {
+                            self.apply_template_changes(changes, &task_id, &mut restarting).await;
+                        }
                     }
                     Some(ev) = self.plugin_events.1.recv() => self.event(ev),
                     Some(command) = self.commands.recv() => {
@@ -914,58 +925,78 @@ impl TaskRunner {
         }
     }
 
-    /// Renders the running task's templates again and applies the change modes of those whose
-    /// output changed: a restart through the same path as `alloc restart`, or the signals
-    /// (Nomad's "template changed" Signaling events). A failure stops the task, failing it.
-    async fn rerender_templates(&mut self, task_id: &str, restarting: &mut Vec<Reply>) {
+    /// Renders the running task's templates again. Changes wait for a random part of their
+    /// splay (Nomad's), then `apply_template_changes` acts on them; a failure is acted on at
+    /// once, without a splay.
+    fn rerender_templates(&mut self) {
         let (Some(templates), Some(env)) = (self.templates.as_mut(), self.template_env.as_ref())
         else {
             return;
         };
         // Small local files: rendered in place rather than on the blocking pool.
-        let changes = templates.rerender(env);
-        let failure = match changes {
-            Ok(c) if c.is_empty() => return,
-            Ok(c) if c.restart => {
-                let mut event = TaskEvent::new(TASK_EVENT_RESTART_SIGNAL);
-                event.display_message = "Template with change_mode restart re-rendered".into();
-                let (done, _) = oneshot::channel();
-                let restart = TaskCommand::Restart {
-                    event: Box::new(event),
-                    done,
-                };
-                self.command(restart, task_id, restarting).await;
-                return;
+        match templates.rerender(env) {
+            Ok(c) if c.is_empty() => {}
+            Ok(c) => match self.template_due.as_mut() {
+                Some((_, due)) => due.merge(c),
+                None => {
+                    let at = tokio::time::Instant::now() + c.splay_wait();
+                    self.template_due = Some((at, c));
+                }
+            },
+            Err(e) => {
+                self.template_due = Some((
+                    tokio::time::Instant::now(),
+                    crate::template::Changes::default(),
+                ));
+                self.template_failure = Some(e.to_string());
             }
+        }
+    }
+
+    /// Applies what changed templates ask for: a restart through the same path as `alloc
+    /// restart`, or the signals (Nomad's "template changed" Signaling events). A failed render
+    /// or signal stops the task, failing it.
+    async fn apply_template_changes(
+        &mut self,
+        changes: crate::template::Changes,
+        task_id: &str,
+        restarting: &mut Vec<Reply>,
+    ) {
+        if let Some(failure) = self.template_failure.clone() {
+            return self.fail_by_template(task_id, failure).await;
+        }
+        if changes.restart {
+            let mut event = TaskEvent::new(TASK_EVENT_RESTART_SIGNAL);
+            event.display_message = "Template with change_mode restart re-rendered".into();
+            let (done, _) = oneshot::channel();
+            let restart = TaskCommand::Restart {
+                event: Box::new(event),
+                done,
+            };
+            self.command(restart, task_id, restarting).await;
+            return;
+        }
+        if !restarting.is_empty() {
             // The task is stopping for a restart: it starts again with the new outputs.
-            Ok(_) if !restarting.is_empty() => return,
-            Ok(c) => {
-                let mut failure = None;
-                for signal in c.signals {
-                    let mut ev = TaskEvent::new(TASK_EVENT_SIGNALING);
-                    ev.task_signal = signal.clone();
-                    ev.task_signal_reason = "template changed".into();
-                    ev.display_message = ev.default_display_message();
-                    self.event(ev);
-                    let driver = self.ctx.driver.clone();
-                    let id = task_id.to_string();
-                    let sig = signal.clone();
-                    let sent = tokio::task::spawn_blocking(move || driver.signal_task(&id, &sig))
-                        .await
-                        .unwrap_or_else(|e| Err(DriverError::Other(e.to_string())));
-                    if let Err(e) = sent {
-                        failure = Some(format!("failed to send signal {signal}: {e}"));
-                        break;
-                    }
-                }
-                match failure {
-                    Some(f) => f,
-                    None => return,
-                }
+            return;
+        }
+        for signal in changes.signals {
+            let mut ev = TaskEvent::new(TASK_EVENT_SIGNALING);
+            ev.task_signal = signal.clone();
+            ev.task_signal_reason = "template changed".into();
+            ev.display_message = ev.default_display_message();
+            self.event(ev);
+            let driver = self.ctx.driver.clone();
+            let id = task_id.to_string();
+            let sig = signal.clone();
+            let sent = tokio::task::spawn_blocking(move || driver.signal_task(&id, &sig))
+                .await
+                .unwrap_or_else(|e| Err(DriverError::Other(e.to_string())));
+            if let Err(e) = sent {
+                let failure = format!("failed to send signal {signal}: {e}");
+                return self.fail_by_template(task_id, failure).await;
             }
-            Err(e) => e.to_string(),
-        };
-        self.fail_by_template(task_id, failure).await;
+        }
     }
 
     /// After the task stopped for a requested restart: Nomad's restart tracker restarts it at
@@ -1009,6 +1040,14 @@ impl TaskRunner {
 }
 
 /// Waits for a task to exit, on the blocking pool.
+/// Waits until `due` (forever without one; the select's guard keeps that branch off then).
+async fn sleep_until_due(due: Option<tokio::time::Instant>) {
+    match due {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Nomad's event for a template that failed: the task is killed and fails.
 fn template_failed_event(message: &str, kill_timeout_nanos: i64) -> TaskEvent {
     let mut ev = TaskEvent::new(TASK_EVENT_KILLING);

@@ -78,6 +78,9 @@ pub struct TemplateSpec {
     pub right_delim: String,
     pub envvars: bool,
     pub err_missing_key: bool,
+    /// The most a change action waits, at random, after the output changed (Nomad's `splay`,
+    /// so that many tasks rendering the same change do not all restart at once).
+    pub splay: std::time::Duration,
 }
 
 /// The task's templates, from the opaque `Templates` JSON of the job.
@@ -119,6 +122,13 @@ fn spec(index: usize, t: &Json) -> Result<TemplateSpec, TemplateError> {
         right_delim: delim("RightDelim", "}}"),
         envvars: b("Envvars"),
         err_missing_key: b("ErrMissingKey"),
+        // Nomad's default when the job did not go through canonicalization: 5 s.
+        splay: std::time::Duration::from_nanos(
+            t.get("Splay")
+                .and_then(Json::as_i64)
+                .unwrap_or(5_000_000_000)
+                .max(0) as u64,
+        ),
     })
 }
 
@@ -215,11 +225,38 @@ pub struct Templates {
 pub struct Changes {
     pub restart: bool,
     pub signals: Vec<String>,
+    /// The largest splay of the templates that asked for these.
+    pub splay: std::time::Duration,
 }
 
 impl Changes {
     pub fn is_empty(&self) -> bool {
         !self.restart && self.signals.is_empty()
+    }
+
+    /// Folds in changes found while these waited for their splay.
+    pub fn merge(&mut self, later: Changes) {
+        self.restart |= later.restart;
+        for s in later.signals {
+            if !self.signals.contains(&s) {
+                self.signals.push(s);
+            }
+        }
+        if self.restart {
+            self.signals.clear();
+        }
+        self.splay = self.splay.max(later.splay);
+    }
+
+    /// A random wait in `[0, splay)`, as Nomad draws one for each set of changes.
+    pub fn splay_wait(&self) -> std::time::Duration {
+        let ns = self.splay.as_nanos() as u64;
+        if ns == 0 {
+            return std::time::Duration::ZERO;
+        }
+        // uuid's v4 bytes are the random source the client already has.
+        let r = uuid::Uuid::new_v4().as_u128() as u64;
+        std::time::Duration::from_nanos(r % ns)
     }
 }
 
@@ -301,13 +338,16 @@ impl Templates {
             }
             write_output(&self.specs[i], env, &text)?;
             self.last[i] = Some(text);
+            let splay = self.specs[i].splay;
             match &self.specs[i].change_mode {
                 ChangeMode::Restart => changes.restart = true,
                 ChangeMode::Signal(s) if !changes.signals.contains(s) => {
                     changes.signals.push(s.clone())
                 }
-                ChangeMode::Signal(_) | ChangeMode::Noop => {}
+                ChangeMode::Signal(_) => {}
+                ChangeMode::Noop => continue,
             }
+            changes.splay = changes.splay.max(splay);
         }
         if changes.restart {
             // A restart delivers every change; signals to a task being restarted are moot.
@@ -1128,6 +1168,7 @@ mod tests {
             right_delim: "}}".into(),
             envvars: false,
             err_missing_key: false,
+            splay: std::time::Duration::ZERO,
         }
     }
 
@@ -1450,7 +1491,8 @@ mod tests {
             t.rerender(&env).unwrap(),
             Changes {
                 restart: false,
-                signals: vec!["SIGUSR1".into()]
+                signals: vec!["SIGUSR1".into()],
+                splay: std::time::Duration::ZERO,
             }
         );
         assert_eq!(
@@ -1481,6 +1523,48 @@ mod tests {
         );
         std::fs::write(&src, "v2").unwrap();
         assert!(t.rerender(&env).unwrap().restart);
+    }
+
+    #[test]
+    fn changes_wait_up_to_the_largest_splay_of_the_templates_that_changed() {
+        use std::time::Duration;
+        let d = tmp();
+        let env = env_in(&d.0);
+        std::fs::write(d.0.join("task/local/in.tpl"), "v1").unwrap();
+        let spec = |dest: &str, mode: ChangeMode, splay: u64| {
+            let mut s = embedded("");
+            s.source = "local/in.tpl".into();
+            s.dest = dest.into();
+            s.change_mode = mode;
+            s.splay = Duration::from_secs(splay);
+            s
+        };
+        let mut t = Templates::new(vec![
+            spec("local/a", ChangeMode::Signal("SIGHUP".into()), 2),
+            spec("local/b", ChangeMode::Signal("SIGHUP".into()), 3),
+            spec("local/c", ChangeMode::Noop, 60),
+        ]);
+        t.render_all(&env).unwrap();
+        std::fs::write(d.0.join("task/local/in.tpl"), "v2").unwrap();
+        let mut c = t.rerender(&env).unwrap();
+        assert_eq!(
+            c.splay,
+            Duration::from_secs(3),
+            "noop templates do not wait"
+        );
+        assert!(c.splay_wait() < Duration::from_secs(3));
+        c.merge(Changes {
+            restart: true,
+            signals: vec![],
+            splay: Duration::from_secs(1),
+        });
+        assert!(c.restart && c.signals.is_empty());
+        assert_eq!(c.splay, Duration::from_secs(3));
+        let task = Task {
+            templates: Some(json!([{ "DestPath": "a", "EmbeddedTmpl": "x" }])),
+            ..Default::default()
+        };
+        assert_eq!(of_task(&task).unwrap()[0].splay, Duration::from_secs(5));
     }
 
     #[test]
