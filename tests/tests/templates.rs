@@ -302,3 +302,19 @@ exit 1"#;
     });
     assert!(signalled, "no Signaling event: {}", alloc["TaskStates"]);
 }
+
+#[test]
+fn an_exec_tasks_templates_see_the_directories_as_the_task_does() {
+    let dir = TempDir::new("templates-exec");
+    let agent = Agent::start_dev(dir.path(), &[]);
+    let templates = template(
+        "{{ env \"NOMAD_TASK_DIR\" }} {{ env \"NOMAD_ALLOC_DIR\" }} {{ env \"NOMAD_SECRETS_DIR\" }}\n",
+        "local/paths.txt",
+        "",
+    );
+    let text = job("exec-paths", &templates, "cat /local/paths.txt")
+        .replace("driver = \"raw_exec\"", "driver = \"exec\"");
+    let alloc = run_until(&agent, &dir, "exec-paths", &text, "complete");
+    let alloc_id = alloc["ID"].as_str().expect("alloc id");
+    assert_eq!(stdout_of(&agent, alloc_id), "/local /alloc /secrets\n");
+}

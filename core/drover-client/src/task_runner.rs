@@ -894,9 +894,12 @@ impl TaskRunner {
         } else {
             &no_agent_env
         };
-        let env = build_env(
+        let mut env = build_env(
             &c.alloc, &c.group, &c.task, &c.node, &c.region, &paths, agent_env,
         );
+        if c.driver.capabilities().fs_isolation != FsIsolation::None {
+            crate::template::use_in_task_paths(&mut env);
+        }
         let render_env = crate::template::RenderEnv {
             task_dir: c.task_dir.dir.clone(),
             alloc_dir: c.alloc_path.clone(),
@@ -1079,10 +1082,14 @@ fn first_render(
     if t.rendered() && template_env.is_some() {
         return t.env_vars();
     }
+    let mut env = env.clone();
+    if c.driver.capabilities().fs_isolation != FsIsolation::None {
+        crate::template::use_in_task_paths(&mut env);
+    }
     let render_env = crate::template::RenderEnv {
         task_dir: c.task_dir.dir.clone(),
         alloc_dir: c.alloc_path.clone(),
-        env: env.clone(),
+        env,
         node: c.node.clone(),
         region: c.region.clone(),
     };

@@ -143,6 +143,22 @@ pub struct RenderEnv {
     pub region: String,
 }
 
+/// For a driver that isolates the task's filesystem: the directory variables templates see are
+/// the paths inside the task (Nomad's task dir hook gives its env builder `/alloc`, `/local`,
+/// `/secrets` then), so a rendered config names what the task can open.
+pub fn use_in_task_paths(env: &mut BTreeMap<String, String>) {
+    for (k, v) in [
+        ("NOMAD_ALLOC_DIR", "/alloc"),
+        ("NOMAD_TASK_DIR", "/local"),
+        ("NOMAD_SECRETS_DIR", "/secrets"),
+        ("TMPDIR", "/tmp"),
+    ] {
+        if env.contains_key(k) {
+            env.insert(k.to_string(), v.to_string());
+        }
+    }
+}
+
 impl RenderEnv {
     fn lookup(&self, name: &str) -> String {
         crate::taskenv::lookup_in(name, &self.env, &self.node, &self.region).unwrap_or_default()
@@ -1565,6 +1581,26 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(of_task(&task).unwrap()[0].splay, Duration::from_secs(5));
+    }
+
+    #[test]
+    fn isolated_tasks_templates_see_in_task_directory_paths() {
+        let mut env = BTreeMap::from([
+            (
+                "NOMAD_TASK_DIR".to_string(),
+                "/data/alloc/a/t/local".to_string(),
+            ),
+            (
+                "NOMAD_ALLOC_DIR".to_string(),
+                "/data/alloc/a/alloc".to_string(),
+            ),
+            ("OTHER".to_string(), "kept".to_string()),
+        ]);
+        use_in_task_paths(&mut env);
+        assert_eq!(env["NOMAD_TASK_DIR"], "/local");
+        assert_eq!(env["NOMAD_ALLOC_DIR"], "/alloc");
+        assert_eq!(env["OTHER"], "kept");
+        assert!(!env.contains_key("NOMAD_SECRETS_DIR"));
     }
 
     #[test]
