@@ -732,6 +732,43 @@ fn functions(mut t: Template, env: &RenderEnv) -> Template {
         }
         Ok(Value::from(out))
     })
+    .func("regexMatch", |args| {
+        arity("regexMatch", args, 2)?;
+        let re = regex_of("regexMatch", arg_str("regexMatch", args, 0)?)?;
+        Ok(Value::Bool(re.is_match(arg_str("regexMatch", args, 1)?)))
+    })
+    .func("regexReplaceAll", |args| {
+        // regexReplaceAll(re, replacement, s), `$1` / `${name}` expanded as Go's.
+        arity("regexReplaceAll", args, 3)?;
+        let re = regex_of("regexReplaceAll", arg_str("regexReplaceAll", args, 0)?)?;
+        let with = arg_str("regexReplaceAll", args, 1)?;
+        let s = arg_str("regexReplaceAll", args, 2)?;
+        Ok(Value::from(re.replace_all(s, with).into_owned()))
+    })
+    .func("sha256Hex", |args| {
+        use sha2::Digest as _;
+        arity("sha256Hex", args, 1)?;
+        let digest = sha2::Sha256::digest(arg_str("sha256Hex", args, 0)?.as_bytes());
+        Ok(Value::from(hex::encode(digest)))
+    })
+    .func("md5sum", |args| {
+        use md5::Digest as _;
+        arity("md5sum", args, 1)?;
+        let digest = md5::Md5::digest(arg_str("md5sum", args, 0)?.as_bytes());
+        Ok(Value::from(hex::encode(digest)))
+    })
+    .func("base64Encode", |args| {
+        base64_encode("base64Encode", args, false)
+    })
+    .func("base64URLEncode", |args| {
+        base64_encode("base64URLEncode", args, true)
+    })
+    .func("base64Decode", |args| {
+        base64_decode("base64Decode", args, false)
+    })
+    .func("base64URLDecode", |args| {
+        base64_decode("base64URLDecode", args, true)
+    })
     .func("parseBool", |args| {
         arity("parseBool", args, 1)?;
         let s = arg_str("parseBool", args, 0)?;
@@ -776,6 +813,42 @@ fn functions(mut t: Template, env: &RenderEnv) -> Template {
             .map(Value::Float)
             .map_err(|_| strconv_err("parseFloat", "ParseFloat", s))
     })
+}
+
+fn regex_of(f: &str, re: &str) -> gotmpl::Result<regex::Regex> {
+    regex::Regex::new(re).map_err(|e| exec_err(format!("{f}: {e}")))
+}
+
+fn base64_encode(f: &str, args: &[Value], url: bool) -> gotmpl::Result<Value> {
+    use base64::Engine as _;
+    arity(f, args, 1)?;
+    let s = arg_str(f, args, 0)?;
+    let engine = if url {
+        base64::engine::general_purpose::URL_SAFE
+    } else {
+        base64::engine::general_purpose::STANDARD
+    };
+    Ok(Value::from(engine.encode(s)))
+}
+
+/// Go's padded decoders, which skip `\r` and `\n`; the bytes become text (invalid UTF-8
+/// replaced, where Go would keep the raw bytes).
+fn base64_decode(f: &str, args: &[Value], url: bool) -> gotmpl::Result<Value> {
+    use base64::Engine as _;
+    arity(f, args, 1)?;
+    let s: String = arg_str(f, args, 0)?
+        .chars()
+        .filter(|c| !matches!(c, '\r' | '\n'))
+        .collect();
+    let engine = if url {
+        base64::engine::general_purpose::URL_SAFE
+    } else {
+        base64::engine::general_purpose::STANDARD
+    };
+    let bytes = engine
+        .decode(s)
+        .map_err(|e| exec_err(format!("{f}: {e}")))?;
+    Ok(Value::from(String::from_utf8_lossy(&bytes).into_owned()))
 }
 
 /// consul-template's wrapped strconv error: `parseInt: strconv.ParseInt: parsing "x": invalid
@@ -1227,6 +1300,36 @@ mod tests {
         );
         assert!(r(r#"{{ parseBool "yes" }}"#).is_err());
         assert!(r(r#"{{ parseUint "-1" }}"#).is_err());
+    }
+
+    #[test]
+    fn regex_hash_and_base64_functions() {
+        assert_eq!(
+            r(r#"{{ regexMatch "^v[0-9]+$" "v12" }} {{ regexMatch "^v[0-9]+$" "x" }} {{ "a-1 b-2" | regexReplaceAll "([a-z])-([0-9])" "$2$1" }}"#)
+                .unwrap(),
+            "true false 1a 2b"
+        );
+        assert!(
+            r(r#"{{ regexMatch "(" "x" }}"#)
+                .unwrap_err()
+                .to_string()
+                .contains("regexMatch")
+        );
+        assert_eq!(
+            r(r#"{{ sha256Hex "abc" }}"#).unwrap(),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert_eq!(
+            r(r#"{{ md5sum "abc" }}"#).unwrap(),
+            "900150983cd24fb0d6963f7d28e17f72"
+        );
+        assert_eq!(
+            r(r#"{{ base64Encode "hi?>" }} {{ base64URLEncode "hi?>" }} {{ base64Decode "aGk/Pg==" }} {{ base64URLDecode "aGk_Pg==" }}"#)
+                .unwrap(),
+            "aGk/Pg== aGk_Pg== hi?> hi?>"
+        );
+        assert_eq!(r("{{ base64Decode \"aGk/\\nPg==\" }}").unwrap(), "hi?>");
+        assert!(r(r#"{{ base64Decode "!!" }}"#).is_err());
     }
 
     #[test]
