@@ -502,10 +502,11 @@ pub const UNSUPPORTED_FUNCTIONS: &[&str] = &[
     "service",
     "services",
     "tree",
-    // Nomad's default template.function_denylist.
-    "plugin",
-    "writeToFile",
 ];
+
+/// Nomad's default `template.function_denylist`: they run commands and write files on the
+/// client's behalf.
+pub const DENIED_FUNCTIONS: &[&str] = &["plugin", "writeToFile"];
 
 fn exec_err(message: String) -> GoError {
     GoError::Exec(message)
@@ -540,6 +541,13 @@ fn functions(mut t: Template, env: &RenderEnv) -> Template {
         t = t.func(name, move |_| {
             Err(exec_err(format!(
                 "function {name:?} is not supported by Drover (it needs Consul, Vault or Nomad services and variables)"
+            )))
+        });
+    }
+    for name in DENIED_FUNCTIONS {
+        t = t.func(name, move |_| {
+            Err(exec_err(format!(
+                "function {name:?} is disabled (the client's template function denylist)"
             )))
         });
     }
@@ -1506,6 +1514,8 @@ mod tests {
                 "{e}"
             );
         }
+        let e = r(r#"{{ plugin "/bin/true" }}"#).unwrap_err().to_string();
+        assert!(e.contains(r#"function "plugin" is disabled"#), "{e}");
         // Not called, not a failure.
         assert_eq!(
             r(r#"{{ if false }}{{ service "x" }}{{ end }}ok"#).unwrap(),
