@@ -195,6 +195,7 @@ pub fn router(
             "/v1/node/{id}/eligibility",
             post(nodes::eligibility).put(nodes::eligibility),
         )
+        .route("/v1/node/{id}/drain", post(nodes::drain).put(nodes::drain))
         .route("/v1/agent/self", get(agent::agent_self))
         .route("/v1/agent/members", get(agent::members))
         .route("/v1/agent/health", get(agent::health))

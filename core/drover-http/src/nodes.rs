@@ -1,4 +1,4 @@
-//! `/v1/nodes` and `/v1/node/:id[/allocations|/eligibility]`. The node secret never leaves.
+//! `/v1/nodes` and `/v1/node/:id[/allocations|/eligibility|/drain]`. The node secret never leaves.
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
@@ -108,6 +108,59 @@ pub(crate) async fn eligibility(
         "EvalIDs": Value::Null,
         "EvalCreateIndex": 0,
         "NodeModifyIndex": index,
+        "Index": meta.index,
+        "LastContact": 0,
+        "KnownLeader": meta.known_leader,
+    });
+    respond_json(&body, Some(meta), pretty)
+}
+
+/// Nomad's `DrainSpec`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct DrainSpecBody {
+    #[serde(rename = "Deadline")]
+    deadline: i64,
+    #[serde(rename = "IgnoreSystemJobs")]
+    ignore_system_jobs: bool,
+}
+
+/// Nomad's `NodeUpdateDrainRequest` (the node id comes from the path).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct DrainRequest {
+    #[serde(rename = "DrainSpec")]
+    drain_spec: Option<DrainSpecBody>,
+    #[serde(rename = "MarkEligible")]
+    mark_eligible: bool,
+}
+
+/// `POST|PUT /v1/node/:id/drain`: a `DrainSpec` starts draining the node (it turns
+/// ineligible), `null` stops it (`MarkEligible` makes it eligible again).
+pub(crate) async fn drain(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    Query(params): Query<Params>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let pretty = flag(&params, "pretty")?;
+    let request: DrainRequest = decode_body(&body, "request")?;
+    let spec = request
+        .drain_spec
+        .map(|d| drover_server::drainer::DrainSpec {
+            deadline: d.deadline,
+            ignore_system_jobs: d.ignore_system_jobs,
+        });
+    let index = s
+        .server
+        .drain_node(&id, spec, request.mark_eligible)
+        .await?;
+    let meta = QueryMeta::new(&s, index);
+    // Nomad's NodeDrainUpdateResponse.
+    let body = json!({
+        "NodeModifyIndex": index,
+        "EvalIDs": Value::Null,
+        "EvalCreateIndex": 0,
         "Index": meta.index,
         "LastContact": 0,
         "KnownLeader": meta.known_leader,

@@ -88,6 +88,19 @@ pub enum LogEntry {
         node_id: String,
         eligibility: String,
     },
+    /// Starts (`strategy` set, Nomad's `DrainStrategy` JSON) or ends a node's drain.
+    NodeDrain {
+        node_id: String,
+        strategy: Option<serde_json::Value>,
+        mark_eligible: bool,
+        /// The node event recorded with it ("Node drain strategy set", ...).
+        event: String,
+    },
+    /// The drainer's migrations: allocations marked to move, and their jobs' evaluations.
+    AllocMigrate {
+        ids: Vec<String>,
+        evals: Vec<Evaluation>,
+    },
     /// The operator's scheduler configuration; with `cas`, only if the stored `ModifyIndex`
     /// is still that value (0: none stored).
     SchedulerConfigUpdate {
@@ -297,6 +310,20 @@ pub fn apply_entry(state: &StateStore, index: u64, entry: LogEntry) -> Result<()
                 index,
                 message: e.to_string(),
             })?,
+        LogEntry::NodeDrain {
+            node_id,
+            strategy,
+            mark_eligible,
+            event,
+        } => state
+            .update_node_drain(index, &node_id, strategy, mark_eligible, &event)
+            .map_err(|e| FsmError::Apply {
+                index,
+                message: e.to_string(),
+            })?,
+        LogEntry::AllocMigrate { ids, evals } => {
+            state.mark_allocs_for_migration(index, &ids, evals)
+        }
         LogEntry::SchedulerConfigUpdate { config, cas } => {
             if !state.set_scheduler_config(index, config, cas) {
                 return Err(FsmError::Rejected(crate::sched_config::CAS_REJECTED.into()));

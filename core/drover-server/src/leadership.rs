@@ -31,6 +31,7 @@ pub(crate) async fn leader_loop(inner: Arc<Inner>) {
             inner.periodic.stop();
             inner.volume_watcher.stop();
             inner.garbage.stop();
+            inner.drainer.stop();
             inner.broker.set_enabled(false);
             inner.heartbeats.clear();
             inner
@@ -59,6 +60,7 @@ pub(crate) async fn reestablish_leadership(inner: &Arc<Inner>) {
     inner.periodic.stop();
     inner.volume_watcher.stop();
     inner.garbage.stop();
+    inner.drainer.stop();
     inner.broker.set_enabled(false);
     inner.heartbeats.clear();
     inner
@@ -108,6 +110,7 @@ async fn establish_leadership(inner: &Arc<Inner>) {
     inner.periodic.start(inner.clone());
     inner.volume_watcher.start(inner.clone());
     inner.garbage.start(inner.clone());
+    inner.drainer.start(inner.clone());
     tracing::info!(pending = np, blocked = nb, "leadership established");
 }
 

@@ -15,6 +15,7 @@ mod cluster;
 mod cluster_tests;
 pub mod csi;
 mod dispatch;
+pub mod drainer;
 pub mod events;
 pub mod fsm;
 pub mod garbage;

@@ -369,6 +369,20 @@ impl Server {
                 self.force_periodic_here(&namespace, &job_id).await
             }
             Request::DispatchJob(request) => self.dispatch_job_here(request).await,
+            Request::DrainNode {
+                node_id,
+                deadline,
+                ignore_system_jobs,
+                mark_eligible,
+            } => {
+                let spec = deadline.map(|deadline| crate::drainer::DrainSpec {
+                    deadline,
+                    ignore_system_jobs,
+                });
+                self.drain_node_here(&node_id, spec, mark_eligible)
+                    .await
+                    .map(Reply::Index)
+            }
             Request::ForceGc => {
                 crate::garbage::run_pass(&self.inner, &crate::garbage::GcThresholds::FORCE).await?;
                 Ok(Reply::Index(self.inner.state.latest_index()))

@@ -82,6 +82,13 @@ pub enum Request {
     DispatchJob(crate::dispatch::DispatchRequest),
     /// `PUT /v1/system/gc`: a garbage collection pass on the leader, ages ignored.
     ForceGc,
+    /// Starts (`deadline` set, Nomad's ns: negative forces, 0 none) or stops a node's drain.
+    DrainNode {
+        node_id: String,
+        deadline: Option<i64>,
+        ignore_system_jobs: bool,
+        mark_eligible: bool,
+    },
     /// CSI volume and plugin endpoints (see `crate::csi`).
     Csi(crate::csi::CsiRequest),
     /// CSI snapshot endpoints (see `crate::csi::snapshot`).

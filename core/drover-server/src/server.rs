@@ -133,6 +133,8 @@ pub(crate) struct Inner {
     pub proposed: Arc<ProposedEntries>,
     /// Collects ended evaluations, allocations and jobs; runs while leading.
     pub garbage: crate::garbage::GarbageCollector,
+    /// Moves allocations off draining nodes; runs while leading.
+    pub drainer: crate::drainer::NodeDrainer,
     /// The changes the FSM applied, for `/v1/event/stream` (on every server, not only the
     /// leader).
     pub events: Arc<crate::events::EventBroker>,
@@ -391,6 +393,7 @@ impl Server {
             volume_watcher: Default::default(),
             proposed,
             garbage: Default::default(),
+            drainer: Default::default(),
             events,
         });
         tokio::spawn(run_plan_applier(inner.clone(), plan_rx));
@@ -786,7 +789,7 @@ impl Server {
 
     /// Creates a node-update evaluation of every running system and sysbatch job for `node_id`,
     /// so the system scheduler places them on a node that joined or became usable.
-    async fn evaluate_system_jobs_for(&self, node_id: &str) -> Result<(), ServerError> {
+    pub(crate) async fn evaluate_system_jobs_for(&self, node_id: &str) -> Result<(), ServerError> {
         let snap = self.snapshot();
         let evals: Vec<Evaluation> = snap
             .jobs(None)

@@ -489,6 +489,72 @@ impl StateStore {
         })
     }
 
+    /// Starts (`Some` strategy: the node becomes ineligible) or ends a node's drain. Ending
+    /// it makes the node eligible again only with `mark_eligible` (Nomad leaves a drained node
+    /// ineligible). `event` is the node event recorded with the change.
+    pub fn update_node_drain(
+        &self,
+        index: u64,
+        node_id: &str,
+        strategy: Option<serde_json::Value>,
+        mark_eligible: bool,
+        event: &str,
+    ) -> Result<(), StateError> {
+        self.write(index, &[Table::Nodes], |t| {
+            let Some(existing) = t.nodes.get(node_id).cloned() else {
+                return Err(StateError::NodeNotFound(node_id.into()));
+            };
+            let mut n = (*existing).clone();
+            n.drain = strategy.is_some();
+            if strategy.is_some() {
+                n.scheduling_eligibility = drover_structs::NODE_INELIGIBLE.to_string();
+            } else if mark_eligible {
+                n.scheduling_eligibility = NODE_ELIGIBLE.to_string();
+            }
+            n.drain_strategy = strategy;
+            let mut events = n.events.take().unwrap_or_default();
+            events.push(NodeEvent {
+                message: event.to_string(),
+                subsystem: "Drain".into(),
+                timestamp: format_rfc3339_nanos(now_nanos() / 1_000_000_000 * 1_000_000_000),
+                create_index: index,
+                details: None,
+            });
+            if events.len() > 10 {
+                let excess = events.len() - 10;
+                events.drain(..excess);
+            }
+            n.events = Some(events);
+            n.modify_index = index;
+            n.compute_class();
+            t.nodes.insert(n.id.clone(), Arc::new(n));
+            Ok(())
+        })
+    }
+
+    /// Marks allocations for migration off their draining node (Nomad's desired transition
+    /// `Migrate`); the scheduler then replaces them elsewhere. Evaluations come with it.
+    pub fn mark_allocs_for_migration(&self, index: u64, ids: &[String], evals: Vec<Evaluation>) {
+        self.write(
+            index,
+            &[Table::Allocs, Table::Evals, Table::JobSummary, Table::Jobs],
+            |t| {
+                let mut usage = UsagePending::default();
+                for id in ids {
+                    let (key, Some(old)) = stored_alloc(t, id) else {
+                        continue;
+                    };
+                    let mut a = (*old).clone();
+                    a.desired_transition.migrate = Some(true);
+                    a.modify_index = index;
+                    insert_alloc(t, &mut usage, key, Some(old), a);
+                }
+                usage.flush(t);
+                upsert_evals_in(t, index, evals);
+            },
+        )
+    }
+
     pub fn update_node_eligibility(
         &self,
         index: u64,
@@ -858,13 +924,20 @@ mod tests {
         let mut live = alloc("live", "a");
         live.client_status = drover_structs::ALLOC_CLIENT_RUNNING.into();
         s.upsert_plan_results(2, Some(j), vec![], vec![done, live], vec![]);
-        s.upsert_evals(3, vec![drover_structs::Evaluation {
-            id: "e1".into(),
-            namespace: "default".into(),
-            job_id: "a".into(),
-            ..Default::default()
-        }]);
-        s.reap(4, &["e1".to_string()], &["done".to_string(), "live".to_string()]);
+        s.upsert_evals(
+            3,
+            vec![drover_structs::Evaluation {
+                id: "e1".into(),
+                namespace: "default".into(),
+                job_id: "a".into(),
+                ..Default::default()
+            }],
+        );
+        s.reap(
+            4,
+            &["e1".to_string()],
+            &["done".to_string(), "live".to_string()],
+        );
         let snap = s.snapshot();
         assert!(snap.eval("e1").is_none());
         assert!(snap.evals_by_job("default", "a").is_empty());

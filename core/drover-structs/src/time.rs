@@ -60,8 +60,15 @@ pub fn parse_rfc3339_nanos(s: &str) -> Option<i64> {
         }
         nanos = format!("{frac:0<9}").parse().ok()?;
     }
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) || y.abs() > 1_000_000 {
+        return None;
+    }
     let days = days_from_civil(y, m, d);
-    Some((days * 86_400 + hh * 3600 + mm * 60 + ss) * 1_000_000_000 + nanos)
+    // Outside what i64 nanoseconds hold (Go's zero time, year 1, among them): no time.
+    let secs = days
+        .checked_mul(86_400)?
+        .checked_add(hh * 3600 + mm * 60 + ss)?;
+    secs.checked_mul(1_000_000_000)?.checked_add(nanos)
 }
 
 // Howard Hinnant's civil calendar algorithms.
@@ -147,6 +154,13 @@ mod go_duration_tests {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn times_beyond_what_nanoseconds_hold_parse_to_none_not_a_panic() {
+        assert_eq!(super::parse_rfc3339_nanos("0001-01-01T00:00:00Z"), None);
+        assert_eq!(super::parse_rfc3339_nanos("2026-13-01T00:00:00Z"), None);
+        assert!(super::parse_rfc3339_nanos("2026-12-01T00:00:00Z").is_some());
+    }
+
     use super::*;
 
     #[test]

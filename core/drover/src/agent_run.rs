@@ -529,6 +529,12 @@ fn server_config(
     if let Some(n) = block.raft_snapshot_threshold {
         sc.snapshot_threshold = n;
     }
+    if let Some(n) = block.event_buffer_size {
+        sc.event_buffer_size = n;
+    }
+    if block.enable_event_broker == Some(false) {
+        sc.event_buffer_size = 0;
+    }
     let mut join: Vec<String> = args.join.clone();
     if let Some(sj) = &block.server_join {
         join.extend(sj.retry_join.iter().cloned());

@@ -68,6 +68,10 @@ pub struct ServerBlock {
     pub raft_multiplier: Option<u32>,
     /// Raft snapshot (and log compaction) every this many entries.
     pub raft_snapshot_threshold: Option<u64>,
+    /// Raft indexes of events kept for `/v1/event/stream` (Nomad's default 100).
+    pub event_buffer_size: Option<usize>,
+    /// `false` turns the event stream off.
+    pub enable_event_broker: Option<bool>,
     /// Other server settings Nomad accepts; kept, not interpreted yet.
     #[serde(flatten)]
     pub other: BTreeMap<String, Value>,

@@ -107,6 +107,20 @@ impl EntryEvents {
                 node: Some(node_id.clone()),
                 ..EntryEvents::default()
             },
+            LogEntry::NodeDrain { node_id, .. } => EntryEvents {
+                event_type: "NodeDrain",
+                node: Some(node_id.clone()),
+                ..EntryEvents::default()
+            },
+            LogEntry::AllocMigrate {
+                ids: alloc_ids,
+                evals,
+            } => EntryEvents {
+                event_type: "AllocationUpdateDesiredStatus",
+                allocs: alloc_ids.clone(),
+                evals: eval_ids(evals),
+                ..EntryEvents::default()
+            },
             LogEntry::EvalDelete { .. }
             | LogEntry::GcReap { .. }
             | LogEntry::SchedulerConfigUpdate { .. }

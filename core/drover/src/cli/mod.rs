@@ -25,6 +25,7 @@ mod lookup;
 mod metrics;
 mod monitor;
 mod node;
+mod node_drain;
 mod operator;
 mod operator_scheduler;
 mod plugin;

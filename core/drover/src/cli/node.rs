@@ -21,6 +21,10 @@ pub struct NodeCli {
 pub enum NodeCommand {
     /// List nodes, or show one node's details
     Status(NodeStatusArgs),
+    /// Drain a node: move its allocations elsewhere, or stop draining it
+    Drain(super::node_drain::NodeDrainArgs),
+    /// Make a node eligible or ineligible for new placements
+    Eligibility(super::node_drain::NodeEligibilityArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -46,6 +50,8 @@ pub fn run(cli: NodeCli) -> anyhow::Result<Exit> {
     let client = cli.conn.client()?;
     match cli.command {
         NodeCommand::Status(args) => node_status(&client, args),
+        NodeCommand::Drain(args) => super::node_drain::drain(&client, args),
+        NodeCommand::Eligibility(args) => super::node_drain::eligibility(&client, args),
     }
 }
 
@@ -136,7 +142,7 @@ fn node_status(client: &Client, args: NodeStatusArgs) -> anyhow::Result<Exit> {
 
 /// The node ID of the agent the CLI talks to (Nomad's `getLocalNodeID`: `stats.client.node_id`
 /// of `/v1/agent/self`). `Err` is the message to print.
-fn local_node_id(client: &Client) -> Result<String, String> {
+pub(crate) fn local_node_id(client: &Client) -> Result<String, String> {
     let (info, _): (serde_json::Value, _) = client
         .get_json("/v1/agent/self", &[])
         .map_err(|e| format!("Error querying agent info: {e}"))?;
