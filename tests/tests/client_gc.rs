@@ -55,3 +55,70 @@ fn an_ended_allocation_is_collected_and_a_running_one_is_refused() {
         drover_tests::is_alive(pid)
     });
 }
+
+#[test]
+fn periodic_gc_with_gc_max_allocs_five_keeps_five_ended_allocation_directories() {
+    let dir = TempDir::new("client-gc-max");
+    let config = dir.path().join("gc.hcl");
+    std::fs::write(
+        &config,
+        "client {\n  gc_interval = \"1s\"\n  gc_max_allocs = 5\n}\n",
+    )
+    .expect("write agent config");
+    let agent = Agent::start_dev(dir.path(), &["--config", config.to_str().expect("utf-8")]);
+    let job = drover_tests::write_job(
+        &dir,
+        "eight.nomad",
+        r#"
+job "eight" {
+  datacenters = ["dc1"]
+  type = "batch"
+  group "g" {
+    count = 8
+    ephemeral_disk {
+      size = 10
+    }
+    task "t" {
+      driver = "mock_driver"
+      config { run_for = "50ms" }
+      logs {
+        max_files     = 1
+        max_file_size = 5
+      }
+      resources {
+        cpu    = 10
+        memory = 10
+      }
+    }
+  }
+}
+"#,
+    );
+    let out = agent.cli(&["job", "run", &job]);
+    assert!(out.status.success(), "{}", drover_tests::output_text(&out));
+    agent.eventually("eight completed allocations", WAIT, || {
+        allocs(&agent, "eight")
+            .iter()
+            .filter(|a| a["ClientStatus"] == "complete")
+            .count()
+            == 8
+    });
+    let alloc_root = dir.path().join("data/client/alloc");
+    let dirs = || {
+        std::fs::read_dir(&alloc_root)
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .filter(|e| e.path().is_dir())
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    agent.eventually(
+        "the client to keep five allocation directories",
+        WAIT,
+        || dirs() == 5,
+    );
+    // It stays at five: the limit is not undershot by later passes.
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(dirs(), 5);
+}

@@ -69,6 +69,8 @@ pub trait ServerConn: Send + Sync + 'static {
 #[derive(Clone)]
 pub struct ClientConfig {
     pub data_dir: PathBuf,
+    /// The periodic GC of ended allocations (`gc_interval`, `gc_max_allocs`, thresholds).
+    pub gc: crate::gc::GcLimits,
     pub node_name: String,
     pub datacenter: String,
     pub region: String,
@@ -107,6 +109,7 @@ impl ClientConfig {
             node_class: String::new(),
             meta: BTreeMap::new(),
             cpu_total_compute: None,
+            gc: crate::gc::GcLimits::default(),
             memory_total_mb: None,
             reserved_cpu: 0,
             reserved_memory_mb: 0,
@@ -241,6 +244,11 @@ impl Client {
         tokio::spawn(crate::heartbeat_stop::watch(
             heartbeat,
             Arc::new(RunnerStops(shared.clone())),
+            shutdown_rx.clone(),
+        ));
+        tokio::spawn(crate::gc::run_periodic(
+            client.clone(),
+            config.gc.clone(),
             shutdown_rx.clone(),
         ));
         tokio::spawn(watch_allocs(

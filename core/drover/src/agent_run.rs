@@ -387,6 +387,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             cc.memory_total_mb = c.memory_total_mb;
             cc.env_denylist = env_denylist(c);
             cc.host_volumes = host_volumes(c);
+            cc.gc = gc_limits(c)?;
             if let Some(r) = &c.reserved {
                 cc.reserved_cpu = r.cpu.unwrap_or(0);
                 cc.reserved_memory_mb = r.memory.unwrap_or(0);
@@ -617,6 +618,42 @@ fn host_volumes(
             (name.clone(), hv)
         })
         .collect()
+}
+
+/// The client's periodic GC settings over Nomad's defaults; a value that does not parse
+/// stops the agent, naming its key.
+fn gc_limits(c: &ClientBlock) -> anyhow::Result<drover_client::gc::GcLimits> {
+    let mut limits = drover_client::gc::GcLimits::default();
+    if let Some(v) = &c.gc_interval {
+        limits.interval = drover_jobspec::parse_duration(v)
+            .map_err(|e| anyhow::anyhow!("client.gc_interval: {e}"))?;
+        if limits.interval.is_zero() {
+            anyhow::bail!("client.gc_interval must be greater than 0");
+        }
+    }
+    if let Some(n) = c.gc_max_allocs {
+        limits.max_allocs = n;
+    }
+    for (key, value, slot) in [
+        (
+            "gc_disk_usage_threshold",
+            c.gc_disk_usage_threshold,
+            &mut limits.disk_usage_threshold,
+        ),
+        (
+            "gc_inode_usage_threshold",
+            c.gc_inode_usage_threshold,
+            &mut limits.inode_usage_threshold,
+        ),
+    ] {
+        if let Some(v) = value {
+            if !(0.0..=100.0).contains(&v) {
+                anyhow::bail!("client.{key} must be a percentage (0 to 100), got {v}");
+            }
+            *slot = v;
+        }
+    }
+    Ok(limits)
 }
 
 /// The client's env denylist, as Nomad reads it: the `env.denylist` option, else its older name

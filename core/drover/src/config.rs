@@ -100,6 +100,11 @@ pub struct ClientBlock {
     /// Nomad's `host_volume "name" { path = "/srv/data" read_only = false }` blocks, by name.
     #[serde(deserialize_with = "host_volume_blocks")]
     pub host_volume: Option<BTreeMap<String, HostVolumeBlock>>,
+    /// The periodic GC of ended allocations (Nomad's defaults: 1m, 50, 80, 70).
+    pub gc_interval: Option<String>,
+    pub gc_max_allocs: Option<usize>,
+    pub gc_disk_usage_threshold: Option<f64>,
+    pub gc_inode_usage_threshold: Option<f64>,
     #[serde(flatten)]
     pub other: BTreeMap<String, Value>,
 }
