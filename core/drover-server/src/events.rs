@@ -150,39 +150,97 @@ impl Serialize for PayloadJson<'_> {
 
 /// Keeps the newest batches and wakes subscribers when one arrives.
 pub struct EventBroker {
+    shared: Arc<Buffer>,
+    /// Entries applied but not yet turned into events: the FSM (on the Raft thread) hands
+    /// over what an entry touched and the state it left (an O(1) snapshot), and a thread of
+    /// the broker's own looks the objects up, so the Raft thread pays for neither.
+    pending: Option<Mutex<std::sync::mpsc::Sender<Applied>>>,
+}
+
+/// The batches and their watchers.
+struct Buffer {
     capacity: usize,
-    buffer: Mutex<VecDeque<Arc<EventBatch>>>,
+    batches: Mutex<VecDeque<Arc<EventBatch>>>,
     /// The newest published index, watched by subscribers.
     newest: watch::Sender<u64>,
+}
+
+/// One applied entry waiting to become a batch.
+type Applied = (u64, EntryEvents, drover_state::StateSnapshot);
+
+impl Buffer {
+    fn push(&self, batch: EventBatch) {
+        if batch.events.is_empty() {
+            return;
+        }
+        let index = batch.index;
+        {
+            let mut batches = lock(&self.batches);
+            while batches.len() >= self.capacity {
+                batches.pop_front();
+            }
+            batches.push_back(Arc::new(batch));
+        }
+        self.newest.send_replace(index);
+    }
 }
 
 impl EventBroker {
     /// A broker keeping `capacity` batches; 0 disables it (nothing is kept or streamed).
     pub fn new(capacity: usize) -> EventBroker {
-        EventBroker {
+        let shared = Arc::new(Buffer {
             capacity,
-            buffer: Mutex::new(VecDeque::with_capacity(capacity.min(1024))),
+            batches: Mutex::new(VecDeque::with_capacity(capacity.min(1024))),
             newest: watch::channel(0).0,
-        }
+        });
+        let pending = (capacity > 0)
+            .then(|| {
+                let (tx, rx) = std::sync::mpsc::channel::<Applied>();
+                let buffer = shared.clone();
+                // Ends when the broker (the sender) is dropped.
+                std::thread::Builder::new()
+                    .name("drover-events".into())
+                    .spawn(move || {
+                        for (index, touched, state) in rx {
+                            let batch = touched.into_batch(index, &state);
+                            drop(state);
+                            buffer.push(batch);
+                        }
+                    })
+                    .ok()
+                    .map(|_| Mutex::new(tx))
+            })
+            .flatten();
+        EventBroker { shared, pending }
     }
 
     pub fn enabled(&self) -> bool {
-        self.capacity > 0
+        self.shared.capacity > 0
     }
 
+    /// Publishes a batch as it is (tests, and callers that built the events themselves).
     pub fn publish(&self, batch: EventBatch) {
-        if !self.enabled() || batch.events.is_empty() {
-            return;
+        if self.enabled() {
+            self.shared.push(batch);
         }
-        let index = batch.index;
-        {
-            let mut buffer = lock(&self.buffer);
-            while buffer.len() >= self.capacity {
-                buffer.pop_front();
+    }
+
+    /// Turns what entry `index` touched into its batch, from `state` (the state just after
+    /// it), on the broker's thread; batches keep the order entries were applied in.
+    pub(crate) fn publish_applied(
+        &self,
+        index: u64,
+        touched: EntryEvents,
+        state: drover_state::StateSnapshot,
+    ) {
+        match &self.pending {
+            Some(tx) => {
+                if lock(tx).send((index, touched, state)).is_err() {
+                    tracing::warn!(index, "the event broker's thread is gone; event dropped");
+                }
             }
-            buffer.push_back(Arc::new(batch));
+            None => self.publish(touched.into_batch(index, &state)),
         }
-        self.newest.send_replace(index);
     }
 
     /// A subscription from `index` on: the buffered batches at or after it first (all of
@@ -191,13 +249,13 @@ impl EventBroker {
         Subscription {
             broker: self.clone(),
             next: index,
-            newest: self.newest.subscribe(),
+            newest: self.shared.newest.subscribe(),
         }
     }
 
     /// The buffered batches at or after `index`.
     fn since(&self, index: u64) -> Vec<Arc<EventBatch>> {
-        lock(&self.buffer)
+        lock(&self.shared.batches)
             .iter()
             .filter(|b| b.index >= index)
             .cloned()

@@ -377,7 +377,7 @@ impl drover_raft::StateMachine for Fsm {
             apply_entry(&self.state, index, e)?;
             if let Some(touched) = touched {
                 self.events
-                    .publish(touched.into_batch(index, &self.state.snapshot()));
+                    .publish_applied(index, touched, self.state.snapshot());
             }
             Ok(())
         });

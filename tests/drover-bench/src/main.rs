@@ -94,6 +94,10 @@ struct Args {
     /// default when absent.
     #[arg(long)]
     snapshot_threshold: Option<u64>,
+    /// Batches the event broker keeps (`/v1/event/stream`); 0 turns it off. The server's
+    /// default (Nomad's 100) when absent.
+    #[arg(long)]
+    event_buffer_size: Option<usize>,
     /// Count live heap bytes (slower): reports the heap grown while placing, per allocation,
     /// and the heap of one stored allocation (a deep copy of 1,000 of them).
     #[arg(long)]
@@ -224,6 +228,9 @@ async fn main() -> anyhow::Result<()> {
     };
     let mut config = ServerConfig::new(&dir);
     config.num_schedulers = args.schedulers;
+    if let Some(n) = args.event_buffer_size {
+        config.event_buffer_size = n;
+    }
     if let Some(n) = args.snapshot_threshold {
         config.snapshot_threshold = n;
     }
