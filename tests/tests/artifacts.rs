@@ -369,10 +369,7 @@ fn a_failed_artifact_download_is_retried_as_the_restart_policy_says() {
     let state = &alloc["TaskStates"]["t"];
     assert_eq!(state["Restarts"], 1, "{state}");
     let evs = events(&alloc);
-    let kinds: Vec<&str> = evs
-        .iter()
-        .filter_map(|e| e["Type"].as_str())
-        .collect();
+    let kinds: Vec<&str> = evs.iter().filter_map(|e| e["Type"].as_str()).collect();
     assert_eq!(
         kinds,
         [

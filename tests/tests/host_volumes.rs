@@ -149,7 +149,9 @@ fn finished_alloc(agent: &Agent, job: &str) -> Value {
         .as_str()
         .expect("alloc id")
         .to_string();
-    agent.get(&format!("/v1/allocation/{id}")).expect("the allocation")
+    agent
+        .get(&format!("/v1/allocation/{id}"))
+        .expect("the allocation")
 }
 
 fn task_log(agent: &Agent, alloc: &Value) -> String {
@@ -170,7 +172,10 @@ fn the_node_reports_its_host_volumes_in_nomads_shape() {
     let volumes = &node(&agent)["HostVolumes"];
     assert_eq!(volumes["data"]["Path"], data.display().to_string().as_str());
     assert_eq!(volumes["data"]["ReadOnly"], false);
-    assert_eq!(volumes["certs"]["Path"], certs.display().to_string().as_str());
+    assert_eq!(
+        volumes["certs"]["Path"],
+        certs.display().to_string().as_str()
+    );
     assert_eq!(volumes["certs"]["ReadOnly"], true);
     assert_eq!(volumes.as_object().map(|v| v.len()), Some(2), "{volumes}");
     // The list view carries them too.
@@ -229,7 +234,10 @@ fn a_read_only_volume_mount_cannot_be_written_by_an_exec_task() {
         assert!(log.contains("write-failed"), "{job} saw: {log}");
         assert!(log.contains("Read-only file system"), "{job} saw: {log}");
         assert!(!log.contains("write-succeeded"), "{job} saw: {log}");
-        assert!(!host.join("nope").exists(), "{job} wrote into the host volume");
+        assert!(
+            !host.join("nope").exists(),
+            "{job} wrote into the host volume"
+        );
     }
 }
 
@@ -238,8 +246,7 @@ fn a_job_asking_for_a_host_volume_no_node_has_fails_placement_with_nomads_messag
     let dir = TempDir::new("hostvol-missing");
     let (agent, _, _) = start_agent(&dir);
     // No node has "nowhere"; a writer of the read-only "certs" cannot place either.
-    for (job, source, read_only) in [("missing", "nowhere", false), ("ro-writer", "certs", false)]
-    {
+    for (job, source, read_only) in [("missing", "nowhere", false), ("ro-writer", "certs", false)] {
         run_job(
             &agent,
             &dir,
@@ -279,7 +286,14 @@ fn a_raw_exec_task_mounting_a_host_volume_is_refused_naming_its_driver() {
         &agent,
         &dir,
         "raw",
-        &volume_job("raw", "raw_exec", "data", false, false, "touch /data/raw-ran"),
+        &volume_job(
+            "raw",
+            "raw_exec",
+            "data",
+            false,
+            false,
+            "touch /data/raw-ran",
+        ),
     );
     let alloc = finished_alloc(&agent, "raw");
     assert_eq!(alloc["ClientStatus"], "failed", "{alloc}");
