@@ -302,9 +302,19 @@ fn a_hundred_mock_allocations_run() {
     let job = drover_tests::workspace_root().join("examples/jobs/mock-100.nomad");
     let out = agent.cli(&["job", "run", "-detach", job.to_str().unwrap()]);
     assert!(out.status.success(), "{}", output_text(&out));
-    agent.eventually("100 running mock allocs", WAIT, || {
-        count_status(&allocs(&agent, "mock100"), "running") == 100
-    });
+    let deadline = std::time::Instant::now() + WAIT;
+    while count_status(&allocs(&agent, "mock100"), "running") != 100 {
+        if std::time::Instant::now() > deadline {
+            // The job's status says why (a placement failure names the exhausted dimension).
+            let status = agent.cli(&["job", "status", "mock100"]);
+            panic!(
+                "timed out waiting for 100 running mock allocs:\n{}\nagent log:\n{}",
+                output_text(&status),
+                agent.log()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let summary = agent.get("/v1/job/mock100/summary").unwrap();
     assert_eq!(summary["Summary"]["g"]["Running"], 100);
 }
