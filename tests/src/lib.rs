@@ -86,8 +86,82 @@ impl TempDir {
 
 impl Drop for TempDir {
     fn drop(&mut self) {
+        kill_processes_working_under(&self.0);
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// Kills every task a test's agents started under `dir`: processes working under it, and
+/// those whose `NOMAD_ALLOC_ID` is one of the allocations with a directory there (an exec
+/// task lives in its own mount namespace, where its paths say nothing). Tasks outlive their
+/// agent, as in Nomad, so a test that ends without stopping its jobs would otherwise leave them
+/// running for the rest of the suite and after. Agents run in the test's own directory.
+pub fn kill_processes_working_under(dir: &Path) {
+    let allocs = alloc_ids_under(dir, 4);
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    let own = std::process::id();
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|name| name.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if pid as u32 == own {
+            continue;
+        }
+        let works_under =
+            std::fs::read_link(entry.path().join("cwd")).is_ok_and(|p| p.starts_with(dir));
+        let runs_an_alloc = !allocs.is_empty()
+            && std::fs::read(entry.path().join("environ")).is_ok_and(|env| {
+                env.split(|b| *b == 0).any(|var| {
+                    var.strip_prefix(b"NOMAD_ALLOC_ID=".as_slice())
+                        .and_then(|id| std::str::from_utf8(id).ok())
+                        .is_some_and(|id| allocs.iter().any(|a| a == id))
+                })
+            });
+        if works_under || runs_an_alloc {
+            // SAFETY: sending a signal to a process id read from /proc; at worst it is gone.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+/// The names of the directories in every `client/alloc` directory under `dir`, at most
+/// `depth` levels down.
+fn alloc_ids_under(dir: &Path, depth: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if !path.is_dir() || path.is_symlink() {
+            continue;
+        }
+        if path.file_name().is_some_and(|n| n == "alloc")
+            && path
+                .parent()
+                .and_then(Path::file_name)
+                .is_some_and(|n| n == "client")
+        {
+            out.extend(
+                std::fs::read_dir(&path)
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .filter_map(|e| e.file_name().to_str().map(String::from)),
+            );
+        } else if depth > 0 {
+            out.extend(alloc_ids_under(&path, depth - 1));
+        }
+    }
+    out
 }
 
 fn uuid_like() -> u128 {
