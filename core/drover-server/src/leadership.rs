@@ -28,17 +28,7 @@ pub(crate) async fn leader_loop(inner: Arc<Inner>) {
             establish_leadership(&inner).await;
         } else if !is_leader && leading {
             leading = false;
-            inner.periodic.stop();
-            inner.volume_watcher.stop();
-            inner.garbage.stop();
-            inner.drainer.stop();
-            inner.broker.set_enabled(false);
-            inner.heartbeats.clear();
-            inner
-                .blocked
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clear();
+            stop_leader_subsystems(&inner);
             tracing::info!("leadership lost: leader subsystems stopped");
         }
         tokio::select! {
@@ -54,9 +44,9 @@ pub(crate) async fn leader_loop(inner: Arc<Inner>) {
     }
 }
 
-/// Restarts the leader's subsystems from the current state (after an operator restore
-/// replaced it under them).
-pub(crate) async fn reestablish_leadership(inner: &Arc<Inner>) {
+/// Stops everything that runs only on the leader (the one list `establish_leadership` starts
+/// again): losing leadership and an operator restore both go through it.
+fn stop_leader_subsystems(inner: &Inner) {
     inner.periodic.stop();
     inner.volume_watcher.stop();
     inner.garbage.stop();
@@ -68,6 +58,12 @@ pub(crate) async fn reestablish_leadership(inner: &Arc<Inner>) {
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .clear();
+}
+
+/// Restarts the leader's subsystems from the current state (after an operator restore
+/// replaced it under them).
+pub(crate) async fn reestablish_leadership(inner: &Arc<Inner>) {
+    stop_leader_subsystems(inner);
     if inner.is_leader() {
         establish_leadership(inner).await;
     }
