@@ -210,6 +210,24 @@ impl Inner {
     /// at once instead.
     pub async fn block_eval(&self, eval: Evaluation) {
         let key = (eval.namespace.clone(), eval.job_id.clone());
+        // Stopped (or gone) while its scheduler ran: nothing will ever unblock it for a reason
+        // that matters, and a blocked evaluation would keep the job pending for good.
+        let job = self.state.snapshot().job(&eval.namespace, &eval.job_id);
+        if job.is_none_or(|j| j.stop) {
+            let mut canceled = eval;
+            canceled.status = EVAL_STATUS_CANCELED.into();
+            canceled.status_description = "job stopped before the evaluation could block".into();
+            canceled.modify_time = now_nanos();
+            if let Err(e) = self
+                .apply(LogEntry::EvalUpdate {
+                    evals: vec![canceled],
+                })
+                .await
+            {
+                tracing::warn!(error = %e, "cancelling the blocked eval of a stopped job");
+            }
+            return;
+        }
         let old = {
             let mut b = self.blocked.lock().unwrap_or_else(|e| e.into_inner());
             let old = b.insert(key.clone(), eval.clone());
@@ -530,11 +548,25 @@ impl Server {
         let mut eval = Evaluation::for_job(&job, TRIGGER_JOB_DEREGISTER);
         // A periodic or parameterized parent has no allocations to stop: no evaluation (its
         // children are jobs of their own).
-        let evals = if job.is_periodic() || job.is_parameterized() {
-            Vec::new()
-        } else {
+        let stops_allocs = !(job.is_periodic() || job.is_parameterized());
+        let mut evals = if stops_allocs {
             vec![eval.clone()]
+        } else {
+            Vec::new()
         };
+        // A blocked evaluation of the job would keep it pending: it goes with the stop.
+        let blocked = self
+            .inner
+            .blocked
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&(namespace.to_string(), job_id.to_string()));
+        if let Some(mut b) = blocked {
+            b.status = EVAL_STATUS_CANCELED.into();
+            b.status_description = "job stopped".into();
+            b.modify_time = now_nanos();
+            evals.push(b);
+        }
         let entry = if purge {
             LogEntry::JobPurge {
                 namespace: namespace.into(),
@@ -553,7 +585,7 @@ impl Server {
         };
         let index = self.inner.apply(entry).await?;
         crate::volume_watcher::reap_job_claims(self, &job).await;
-        if evals.is_empty() {
+        if !stops_allocs {
             return Ok((String::new(), index));
         }
         eval.create_index = index;
