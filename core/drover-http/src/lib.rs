@@ -196,6 +196,11 @@ pub fn router(
             post(nodes::eligibility).put(nodes::eligibility),
         )
         .route("/v1/node/{id}/drain", post(nodes::drain).put(nodes::drain))
+        .route("/v1/node/{id}/purge", post(nodes::purge).put(nodes::purge))
+        .route(
+            "/v1/node/{id}/evaluate",
+            post(nodes::evaluate).put(nodes::evaluate),
+        )
         .route("/v1/agent/self", get(agent::agent_self))
         .route("/v1/agent/members", get(agent::members))
         .route("/v1/agent/health", get(agent::health))

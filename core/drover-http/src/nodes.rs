@@ -115,6 +115,48 @@ pub(crate) async fn eligibility(
     respond_json(&body, Some(meta), pretty)
 }
 
+/// `PUT /v1/node/:id/purge`: removes the node; its jobs are evaluated (Nomad's
+/// `NodePurgeResponse`).
+pub(crate) async fn purge(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    Query(params): Query<Params>,
+) -> Result<Response, ApiError> {
+    let pretty = flag(&params, "pretty")?;
+    let result = s.server.purge_node(&id).await?;
+    node_evals_response(&s, result, pretty)
+}
+
+/// `PUT /v1/node/:id/evaluate`: an evaluation of every job with work on the node (Nomad's
+/// `NodeUpdateResponse`).
+pub(crate) async fn evaluate(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    Query(params): Query<Params>,
+) -> Result<Response, ApiError> {
+    let pretty = flag(&params, "pretty")?;
+    let result = s.server.evaluate_node(&id).await?;
+    node_evals_response(&s, result, pretty)
+}
+
+fn node_evals_response(
+    s: &AppState,
+    result: drover_server::NodeEvalResult,
+    pretty: bool,
+) -> Result<Response, ApiError> {
+    let meta = QueryMeta::new(s, result.eval_create_index.max(result.node_modify_index));
+    let body = json!({
+        "EvalIDs": result.eval_ids,
+        "EvalCreateIndex": result.eval_create_index,
+        "NodeModifyIndex": result.node_modify_index,
+        "HeartbeatTTL": 0,
+        "Index": meta.index,
+        "LastContact": 0,
+        "KnownLeader": meta.known_leader,
+    });
+    respond_json(&body, Some(meta), pretty)
+}
+
 /// Nomad's `DrainSpec`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
@@ -246,5 +288,55 @@ mod tests {
         assert_eq!(r.text(), "invalid scheduling eligibility \"maybe\"");
         let r = api.put("/v1/node/nope/eligibility", &body).await;
         assert_eq!(r.status, StatusCode::NOT_FOUND);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_purged_node_is_gone_and_its_allocations_are_lost() {
+        let api = TestApi::start().await;
+        let id = api.register_node("n1").await;
+        api.register(crate::test_support::web_job("web")).await;
+        let allocs = |api: &TestApi| {
+            let snap = api.server.snapshot();
+            snap.allocs_by_job("default", "web")
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while allocs(&api).is_empty() {
+            assert!(std::time::Instant::now() < deadline, "web was never placed");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+
+        let r = api.call(Method::PUT, "/v1/node/nope/purge", None).await;
+        assert_eq!(
+            (r.status, r.text().as_str()),
+            (StatusCode::NOT_FOUND, "node not found")
+        );
+        let r = api
+            .call(Method::PUT, &format!("/v1/node/{id}/evaluate"), None)
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+        assert_eq!(
+            r.json()["EvalIDs"].as_array().map(Vec::len),
+            Some(1),
+            "{}",
+            r.text()
+        );
+        assert!(api.get(&format!("/v1/node/{id}")).await.status == StatusCode::OK);
+
+        let r = api
+            .call(Method::PUT, &format!("/v1/node/{id}/purge"), None)
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+        let body = r.json();
+        assert_eq!(body["EvalIDs"].as_array().map(Vec::len), Some(1), "{body}");
+        assert!(body["EvalCreateIndex"].as_u64() > body["NodeModifyIndex"].as_u64());
+        let r = api.get(&format!("/v1/node/{id}")).await;
+        assert_eq!(r.status, StatusCode::NOT_FOUND);
+        while !allocs(&api).iter().any(|a| a.client_status == "lost") {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the purged node's allocation was never lost"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
     }
 }

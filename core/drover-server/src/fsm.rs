@@ -88,6 +88,12 @@ pub enum LogEntry {
         node_id: String,
         eligibility: String,
     },
+    /// Nodes purged by an operator (`PUT /v1/node/:id/purge`), with the evaluations of the
+    /// jobs that had allocations on them; an unknown node refuses the entry.
+    NodeDeregister {
+        node_ids: Vec<String>,
+        evals: Vec<Evaluation>,
+    },
     /// Starts (`strategy` set, Nomad's `DrainStrategy` JSON) or ends a node's drain.
     NodeDrain {
         node_id: String,
@@ -310,6 +316,9 @@ pub fn apply_entry(state: &StateStore, index: u64, entry: LogEntry) -> Result<()
                 index,
                 message: e.to_string(),
             })?,
+        LogEntry::NodeDeregister { node_ids, evals } => state
+            .delete_nodes(index, &node_ids, evals)
+            .map_err(|e| FsmError::Rejected(e.to_string()))?,
         LogEntry::NodeDrain {
             node_id,
             strategy,

@@ -25,6 +25,11 @@ impl HeartbeatTimers {
             .insert(node_id.to_string(), Instant::now() + ttl);
     }
 
+    /// Forgets a node's timer (a purged node has nothing left to miss).
+    pub fn remove(&self, node_id: &str) {
+        self.lock().remove(node_id);
+    }
+
     pub fn clear(&self) {
         self.lock().clear();
     }

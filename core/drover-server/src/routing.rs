@@ -143,6 +143,28 @@ impl Server {
         }
     }
 
+    /// Nomad's node purge: removes the node; its jobs are evaluated and its allocations lost.
+    pub async fn purge_node(&self, node_id: &str) -> Result<crate::NodeEvalResult, ServerError> {
+        let request = Request::PurgeNode {
+            node_id: node_id.into(),
+        };
+        match self.route(request).await? {
+            Reply::NodeEvals(result) => Ok(result),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Nomad's node evaluate: an evaluation of every job with work on the node.
+    pub async fn evaluate_node(&self, node_id: &str) -> Result<crate::NodeEvalResult, ServerError> {
+        let request = Request::EvaluateNode {
+            node_id: node_id.into(),
+        };
+        match self.route(request).await? {
+            Reply::NodeEvals(result) => Ok(result),
+            other => Err(unexpected(other)),
+        }
+    }
+
     /// A node's allocations once their index passes `min_index` (or `wait` passes), read
     /// after this server caught up with the leader.
     pub async fn node_allocs(
@@ -383,6 +405,13 @@ impl Server {
                     .await
                     .map(Reply::Index)
             }
+            Request::PurgeNode { node_id } => {
+                self.purge_node_here(&node_id).await.map(Reply::NodeEvals)
+            }
+            Request::EvaluateNode { node_id } => self
+                .evaluate_node_here(&node_id)
+                .await
+                .map(Reply::NodeEvals),
             Request::ForceGc => {
                 crate::garbage::run_pass(&self.inner, &crate::garbage::GcThresholds::FORCE).await?;
                 Ok(Reply::Index(self.inner.state.latest_index()))

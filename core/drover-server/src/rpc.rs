@@ -89,6 +89,14 @@ pub enum Request {
         ignore_system_jobs: bool,
         mark_eligible: bool,
     },
+    /// Removes a node and evaluates its jobs (`PUT /v1/node/:id/purge`).
+    PurgeNode {
+        node_id: String,
+    },
+    /// Evaluates a node's jobs (`PUT /v1/node/:id/evaluate`).
+    EvaluateNode {
+        node_id: String,
+    },
     /// CSI volume and plugin endpoints (see `crate::csi`).
     Csi(crate::csi::CsiRequest),
     /// CSI snapshot endpoints (see `crate::csi::snapshot`).
@@ -127,6 +135,7 @@ pub enum Reply {
         index: u64,
     },
     Dispatched(crate::dispatch::DispatchResult),
+    NodeEvals(crate::node_ops::NodeEvalResult),
     Csi(crate::csi::CsiReply),
     CsiSnapshot(crate::csi::CsiSnapshotReply),
 }

@@ -555,6 +555,41 @@ impl StateStore {
         )
     }
 
+    /// Removes nodes (Nomad's node purge, `DeleteNode`) with the evaluations that replace
+    /// their allocations; the allocations stay until the scheduler marks them lost. The
+    /// nodes' CSI plugin instances go with them. An unknown node refuses the whole write.
+    pub fn delete_nodes(
+        &self,
+        index: u64,
+        ids: &[String],
+        evals: Vec<Evaluation>,
+    ) -> Result<(), StateError> {
+        if let Some(missing) = {
+            let snap = self.snapshot();
+            ids.iter().find(|id| snap.node(id).is_none()).cloned()
+        } {
+            return Err(StateError::NodeNotFound(missing));
+        }
+        self.write(
+            index,
+            &[Table::Nodes, Table::Evals, Table::CsiPlugins],
+            |t| {
+                for id in ids {
+                    let Some(node) = t.nodes.remove(id) else {
+                        continue;
+                    };
+                    // Written without plugins, the node's instances leave their plugins.
+                    let mut gone = (*node).clone();
+                    gone.csi_controller_plugins = None;
+                    gone.csi_node_plugins = None;
+                    crate::csi::node_written(t, &gone, index);
+                }
+                upsert_evals_in(t, index, evals);
+                Ok(())
+            },
+        )
+    }
+
     pub fn update_node_eligibility(
         &self,
         index: u64,
@@ -840,6 +875,38 @@ mod tests {
             client_status: ALLOC_CLIENT_PENDING.into(),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_purged_node_is_gone_with_its_evals_written_and_an_unknown_one_changes_nothing() {
+        let s = StateStore::new();
+        let node = |id: &str| Node {
+            id: id.into(),
+            datacenter: "dc1".into(),
+            ..Default::default()
+        };
+        s.upsert_node(1, node("n1"));
+        s.upsert_node(2, node("n2"));
+        s.upsert_job(3, job("a", 1));
+        let jv = s.snapshot().job("default", "a");
+        s.upsert_plan_results(4, jv, vec![], vec![alloc("x", "a")], vec![]);
+        let refused = s.delete_nodes(5, &["n1".into(), "nope".into()], vec![]);
+        assert!(matches!(refused, Err(StateError::NodeNotFound(id)) if id == "nope"));
+        assert!(s.snapshot().node("n1").is_some());
+        let eval = Evaluation {
+            id: "e1".into(),
+            namespace: "default".into(),
+            job_id: "a".into(),
+            ..Default::default()
+        };
+        s.delete_nodes(6, &["n1".into()], vec![eval]).unwrap();
+        let snap = s.snapshot();
+        assert!(snap.node("n1").is_none());
+        assert!(snap.node("n2").is_some());
+        assert_eq!(snap.eval("e1").unwrap().modify_index, 6);
+        // The allocation stays for the scheduler to mark lost.
+        assert!(snap.alloc("x").is_some());
+        assert_eq!(snap.table_index(Table::Nodes), 6);
     }
 
     #[test]

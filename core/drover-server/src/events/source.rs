@@ -107,6 +107,12 @@ impl EntryEvents {
                 node: Some(node_id.clone()),
                 ..EntryEvents::default()
             },
+            // The node is gone once applied: only its evaluations are streamed.
+            LogEntry::NodeDeregister { evals, .. } => EntryEvents {
+                event_type: "NodeDeregistration",
+                evals: eval_ids(evals),
+                ..EntryEvents::default()
+            },
             LogEntry::NodeDrain { node_id, .. } => EntryEvents {
                 event_type: "NodeDrain",
                 node: Some(node_id.clone()),
