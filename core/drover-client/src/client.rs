@@ -17,6 +17,7 @@ use crate::alloc_control::{AllocControl, AllocControlError};
 use crate::alloc_runner::{self, AllocRunnerHandle, RunnerEnv};
 use crate::csi::{CsiManager, ServerCsi};
 use crate::heartbeat_stop::HeartbeatClock;
+use crate::node_meta::{MetaChanges, NodeMetaError, NodeMetaView};
 use crate::state_db::ClientStateDb;
 use crate::taskenv::EnvDenylist;
 
@@ -160,6 +161,8 @@ pub enum ClientError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("{0}")]
+    NodeMeta(#[from] crate::node_meta::NodeMetaError),
     /// Nomad's text for a `host_volume` whose path cannot be read at start (the reason is
     /// part of the text, not a separate source, so it is printed once).
     #[error("failed to validate volume {name}, err: stat {path}: {reason}")]
@@ -277,6 +280,46 @@ impl Client {
 
     pub fn node_id(&self) -> String {
         self.node().id.clone()
+    }
+
+    /// The node's metadata: merged, dynamic and static (`/v1/client/metadata`).
+    pub fn node_meta(&self) -> Result<NodeMetaView, NodeMetaError> {
+        Ok(NodeMetaView {
+            meta: self.node().meta.clone(),
+            dynamic: crate::node_meta::load(&self.db)?,
+            static_meta: self.config.meta.clone(),
+        })
+    }
+
+    /// Sets and unsets dynamic node metadata: stored in the client state, then the node
+    /// (with its new computed class) is sent to the servers. Refused input changes nothing.
+    /// Blocks on the client state.
+    pub fn apply_node_meta(&self, changes: MetaChanges) -> Result<NodeMetaView, NodeMetaError> {
+        crate::node_meta::validate(&changes)?;
+        let mut outcome = Ok(());
+        // Inside the node's write lock, so concurrent applies cannot interleave their
+        // read-modify-write of the stored map.
+        self.shared.node.send_if_modified(|node| {
+            let stored = crate::node_meta::load(&self.db).and_then(|mut dynamic| {
+                dynamic.extend(changes);
+                crate::node_meta::store(&self.db, &dynamic).map(|()| dynamic)
+            });
+            match stored {
+                Ok(dynamic) => {
+                    let mut n = (**node).clone();
+                    n.meta = crate::node_meta::merged(&self.config.meta, &dynamic);
+                    n.compute_class();
+                    *node = Arc::new(n);
+                    true
+                }
+                Err(e) => {
+                    outcome = Err(e);
+                    false
+                }
+            }
+        });
+        outcome?;
+        self.node_meta()
     }
 
     /// Root of an allocation's directory on this node, if this client ran it.
@@ -508,7 +551,7 @@ fn build_node(config: &ClientConfig, db: &ClientStateDb) -> Result<Node, ClientE
         },
         http_addr: config.http_addr.clone(),
         attributes,
-        meta: config.meta.clone(),
+        meta: crate::node_meta::merged(&config.meta, &crate::node_meta::load(db)?),
         node_class: config.node_class.clone(),
         drivers,
         status: NODE_STATUS_INIT.into(),

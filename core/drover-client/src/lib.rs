@@ -23,6 +23,7 @@ pub mod host_volumes;
 pub mod interpolate;
 pub mod lifecycle;
 pub mod logs;
+pub mod node_meta;
 pub mod mountinfo;
 pub mod restarts;
 pub mod state_db;

@@ -19,7 +19,7 @@ use tokio::io::DuplexStream;
 use crate::error::ApiError;
 use crate::{
     NodeClient, alloc_control, alloc_exec, allocs, client_fs, client_fs_stream, client_gc, logs,
-    proxy,
+    node_meta, proxy,
 };
 
 /// What the client endpoints' handlers share: the node client beside this API, if any.
@@ -161,8 +161,36 @@ impl Dispatch {
     }
 }
 
-async fn dispatch(State(d): State<Dispatch>, request: Request, next: Next) -> Response {
+/// The node a call is for. `POST` (or `PUT`) `/v1/client/metadata` names it in its body (`NodeID`, as
+/// Nomad's API client sends it), so that body is read here and put back.
+async fn target_of(request: Request) -> Result<(CallTarget, Request), ApiError> {
     let target = call_target(request.uri());
+    if target != CallTarget::Local
+        || request.method() == axum::http::Method::GET
+        || request.uri().path() != "/v1/client/metadata"
+    {
+        return Ok((target, request));
+    }
+    let (parts, body) = request.into_parts();
+    let bytes = axum::body::to_bytes(body, METADATA_BODY_LIMIT)
+        .await
+        .map_err(|e| ApiError::bad_request(format!("reading the request body: {e}")))?;
+    let named = serde_json::from_slice::<serde_json::Value>(&bytes)
+        .ok()
+        .and_then(|v| v.get("NodeID")?.as_str().map(str::to_string))
+        .filter(|id| !id.is_empty());
+    let request = Request::from_parts(parts, axum::body::Body::from(bytes));
+    Ok((named.map_or(CallTarget::Local, CallTarget::Node), request))
+}
+
+/// More than any metadata update needs.
+const METADATA_BODY_LIMIT: usize = 1 << 20;
+
+async fn dispatch(State(d): State<Dispatch>, request: Request, next: Next) -> Response {
+    let (target, request) = match target_of(request).await {
+        Ok(t) => t,
+        Err(e) => return e.into_response(),
+    };
     match d.place(&target) {
         Ok(Place::Here) => next.run(request).await,
         Ok(Place::There(upstream)) => match d.tunnels() {
@@ -219,6 +247,12 @@ pub(crate) fn routes(client: Option<Arc<dyn NodeClient>>, routing: ClientRouting
             put(alloc_control::restart).post(alloc_control::restart),
         )
         .route(
+            "/v1/client/metadata",
+            get(node_meta::read)
+                .post(node_meta::apply)
+                .put(node_meta::apply),
+        )
+        .route(
             "/v1/client/gc",
             get(client_gc::collect_all)
                 .put(client_gc::collect_all)
@@ -258,5 +292,25 @@ mod tests {
         );
         assert_eq!(target("/v1/client/stats"), CallTarget::Local);
         assert_eq!(target("/v1/client/stats?node_id="), CallTarget::Local);
+    }
+
+    #[tokio::test]
+    async fn a_metadata_update_is_for_the_node_its_body_names_and_keeps_its_body() {
+        let request = |body: &str| {
+            Request::builder()
+                .method(axum::http::Method::POST)
+                .uri("/v1/client/metadata")
+                .body(axum::body::Body::from(body.to_string()))
+                .unwrap()
+        };
+        let body = r#"{"NodeID": "n9", "Meta": {"a": null}}"#;
+        let (t, kept) = target_of(request(body)).await.unwrap();
+        assert_eq!(t, CallTarget::Node("n9".into()));
+        let bytes = axum::body::to_bytes(kept.into_body(), 1024).await.unwrap();
+        assert_eq!(&bytes[..], body.as_bytes());
+        let (t, _) = target_of(request(r#"{"Meta": {}}"#)).await.unwrap();
+        assert_eq!(t, CallTarget::Local);
+        let (t, _) = target_of(request("not json")).await.unwrap();
+        assert_eq!(t, CallTarget::Local, "the handler reports bad JSON");
     }
 }

@@ -25,6 +25,7 @@ mod jobspec;
 mod logs;
 mod metrics;
 mod monitor;
+mod node_meta;
 mod nodes;
 mod operator;
 mod proxy;
@@ -123,6 +124,24 @@ pub trait NodeClient: Send + Sync + 'static {
     ) -> ControlFuture<'_> {
         let _ = (alloc_id, task, all_tasks);
         alloc_control::not_supported("restarting allocations")
+    }
+    /// The node's metadata, merged, dynamic and static (`GET /v1/client/metadata`). Blocks
+    /// on the client state; the API calls it on a blocking thread.
+    fn node_meta(
+        &self,
+    ) -> Result<drover_client::node_meta::NodeMetaView, drover_client::node_meta::NodeMetaError>
+    {
+        Err(drover_client::node_meta::NodeMetaError::NotSupported)
+    }
+    /// Sets and unsets dynamic node metadata (`POST /v1/client/metadata`). Blocks like
+    /// [`NodeClient::node_meta`].
+    fn apply_node_meta(
+        &self,
+        changes: drover_client::node_meta::MetaChanges,
+    ) -> Result<drover_client::node_meta::NodeMetaView, drover_client::node_meta::NodeMetaError>
+    {
+        let _ = changes;
+        Err(drover_client::node_meta::NodeMetaError::NotSupported)
     }
     /// Garbage-collects an allocation that ended on this node (`/v1/client/allocation/:id/gc`).
     /// Blocks on the filesystem; the API calls it on a blocking thread.

@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 
 use drover_state::StateSnapshot;
-use drover_structs::{Evaluation, JOB_TYPE_SYSBATCH, JOB_TYPE_SYSTEM, TRIGGER_NODE_UPDATE};
+use drover_structs::{Evaluation, JOB_TYPE_SYSBATCH, JOB_TYPE_SYSTEM, Node, TRIGGER_NODE_UPDATE};
 use serde::{Deserialize, Serialize};
 
 use crate::ServerError;
@@ -56,6 +56,25 @@ pub(crate) fn node_evals(
             e
         })
         .collect()
+}
+
+/// Nomad's `shouldCreateNodeEval` for a node that stays ready: a field the feasibility
+/// checks read changed. Drivers count by detection and health only (their update times move
+/// on every fingerprint).
+pub(crate) fn feasibility_changed(old: &Node, new: &Node) -> bool {
+    let drivers = |n: &Node| -> Vec<(String, bool, bool)> {
+        n.drivers
+            .iter()
+            .map(|(name, d)| (name.clone(), d.detected, d.healthy))
+            .collect()
+    };
+    old.datacenter != new.datacenter
+        || old.name != new.name
+        || old.node_class != new.node_class
+        || old.attributes != new.attributes
+        || old.meta != new.meta
+        || old.host_volumes != new.host_volumes
+        || drivers(old) != drivers(new)
 }
 
 impl Server {
@@ -133,7 +152,7 @@ impl Server {
 mod tests {
     use super::*;
     use drover_state::StateStore;
-    use drover_structs::{Allocation, Job, Node};
+    use drover_structs::{Allocation, Job};
 
     fn job(id: &str, job_type: &str) -> Job {
         Job {
@@ -143,6 +162,29 @@ mod tests {
             job_type: job_type.into(),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn only_fields_the_feasibility_checks_read_make_a_ready_node_reevaluated() {
+        let mut old = Node {
+            id: "n1".into(),
+            ..Default::default()
+        };
+        old.drivers.insert("raw_exec".into(), Default::default());
+        let mut new = old.clone();
+        new.status_updated_at = 99;
+        new.events = Some(vec![Default::default()]);
+        if let Some(d) = new.drivers.get_mut("raw_exec") {
+            d.update_time = "later".into();
+        }
+        assert!(!feasibility_changed(&old, &new));
+        new.meta.insert("rack".into(), "r2".into());
+        assert!(feasibility_changed(&old, &new));
+        let mut unhealthy = old.clone();
+        if let Some(d) = unhealthy.drivers.get_mut("raw_exec") {
+            d.healthy = !d.healthy;
+        }
+        assert!(feasibility_changed(&old, &unhealthy));
     }
 
     #[test]

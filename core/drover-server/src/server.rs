@@ -640,8 +640,13 @@ impl Server {
         node.status_updated_at = now_nanos() / 1_000_000_000;
         // A node that is new or comes back gets the system jobs evaluated for it (Nomad's
         // shouldCreateNodeEval); a re-registration of a ready node does not.
-        let before = self.snapshot().node(&node.id).map(|n| n.status.clone());
+        let original = self.snapshot().node(&node.id);
+        let before = original.as_ref().map(|n| n.status.clone());
         let was_ready = before.as_deref() == Some(NODE_STATUS_READY);
+        // A ready node whose constraints-relevant fields changed (dynamic meta, a driver's
+        // health): everything that runs or could run there is evaluated again.
+        let reevaluate =
+            was_ready && original.is_some_and(|o| crate::node_ops::feasibility_changed(&o, &node));
         let index = self
             .inner
             .apply(LogEntry::NodeRegister { node: node.clone() })
@@ -650,6 +655,9 @@ impl Server {
         self.inner.unblock_evals();
         if !was_ready {
             self.evaluate_system_jobs_for(&node.id).await?;
+        }
+        if reevaluate {
+            self.evaluate_node_here(&node.id).await?;
         }
         // Back from a disconnect: its jobs decide which allocations to keep.
         if before.as_deref() == Some(NODE_STATUS_DISCONNECTED) {

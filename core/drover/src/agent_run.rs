@@ -146,6 +146,19 @@ impl drover_http::NodeClient for HttpClient {
     fn collect_all(&self) -> (usize, Vec<drover_client::gc::GcError>) {
         self.0.collect_all()
     }
+    fn node_meta(
+        &self,
+    ) -> Result<drover_client::node_meta::NodeMetaView, drover_client::node_meta::NodeMetaError>
+    {
+        self.0.node_meta()
+    }
+    fn apply_node_meta(
+        &self,
+        changes: drover_client::node_meta::MetaChanges,
+    ) -> Result<drover_client::node_meta::NodeMetaView, drover_client::node_meta::NodeMetaError>
+    {
+        self.0.apply_node_meta(changes)
+    }
 }
 
 /// The drivers this agent offers: the built-ins (registered here, the one place that names

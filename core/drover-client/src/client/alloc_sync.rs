@@ -61,6 +61,12 @@ pub(super) async fn watch_allocs<S: ServerConn>(
                 AllocAction::Report => report_again(&env, &alloc.id),
                 AllocAction::Start => {
                     to_save.push(alloc.clone());
+                    // The node as it is now: dynamic node meta set since the client
+                    // started reaches new allocations' `${meta.*}`.
+                    let env = RunnerEnv {
+                        node: client.node(),
+                        ..env.clone()
+                    };
                     match alloc_runner::start(
                         env.clone(),
                         alloc.clone(),

@@ -226,6 +226,17 @@ impl Client {
         Ok((decode_json(path, resp)?, meta))
     }
 
+    /// GET returning the JSON as sent, `null`s included.
+    pub fn get_value(
+        &self,
+        path: &str,
+        query: &[(&str, &str)],
+    ) -> Result<serde_json::Value, ApiError> {
+        let req = self.prepare(self.agent.get(self.url(path)), query);
+        let resp = req.call().map_err(|e| self.unreachable(e))?;
+        read_json(path, resp)
+    }
+
     /// PUT of a JSON body returning decoded JSON.
     pub fn put_json<T: DeserializeOwned>(
         &self,
@@ -285,6 +296,15 @@ fn check_status(resp: Response<ureq::Body>) -> Result<Response<ureq::Body>, ApiE
 }
 
 fn decode_json<T: DeserializeOwned>(path: &str, resp: Response<ureq::Body>) -> Result<T, ApiError> {
+    let value = read_json(path, resp)?;
+    drover_structs::decode::decode(value, path).map_err(|e| ApiError::Body {
+        path: path.to_string(),
+        reason: format!("{}: {}", e.path, e.message),
+    })
+}
+
+/// The body as JSON, `null`s kept (where they mean something, as in dynamic node meta).
+fn read_json(path: &str, resp: Response<ureq::Body>) -> Result<serde_json::Value, ApiError> {
     let resp = check_status(resp)?;
     let body_err = |reason: String| ApiError::Body {
         path: path.to_string(),
@@ -302,8 +322,7 @@ fn decode_json<T: DeserializeOwned>(path: &str, resp: Response<ureq::Body>) -> R
     } else {
         serde_json::from_slice(&bytes).map_err(|e| body_err(e.to_string()))?
     };
-    drover_structs::decode::decode(value, path)
-        .map_err(|e| body_err(format!("{}: {}", e.path, e.message)))
+    Ok(value)
 }
 
 #[cfg(test)]

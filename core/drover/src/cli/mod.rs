@@ -26,6 +26,7 @@ mod metrics;
 mod monitor;
 mod node;
 mod node_drain;
+mod node_meta;
 mod operator;
 mod operator_scheduler;
 mod plugin;

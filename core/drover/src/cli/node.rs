@@ -25,6 +25,11 @@ pub enum NodeCommand {
     Drain(super::node_drain::NodeDrainArgs),
     /// Make a node eligible or ineligible for new placements
     Eligibility(super::node_drain::NodeEligibilityArgs),
+    /// Read or change a node's dynamic metadata
+    #[command(subcommand)]
+    Meta(super::node_meta::NodeMetaCommand),
+    /// Remove a node from the servers; its allocations are lost and placed elsewhere
+    Purge(super::node_meta::NodePurgeArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -52,6 +57,8 @@ pub fn run(cli: NodeCli) -> anyhow::Result<Exit> {
         NodeCommand::Status(args) => node_status(&client, args),
         NodeCommand::Drain(args) => super::node_drain::drain(&client, args),
         NodeCommand::Eligibility(args) => super::node_drain::eligibility(&client, args),
+        NodeCommand::Meta(command) => super::node_meta::run(&client, command),
+        NodeCommand::Purge(args) => super::node_meta::purge(&client, args),
     }
 }
 
