@@ -318,3 +318,81 @@ fn an_exec_tasks_templates_see_the_directories_as_the_task_does() {
     let alloc_id = alloc["ID"].as_str().expect("alloc id");
     assert_eq!(stdout_of(&agent, alloc_id), "/local /alloc /secrets\n");
 }
+
+/// A template with `change_mode = "script"` whose source the task changes: `change_script`
+/// as HCL, the task waiting up to 30 s for `local/marker` and printing it.
+fn script_job(name: &str, change_script: &str) -> String {
+    let templates = [
+        template("v1\n", "local/app.tpl", "change_mode = \"noop\""),
+        format!(
+            "      template {{\n        source = \"local/app.tpl\"\n        destination = \"local/app.conf\"\n        change_mode = \"script\"\n        splay = \"0s\"\n        change_script {{\n{change_script}\n        }}\n      }}\n"
+        ),
+    ]
+    .concat();
+    let script = r#"echo "before: $(cat local/app.conf)"
+echo v2 > local/app.tpl
+i=0
+while [ $i -lt 300 ] && [ ! -e local/marker ]; do sleep 0.1; i=$((i+1)); done
+if [ -e local/marker ]; then echo "marker: $(cat local/marker)"; exit 0; fi
+sleep 30
+exit 1"#;
+    job(name, &templates, script)
+}
+
+#[test]
+fn a_script_template_whose_source_changes_runs_its_change_script_in_the_task() {
+    let dir = TempDir::new("templates-script");
+    let agent = Agent::start_dev(dir.path(), &[]);
+    let change_script = r#"          command = "/bin/sh"
+          args = ["-c", "cat local/app.conf > local/marker"]
+          timeout = "10s"
+          fail_on_error = false"#;
+    let alloc = run_until(
+        &agent,
+        &dir,
+        "scripted",
+        &script_job("scripted", change_script),
+        "complete",
+    );
+    let alloc_id = alloc["ID"].as_str().expect("alloc id");
+    assert_eq!(stdout_of(&agent, alloc_id), "before: v1\nmarker: v2\n");
+    let ran = events(&alloc).into_iter().any(|e| {
+        e["Type"] == "Task hook message"
+            && e["DisplayMessage"]
+                == "Template successfully ran script /bin/sh with arguments: [-c cat local/app.conf > local/marker]. Exit code: 0"
+    });
+    assert!(ran, "no Task hook message event: {}", alloc["TaskStates"]);
+}
+
+#[test]
+fn a_failing_change_script_with_fail_on_error_kills_the_task_with_nomads_events() {
+    let dir = TempDir::new("templates-script-fail");
+    let agent = Agent::start_dev(dir.path(), &[]);
+    let change_script = r#"          command = "/bin/sh"
+          args = ["-c", "exit 3"]
+          fail_on_error = true"#;
+    let alloc = run_until(
+        &agent,
+        &dir,
+        "script-failed",
+        &script_job("script-failed", change_script),
+        "failed",
+    );
+    let events = events(&alloc);
+    let hook_failed = events.iter().any(|e| {
+        e["Type"] == "Task hook failed"
+            && e["DisplayMessage"]
+                == "Template ran script /bin/sh with arguments [-c exit 3] on change but it exited with code: 3"
+    });
+    assert!(
+        hook_failed,
+        "no Task hook failed event: {}",
+        alloc["TaskStates"]
+    );
+    let killed = events.iter().any(|e| {
+        e["Type"] == "Killing"
+            && e["FailsTask"] == true
+            && e["DisplayMessage"] == "Template script failed, task is being killed"
+    });
+    assert!(killed, "no failing Killing event: {}", alloc["TaskStates"]);
+}

@@ -104,6 +104,8 @@ pub struct TaskRunner {
     template_failure: Option<String>,
     /// Changes of the running task's templates waiting for their splay, and until when.
     template_due: Option<(tokio::time::Instant, crate::template::Changes)>,
+    /// Change scripts of the running task's templates running in the task, until they end.
+    template_scripts: Option<ScriptRuns>,
     /// The task's artifacts are in place (fetched once, before the first start, as Nomad's
     /// artifact hook marks itself done).
     artifacts_done: bool,
@@ -135,6 +137,7 @@ impl TaskRunner {
             template_env: None,
             template_failure: None,
             template_due: None,
+            template_scripts: None,
             artifacts_done: false,
         };
         // A task that ever started had its artifacts fetched (before an agent restart too).
@@ -402,6 +405,7 @@ impl TaskRunner {
             template_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             // Changes found for an earlier run of the task are in the outputs it starts with.
             self.template_due = None;
+            self.template_scripts = None;
             let exit = loop {
                 let due = self.template_due.as_ref().map(|(at, _)| *at);
                 tokio::select! {
@@ -415,6 +419,12 @@ impl TaskRunner {
                         if let Some((_, changes)) = self.template_due.take() {
                             self.apply_template_changes(changes, &task_id, &mut restarting).await;
                         }
+                    }
+                    runs = scripts_done(&mut self.template_scripts),
+                        if self.template_scripts.is_some() =>
+                    {
+                        self.template_scripts = None;
+                        self.after_template_scripts(runs, &task_id).await;
                     }
                     Some(ev) = self.plugin_events.1.recv() => self.event(ev),
                     Some(command) = self.commands.recv() => {
@@ -920,7 +930,13 @@ impl TaskRunner {
     /// it exited (see `template_failure`).
     async fn fail_by_template(&mut self, task_id: &str, failure: String) {
         let timeout = self.kill_timeout().as_nanos() as i64;
-        self.event(template_failed_event(&failure, timeout));
+        let event = template_failed_event(&failure, timeout);
+        self.kill_for_template(task_id, failure, event).await;
+    }
+
+    /// Records `event` (a failing "Killing") and stops the task, failing it once it exited.
+    async fn kill_for_template(&mut self, task_id: &str, failure: String, event: TaskEvent) {
+        self.event(event);
         self.template_failure = Some(failure);
         if let Err(e) = self.stop_task(task_id).await {
             let task = &self.ctx.task.name;
@@ -1000,6 +1016,79 @@ impl TaskRunner {
                 return self.fail_by_template(task_id, failure).await;
             }
         }
+        if !changes.scripts.is_empty() {
+            self.run_template_scripts(changes.scripts, task_id);
+        }
+    }
+
+    /// Starts the change scripts inside the task through the driver's exec, each with its
+    /// timeout, all at once (as Nomad's template manager); `after_template_scripts` acts on
+    /// their ends. Scripts still running from earlier changes end first.
+    fn run_template_scripts(&mut self, scripts: Vec<crate::template::ChangeScript>, task_id: &str) {
+        let handles: Vec<_> = scripts
+            .into_iter()
+            .map(|script| {
+                let driver = self.ctx.driver.clone();
+                let id = task_id.to_string();
+                tokio::task::spawn_blocking(move || {
+                    let ran = driver.exec_task(&id, &script.argv(), script.timeout);
+                    (script, ran)
+                })
+            })
+            .collect();
+        let earlier = self.template_scripts.take();
+        self.template_scripts = Some(Box::pin(async move {
+            let mut runs = match earlier {
+                Some(earlier) => earlier.await,
+                None => Vec::new(),
+            };
+            for h in handles {
+                match h.await {
+                    Ok(run) => runs.push(run),
+                    Err(e) => tracing::error!(error = %e, "template change script panicked"),
+                }
+            }
+            runs
+        }));
+    }
+
+    /// Nomad's events for ended change scripts: "Task hook message" for a success, "Task
+    /// hook failed" for a failure (exit code, timeout, no exec in the driver), and a kill
+    /// failing the task when a failed script has `fail_on_error`.
+    async fn after_template_scripts(&mut self, runs: Vec<ScriptRun>, task_id: &str) {
+        let mut kill = false;
+        for (script, ran) in runs {
+            let (cmd, args) = (&script.command, script.go_args());
+            let message = match ran {
+                Ok(out) if out.exit_code == 0 => {
+                    let mut ev = TaskEvent::new(TASK_EVENT_HOOK_MESSAGE);
+                    ev.display_message = format!(
+                        "Template successfully ran script {cmd} with arguments: {args}. Exit code: 0"
+                    );
+                    self.event(ev);
+                    continue;
+                }
+                Ok(out) => format!(
+                    "Template ran script {cmd} with arguments {args} on change but it exited with code: {}",
+                    out.exit_code
+                ),
+                Err(e) => format!(
+                    "Template failed to run script {cmd} with arguments {args} on change: {e}. Exit code: 0"
+                ),
+            };
+            let mut ev = TaskEvent::new(TASK_EVENT_HOOK_FAILED);
+            ev.display_message = message;
+            self.event(ev);
+            kill |= script.fail_on_error;
+        }
+        if kill && self.template_failure.is_none() {
+            let mut ev = TaskEvent::new(TASK_EVENT_KILLING);
+            ev.fails_task = true;
+            ev.kill_timeout = self.kill_timeout().as_nanos() as i64;
+            ev.display_message = "Template script failed, task is being killed".into();
+            let failure = "template change script failed".to_string();
+            self.kill_for_template(task_id, failure, ev).await;
+        }
     }
 
     /// After the task stopped for a requested restart: Nomad's restart tracker restarts it at
@@ -1047,6 +1136,29 @@ impl TaskRunner {
 async fn sleep_until_due(due: Option<tokio::time::Instant>) {
     match due {
         Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Nomad's `TaskHookFailed` and `TaskHookMessage` event types (template change scripts).
+const TASK_EVENT_HOOK_FAILED: &str = "Task hook failed";
+const TASK_EVENT_HOOK_MESSAGE: &str = "Task hook message";
+
+/// A change script and how its exec in the task went.
+type ScriptRun = (
+    crate::template::ChangeScript,
+    Result<drover_abi::ExecOutput, DriverError>,
+);
+
+/// Change scripts running in the task, as one future of all their ends.
+type ScriptRuns =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Vec<ScriptRun>> + Send + Sync>>;
+
+/// The ends of the running change scripts (forever without any; the select's guard keeps that
+/// branch off then).
+async fn scripts_done(runs: &mut Option<ScriptRuns>) -> Vec<ScriptRun> {
+    match runs {
+        Some(runs) => runs.as_mut().await,
         None => std::future::pending().await,
     }
 }
@@ -1124,3 +1236,6 @@ async fn wait_exit(driver: Arc<dyn Driver>, task_id: String) -> ExitResult {
         }
     }
 }
+
+#[cfg(test)]
+mod template_script_tests;

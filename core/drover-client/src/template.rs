@@ -16,6 +16,14 @@
 //! a float of 1e6 or more (or under 1e-4), as `parseJSON` gives for such numbers, prints as
 //! `1000000` where Go prints `1e+06`; integers and smaller floats print as in Go.
 //!
+//! Nomad's other template settings: `uid`/`gid` own the written file (a negative or absent id
+//! leaves it as is); `wait { min, max }` holds a re-render's write and change action until
+//! no further change was seen for `min`, at most `max` after the first change (the first
+//! render, before the task starts, is not held back; re-renders run every second, so a wait
+//! ends on the next one); `change_mode = "script"` runs `change_script` inside the task
+//! through the driver's exec (see the task runner). `vault_grace` is accepted and ignored, as
+//! Nomad deprecated and ignores it.
+//!
 //! File sandbox: Nomad's client default (`template.disable_file_sandbox = false`) keeps
 //! `source` and `file` inside the task directory; Drover always does (no setting turns it off).
 
@@ -64,6 +72,55 @@ pub enum ChangeMode {
     Restart,
     Signal(String),
     Noop,
+    /// Run a command inside the task (Nomad's `change_mode = "script"`).
+    Script(ChangeScript),
+}
+
+/// A template's `change_script` block: run inside the task through the driver's exec.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChangeScript {
+    pub command: String,
+    pub args: Vec<String>,
+    /// Nomad's default: 5 s.
+    pub timeout: std::time::Duration,
+    /// Kill the task (failing it) when the script fails; otherwise only an event says so.
+    pub fail_on_error: bool,
+}
+
+impl ChangeScript {
+    /// The command line given to the driver's exec.
+    pub fn argv(&self) -> Vec<String> {
+        std::iter::once(self.command.clone())
+            .chain(self.args.iter().cloned())
+            .collect()
+    }
+
+    /// The arguments as Go's `%v` prints a `[]string` (Nomad's event texts).
+    pub fn go_args(&self) -> String {
+        format!("[{}]", self.args.join(" "))
+    }
+}
+
+/// A template's `wait` block: consul-template's quiescence timer. A change is rendered once
+/// no further change was seen for `min`, but no later than `max` after the first change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wait {
+    pub min: std::time::Duration,
+    pub max: std::time::Duration,
+}
+
+impl Wait {
+    /// When the changes seen at `first` (the first not yet rendered) and `last` (the latest)
+    /// are to be rendered: `None` for now, else the instant to wait for.
+    pub fn due(
+        &self,
+        first: std::time::Instant,
+        last: std::time::Instant,
+        now: std::time::Instant,
+    ) -> Option<std::time::Instant> {
+        let at = (last + self.min).min(first + self.max);
+        (now < at).then_some(at)
+    }
 }
 
 /// One `template` block, in Nomad's API names (`EmbeddedTmpl`, `SourcePath`...).
@@ -81,6 +138,11 @@ pub struct TemplateSpec {
     /// The most a change action waits, at random, after the output changed (Nomad's `splay`,
     /// so that many tasks rendering the same change do not all restart at once).
     pub splay: std::time::Duration,
+    /// The owner given to the rendered file (Nomad's `uid`/`gid`; `None` leaves it as is).
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    /// Quiescence of re-renders (Nomad's `wait`); `None` renders each change at once.
+    pub wait: Option<Wait>,
 }
 
 /// The task's templates, from the opaque `Templates` JSON of the job.
@@ -101,7 +163,13 @@ fn spec(index: usize, t: &Json) -> Result<TemplateSpec, TemplateError> {
     let change_mode = match s("ChangeMode").as_str() {
         "" | "restart" => ChangeMode::Restart,
         "noop" => ChangeMode::Noop,
-        "signal" => ChangeMode::Signal(s("ChangeSignal")),
+        "signal" => match s("ChangeSignal") {
+            sig if sig.is_empty() => {
+                return Err(fail("change_mode \"signal\" needs a change_signal".into()));
+            }
+            sig => ChangeMode::Signal(sig),
+        },
+        "script" => ChangeMode::Script(change_script(t.get("ChangeScript")).map_err(fail)?),
         other => return Err(fail(format!("unknown change_mode {other:?}"))),
     };
     let perms = match s("Perms").as_str() {
@@ -111,6 +179,15 @@ fn spec(index: usize, t: &Json) -> Result<TemplateSpec, TemplateError> {
     let delim = |key: &str, default: &str| {
         let d = s(key);
         if d.is_empty() { default.to_string() } else { d }
+    };
+    // Nomad sets the owner only for a uid/gid of 0 or more (its API's default is -1).
+    let owner = |key: &str, name: &str| -> Result<Option<u32>, TemplateError> {
+        match int_field(t, key).map_err(|m| fail(format!("{name}: {m}")))? {
+            Some(n) if n >= 0 => u32::try_from(n)
+                .map(Some)
+                .map_err(|_| fail(format!("{name} {n} is out of range"))),
+            _ => Ok(None),
+        }
     };
     Ok(TemplateSpec {
         embedded: s("EmbeddedTmpl"),
@@ -129,7 +206,92 @@ fn spec(index: usize, t: &Json) -> Result<TemplateSpec, TemplateError> {
                 .unwrap_or(5_000_000_000)
                 .max(0) as u64,
         ),
+        uid: owner("Uid", "uid")?,
+        gid: owner("Gid", "gid")?,
+        wait: wait(t.get("Wait")).map_err(fail)?,
     })
+}
+
+/// An optional integer field: absent or null is `None`, anything but an integer an error.
+fn int_field(t: &Json, key: &str) -> Result<Option<i64>, String> {
+    match t.get(key) {
+        None | Some(Json::Null) => Ok(None),
+        Some(v) => v
+            .as_i64()
+            .map(Some)
+            .ok_or_else(|| format!("expected an integer, got {v}")),
+    }
+}
+
+/// An optional duration in nanoseconds, refused when negative.
+fn nanos_field(t: &Json, key: &str, name: &str) -> Result<Option<std::time::Duration>, String> {
+    match int_field(t, key).map_err(|m| format!("{name}: {m}"))? {
+        None => Ok(None),
+        Some(n) if n < 0 => Err(format!("{name} must not be negative")),
+        Some(n) => Ok(Some(std::time::Duration::from_nanos(n as u64))),
+    }
+}
+
+/// The `change_script` block of a `change_mode = "script"` template (Nomad's API defaults:
+/// no arguments, a 5 s timeout, `fail_on_error = false`).
+fn change_script(cs: Option<&Json>) -> Result<ChangeScript, String> {
+    let cs = match cs {
+        Some(cs @ Json::Object(_)) => cs,
+        _ => return Err("change_mode \"script\" needs a change_script block".into()),
+    };
+    let command = cs.get("Command").and_then(Json::as_str).unwrap_or("");
+    if command.is_empty() {
+        return Err("change_script needs a command".into());
+    }
+    let args = match cs.get("Args") {
+        None | Some(Json::Null) => Vec::new(),
+        Some(Json::Array(list)) => list
+            .iter()
+            .map(|a| {
+                a.as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| format!("change_script args: expected strings, got {a}"))
+            })
+            .collect::<Result<_, _>>()?,
+        Some(other) => return Err(format!("change_script args: expected a list, got {other}")),
+    };
+    let timeout = nanos_field(cs, "Timeout", "change_script timeout")?
+        .unwrap_or(std::time::Duration::from_secs(5));
+    let fail_on_error = match cs.get("FailOnError") {
+        None | Some(Json::Null) => false,
+        Some(v) => v
+            .as_bool()
+            .ok_or_else(|| format!("change_script fail_on_error: expected a bool, got {v}"))?,
+    };
+    Ok(ChangeScript {
+        command: command.to_string(),
+        args,
+        timeout,
+        fail_on_error,
+    })
+}
+
+/// The `wait` block: `min` defaults to 0 and `max` to 4 × `min` (consul-template's); Nomad
+/// refuses a `min` greater than `max`.
+fn wait(w: Option<&Json>) -> Result<Option<Wait>, String> {
+    let w = match w {
+        None | Some(Json::Null) => return Ok(None),
+        Some(w @ Json::Object(_)) => w,
+        Some(other) => return Err(format!("wait: expected an object, got {other}")),
+    };
+    let min = nanos_field(w, "Min", "wait min")?;
+    let max = nanos_field(w, "Max", "wait max")?;
+    let (min, max) = match (min, max) {
+        (None, None) => return Ok(None),
+        (min, max) => {
+            let min = min.unwrap_or_default();
+            (min, max.unwrap_or(min.saturating_mul(4)))
+        }
+    };
+    if min > max {
+        return Err(format!("wait min {min:?} is greater than wait max {max:?}"));
+    }
+    Ok(Some(Wait { min, max }))
 }
 
 /// What a render sees of the task: its directories and environment, and the node (for
@@ -233,6 +395,16 @@ fn lexical_normal(p: &Path) -> PathBuf {
 pub struct Templates {
     specs: Vec<TemplateSpec>,
     last: Vec<Option<String>>,
+    /// For templates with a `wait`: the changed output not yet written, and when changes
+    /// were seen.
+    pending: Vec<Option<Pending>>,
+}
+
+/// A changed output waiting for its template's quiescence.
+struct Pending {
+    text: String,
+    first: std::time::Instant,
+    last: std::time::Instant,
 }
 
 /// What a re-render changed: whether any changed template asks for a restart, and the signals
@@ -241,13 +413,15 @@ pub struct Templates {
 pub struct Changes {
     pub restart: bool,
     pub signals: Vec<String>,
+    /// The change scripts to run, in template order (Nomad runs one per changed template).
+    pub scripts: Vec<ChangeScript>,
     /// The largest splay of the templates that asked for these.
     pub splay: std::time::Duration,
 }
 
 impl Changes {
     pub fn is_empty(&self) -> bool {
-        !self.restart && self.signals.is_empty()
+        !self.restart && self.signals.is_empty() && self.scripts.is_empty()
     }
 
     /// Folds in changes found while these waited for their splay.
@@ -258,8 +432,10 @@ impl Changes {
                 self.signals.push(s);
             }
         }
+        self.scripts.extend(later.scripts);
         if self.restart {
             self.signals.clear();
+            self.scripts.clear();
         }
         self.splay = self.splay.max(later.splay);
     }
@@ -279,7 +455,12 @@ impl Changes {
 impl Templates {
     pub fn new(specs: Vec<TemplateSpec>) -> Self {
         let last = vec![None; specs.len()];
-        Templates { specs, last }
+        let pending = specs.iter().map(|_| None).collect();
+        Templates {
+            specs,
+            last,
+            pending,
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -305,6 +486,7 @@ impl Templates {
             }
             write_output(&self.specs[i], env, &text)?;
             self.last[i] = Some(text);
+            self.pending[i] = None;
         }
         self.env_vars()
     }
@@ -336,6 +518,7 @@ impl Templates {
                 write_output(&self.specs[i], env, &text)?;
             }
             self.last[i] = Some(text);
+            self.pending[i] = None;
         }
         Ok(())
     }
@@ -343,9 +526,44 @@ impl Templates {
     /// Renders every template again and writes those whose output differs from their last
     /// render; answers what their change modes ask for.
     pub fn rerender(&mut self, env: &RenderEnv) -> Result<Changes, TemplateError> {
+        self.rerender_at(env, std::time::Instant::now())
+    }
+
+    /// `rerender` at `now`: a template with a `wait` writes a changed output only once its
+    /// quiescence allows (see [`Wait::due`]); until then the change is held back.
+    pub fn rerender_at(
+        &mut self,
+        env: &RenderEnv,
+        now: std::time::Instant,
+    ) -> Result<Changes, TemplateError> {
         let mut changes = Changes::default();
         for i in 0..self.specs.len() {
-            let text = render(&self.specs[i], env)?;
+            let mut text = render(&self.specs[i], env)?;
+            if let Some(wait) = self.specs[i].wait {
+                match self.pending[i].as_mut() {
+                    Some(p) if p.text != text => {
+                        p.text = text;
+                        p.last = now;
+                    }
+                    Some(_) => {}
+                    None if self.last[i].as_deref() == Some(text.as_str()) => continue,
+                    None => {
+                        self.pending[i] = Some(Pending {
+                            text,
+                            first: now,
+                            last: now,
+                        })
+                    }
+                }
+                match self.pending[i].take() {
+                    Some(p) if wait.due(p.first, p.last, now).is_some() => {
+                        self.pending[i] = Some(p);
+                        continue;
+                    }
+                    Some(p) => text = p.text,
+                    None => continue,
+                }
+            }
             if self.last[i].as_deref() == Some(text.as_str()) {
                 continue;
             }
@@ -361,13 +579,16 @@ impl Templates {
                     changes.signals.push(s.clone())
                 }
                 ChangeMode::Signal(_) => {}
+                ChangeMode::Script(script) => changes.scripts.push(script.clone()),
                 ChangeMode::Noop => continue,
             }
             changes.splay = changes.splay.max(splay);
         }
         if changes.restart {
-            // A restart delivers every change; signals to a task being restarted are moot.
+            // A restart delivers every change; signals and scripts for a task being restarted
+            // are moot (Nomad's template manager does either).
             changes.signals.clear();
+            changes.scripts.clear();
         }
         Ok(changes)
     }
@@ -401,6 +622,10 @@ fn write_output(spec: &TemplateSpec, env: &RenderEnv, text: &str) -> Result<(), 
         f.write_all(text.as_bytes())?;
         // The umask narrowed the mode given at creation.
         f.set_permissions(std::fs::Permissions::from_mode(spec.perms))?;
+        if spec.uid.is_some() || spec.gid.is_some() {
+            // Before the rename: the file appears with its owner.
+            std::os::unix::fs::fchown(&f, spec.uid, spec.gid)?;
+        }
         f.sync_all()?;
         std::fs::rename(&tmp, &path)
     })();
@@ -1266,6 +1491,9 @@ mod tests {
             envvars: false,
             err_missing_key: false,
             splay: std::time::Duration::ZERO,
+            uid: None,
+            gid: None,
+            wait: None,
         }
     }
 
@@ -1621,6 +1849,7 @@ mod tests {
             Changes {
                 restart: false,
                 signals: vec!["SIGUSR1".into()],
+                scripts: vec![],
                 splay: std::time::Duration::ZERO,
             }
         );
@@ -1685,6 +1914,7 @@ mod tests {
         c.merge(Changes {
             restart: true,
             signals: vec![],
+            scripts: vec![],
             splay: Duration::from_secs(1),
         });
         assert!(c.restart && c.signals.is_empty());
@@ -1749,5 +1979,242 @@ mod tests {
             ..Default::default()
         };
         assert!(of_task(&bad).is_err());
+    }
+
+    fn one_spec(t: Json) -> Result<TemplateSpec, TemplateError> {
+        let task = Task {
+            templates: Some(json!([t])),
+            ..Default::default()
+        };
+        of_task(&task).map(|mut v| v.remove(0))
+    }
+
+    #[test]
+    fn uid_and_gid_read_as_nomad_sets_them() {
+        let s = one_spec(json!({ "DestPath": "a", "Uid": 1000, "Gid": 0 })).unwrap();
+        assert_eq!((s.uid, s.gid), (Some(1000), Some(0)));
+        // Absent, null, and the API's default -1 leave the owner as is.
+        let s = one_spec(json!({ "DestPath": "a", "Uid": null, "Gid": -1 })).unwrap();
+        assert_eq!((s.uid, s.gid), (None, None));
+        let e = one_spec(json!({ "DestPath": "a", "Uid": "root" })).unwrap_err();
+        assert!(e.to_string().contains("uid: expected an integer"), "{e}");
+        let e = one_spec(json!({ "DestPath": "a", "Gid": 1u64 << 40 })).unwrap_err();
+        assert!(
+            e.to_string().contains("gid 1099511627776 is out of range"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_template_with_uid_and_gid_renders_a_file_they_own() {
+        use std::os::unix::fs::MetadataExt;
+        if std::fs::metadata("/proc/self").map(|m| m.uid()).ok() != Some(0) {
+            eprintln!("not root: chown cannot be tested");
+            return;
+        }
+        let d = tmp();
+        let env = env_in(&d.0);
+        let mut s = embedded("owned");
+        s.uid = Some(1234);
+        s.gid = Some(5678);
+        let mut only_gid = embedded("group");
+        only_gid.dest = "local/g.txt".into();
+        only_gid.gid = Some(4321);
+        let mut t = Templates::new(vec![s, only_gid]);
+        t.render_all(&env).unwrap();
+        let m = std::fs::metadata(d.0.join("task/local/out.txt")).unwrap();
+        assert_eq!((m.uid(), m.gid()), (1234, 5678));
+        let m = std::fs::metadata(d.0.join("task/local/g.txt")).unwrap();
+        assert_eq!((m.uid(), m.gid()), (0, 4321));
+    }
+
+    #[test]
+    fn wait_reads_nanoseconds_and_refuses_min_over_max() {
+        use std::time::Duration;
+        let s = one_spec(json!({ "DestPath": "a", "Wait": { "Min": 2_000_000_000i64, "Max": 10_000_000_000i64 } }))
+            .unwrap();
+        assert_eq!(
+            s.wait,
+            Some(Wait {
+                min: Duration::from_secs(2),
+                max: Duration::from_secs(10)
+            })
+        );
+        // consul-template's default max: 4 × min.
+        let s = one_spec(json!({ "DestPath": "a", "Wait": { "Min": 1_000_000_000i64 } })).unwrap();
+        assert_eq!(s.wait.map(|w| w.max), Some(Duration::from_secs(4)));
+        for w in [json!(null), json!({ "Min": null, "Max": null })] {
+            assert_eq!(
+                one_spec(json!({ "DestPath": "a", "Wait": w }))
+                    .unwrap()
+                    .wait,
+                None
+            );
+        }
+        let e = one_spec(json!({ "DestPath": "a", "Wait": { "Min": 5_000_000_000i64, "Max": 1_000_000_000i64 } }))
+            .unwrap_err();
+        assert!(matches!(e, TemplateError::Spec { index: 1, .. }), "{e}");
+        assert!(
+            e.to_string()
+                .contains("wait min 5s is greater than wait max 1s"),
+            "{e}"
+        );
+        let e = one_spec(json!({ "DestPath": "a", "Wait": { "Min": -1 } })).unwrap_err();
+        assert!(
+            e.to_string().contains("wait min must not be negative"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn quiescence_waits_for_min_after_the_last_change_up_to_max_after_the_first() {
+        use std::time::{Duration, Instant};
+        let w = Wait {
+            min: Duration::from_secs(2),
+            max: Duration::from_secs(5),
+        };
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        // One change: rendered `min` after it.
+        assert_eq!(w.due(t0, t0, at(1)), Some(at(2)));
+        assert_eq!(w.due(t0, t0, at(2)), None);
+        // A later change pushes the render back...
+        assert_eq!(w.due(t0, at(1), at(2)), Some(at(3)));
+        // ...but never past `max` after the first change.
+        assert_eq!(w.due(t0, at(4), at(4)), Some(at(5)));
+        assert_eq!(w.due(t0, at(4), at(5)), None);
+        // A zero wait renders at once.
+        let none = Wait {
+            min: Duration::ZERO,
+            max: Duration::ZERO,
+        };
+        assert_eq!(none.due(t0, t0, t0), None);
+    }
+
+    #[test]
+    fn rerenders_with_a_wait_hold_changes_until_quiescent() {
+        use std::time::{Duration, Instant};
+        let d = tmp();
+        let env = env_in(&d.0);
+        let src = d.0.join("task/local/in.tpl");
+        let out = d.0.join("task/local/out.conf");
+        std::fs::write(&src, "v1").unwrap();
+        let mut s = embedded("");
+        s.source = "local/in.tpl".into();
+        s.dest = "local/out.conf".into();
+        s.change_mode = ChangeMode::Signal("SIGHUP".into());
+        s.wait = Some(Wait {
+            min: Duration::from_secs(2),
+            max: Duration::from_secs(5),
+        });
+        let mut t = Templates::new(vec![s]);
+        t.render_all(&env).unwrap();
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        assert!(t.rerender_at(&env, at(0)).unwrap().is_empty());
+        std::fs::write(&src, "v2").unwrap();
+        assert!(t.rerender_at(&env, at(1)).unwrap().is_empty());
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), "v1", "held back");
+        std::fs::write(&src, "v3").unwrap();
+        assert!(t.rerender_at(&env, at(2)).unwrap().is_empty());
+        assert!(t.rerender_at(&env, at(3)).unwrap().is_empty());
+        let c = t.rerender_at(&env, at(4)).unwrap();
+        assert_eq!(c.signals, vec!["SIGHUP".to_string()]);
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), "v3");
+        assert!(t.rerender_at(&env, at(5)).unwrap().is_empty());
+        // Changes that never settle render `max` after the first one.
+        for (i, n) in (10..16).enumerate() {
+            std::fs::write(&src, format!("busy {i}")).unwrap();
+            let c = t.rerender_at(&env, at(n)).unwrap();
+            assert_eq!(!c.is_empty(), n == 15, "at {n}s");
+        }
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), "busy 5");
+        // A change undone before it was due is no change.
+        std::fs::write(&src, "other").unwrap();
+        assert!(t.rerender_at(&env, at(20)).unwrap().is_empty());
+        std::fs::write(&src, "busy 5").unwrap();
+        assert!(t.rerender_at(&env, at(21)).unwrap().is_empty());
+        assert!(t.rerender_at(&env, at(30)).unwrap().is_empty());
+    }
+
+    #[test]
+    fn change_script_reads_nomads_fields_and_defaults() {
+        use std::time::Duration;
+        let s = one_spec(json!({
+            "DestPath": "a", "ChangeMode": "script",
+            "ChangeScript": { "Command": "/bin/foo", "Args": ["-v", "x y"],
+                              "Timeout": 30_000_000_000i64, "FailOnError": true }
+        }))
+        .unwrap();
+        let ChangeMode::Script(cs) = &s.change_mode else {
+            panic!("{:?}", s.change_mode)
+        };
+        assert_eq!(cs.argv(), vec!["/bin/foo", "-v", "x y"]);
+        assert_eq!(cs.go_args(), "[-v x y]");
+        assert_eq!(cs.timeout, Duration::from_secs(30));
+        assert!(cs.fail_on_error);
+        let s = one_spec(json!({
+            "DestPath": "a", "ChangeMode": "script", "ChangeScript": { "Command": "/bin/foo" }
+        }))
+        .unwrap();
+        assert_eq!(
+            s.change_mode,
+            ChangeMode::Script(ChangeScript {
+                command: "/bin/foo".into(),
+                args: vec![],
+                timeout: Duration::from_secs(5),
+                fail_on_error: false,
+            })
+        );
+        for (cs, want) in [
+            (json!(null), "needs a change_script block"),
+            (json!({ "Args": ["x"] }), "change_script needs a command"),
+            (json!({ "Command": "" }), "change_script needs a command"),
+            (json!({ "Command": "x", "Args": [1] }), "expected strings"),
+            (
+                json!({ "Command": "x", "Timeout": -5 }),
+                "timeout must not be negative",
+            ),
+            (
+                json!({ "Command": "x", "FailOnError": "yes" }),
+                "expected a bool",
+            ),
+        ] {
+            let e =
+                one_spec(json!({ "DestPath": "a", "ChangeMode": "script", "ChangeScript": cs }))
+                    .unwrap_err();
+            assert!(matches!(e, TemplateError::Spec { .. }), "{e}");
+            assert!(e.to_string().contains(want), "{e} / {want}");
+        }
+        let e = one_spec(json!({ "DestPath": "a", "ChangeMode": "signal" })).unwrap_err();
+        assert!(e.to_string().contains("needs a change_signal"), "{e}");
+    }
+
+    #[test]
+    fn script_changes_are_reported_and_a_restart_supersedes_them() {
+        let d = tmp();
+        let env = env_in(&d.0);
+        std::fs::write(d.0.join("task/local/in.tpl"), "v1").unwrap();
+        let script = ChangeScript {
+            command: "/bin/reload".into(),
+            args: vec!["now".into()],
+            timeout: std::time::Duration::from_secs(5),
+            fail_on_error: false,
+        };
+        let mut s = embedded("");
+        s.source = "local/in.tpl".into();
+        s.dest = "local/a".into();
+        s.change_mode = ChangeMode::Script(script.clone());
+        let mut t = Templates::new(vec![s]);
+        t.render_all(&env).unwrap();
+        std::fs::write(d.0.join("task/local/in.tpl"), "v2").unwrap();
+        let mut c = t.rerender(&env).unwrap();
+        assert!(!c.is_empty());
+        assert_eq!(c.scripts, vec![script]);
+        c.merge(Changes {
+            restart: true,
+            ..Default::default()
+        });
+        assert!(c.restart && c.scripts.is_empty());
     }
 }

@@ -233,7 +233,18 @@ fn validate_template(t: &Value) -> Result<(), MultiError> {
                 m.push("cannot use signals with env var templates");
             }
         }
-        _ => m.push("Invalid change mode. Must be one of the following: noop, signal, restart"),
+        "script" => match t.get("ChangeScript").filter(|c| !c.is_null()) {
+            None => {
+                m.push("must specify change script configuration value when change mode is script")
+            }
+            Some(script) if str_of(script, "Command").is_empty() => {
+                m.push("must specify script path value when change mode is script")
+            }
+            Some(_) => {}
+        },
+        _ => m.push(
+            "Invalid change mode. Must be one of the following: noop, signal, script, restart",
+        ),
     }
     if int_of(t, "Splay") < 0 {
         m.push("Must specify positive splay value");
@@ -527,8 +538,23 @@ mod tests {
             errors(validate_template(
                 &json!({"EmbeddedTmpl": "x", "DestPath": "local/a", "ChangeMode": "reload"})
             )),
-            ["Invalid change mode. Must be one of the following: noop, signal, restart"]
+            ["Invalid change mode. Must be one of the following: noop, signal, script, restart"]
         );
+        let script = |change_script: Value| {
+            errors(validate_template(
+                &json!({"EmbeddedTmpl": "x", "DestPath": "local/a",
+                "ChangeMode": "script", "ChangeScript": change_script}),
+            ))
+        };
+        assert_eq!(
+            script(Value::Null),
+            ["must specify change script configuration value when change mode is script"]
+        );
+        assert_eq!(
+            script(json!({"Args": ["a"]})),
+            ["must specify script path value when change mode is script"]
+        );
+        assert!(script(json!({"Command": "/local/reload.sh"})).is_empty());
     }
 
     fn task(extra: Value) -> Task {
