@@ -176,6 +176,7 @@ async fn run(
             client_description: format!("failed to build allocation directory: {err}"),
             task_states: None,
             modify_time: drover_structs::time::now_nanos(),
+            deployment_status: None,
         });
         let _ = done_tx.send(true);
         return;
@@ -210,6 +211,7 @@ async fn run(
                 client_description: format!("pre-run hook \"csi_hook\" failed: {err}"),
                 task_states: Some(states),
                 modify_time: drover_structs::time::now_nanos(),
+                deployment_status: None,
             });
             let _ = done_tx.send(true);
             return;
@@ -322,6 +324,7 @@ async fn run(
                 client_description: desc.into(),
                 task_states: Some(states.clone()),
                 modify_time: drover_structs::time::now_nanos(),
+                deployment_status: None,
             });
             last_sent = Some((status.to_string(), states.clone()));
         }

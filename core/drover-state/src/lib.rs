@@ -10,6 +10,7 @@
 
 mod children;
 mod csi;
+mod deployments;
 mod periodic;
 mod scheduler_config;
 mod snapshot_codec;
@@ -18,7 +19,7 @@ mod tables;
 
 pub use csi::{CsiStateError, CsiVolumeFilter};
 pub use snapshot_codec::{SNAPSHOT_VERSION, SnapshotError};
-pub use store::StateStore;
+pub use store::{PlanDeploymentChanges, StateStore};
 pub use tables::{StateSnapshot, Table};
 
 #[derive(Debug, thiserror::Error)]

@@ -43,6 +43,8 @@ struct Encoded {
     csi_volumes: Vec<drover_structs::CsiVolume>,
     #[serde(default)]
     csi_plugins: Vec<drover_structs::CsiPlugin>,
+    #[serde(default)]
+    deployments: Vec<drover_structs::Deployment>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -130,6 +132,7 @@ pub(crate) fn encode(s: &StateSnapshot) -> Vec<u8> {
             .collect(),
         csi_volumes: t.csi_volumes.values().map(|v| (**v).clone()).collect(),
         csi_plugins: t.csi_plugins.values().map(|p| (**p).clone()).collect(),
+        deployments: t.deployments.values().map(|d| (**d).clone()).collect(),
     };
     // Serialising plain data structs into a Vec cannot fail.
     serde_json::to_vec(&enc).unwrap_or_default()
@@ -219,6 +222,13 @@ fn decode(data: &[u8]) -> Result<Tables, SnapshotError> {
     }
     for p in enc.csi_plugins {
         t.csi_plugins.insert(p.id.clone(), Arc::new(p));
+    }
+    for d in enc.deployments {
+        t.deployments_by_job
+            .entry((d.namespace.clone(), d.job_id.clone()))
+            .or_default()
+            .insert(d.id.clone());
+        t.deployments.insert(d.id.clone(), Arc::new(d));
     }
     Ok(t)
 }

@@ -262,83 +262,103 @@ impl StateStore {
         placed: Vec<Allocation>,
         evals: Vec<Evaluation>,
     ) {
-        self.write(
-            index,
-            &[Table::Allocs, Table::JobSummary, Table::Jobs, Table::Evals],
-            |t| {
-                let mut usage = UsagePending::default();
-                let now = now_nanos();
-                let mut jobs_touched = BTreeSet::new();
-                for stop in stopped {
-                    let Some(existing) = t.allocs.get(stop.id.as_str()).cloned() else {
-                        continue;
-                    };
-                    let mut a = (*existing).clone();
-                    a.desired_status = stop.desired_status;
-                    a.desired_description = stop.desired_description;
-                    if !stop.client_status.is_empty() && stop.client_status != a.client_status {
-                        // Nomad's `SetStop`: the lost transition is kept with its time.
-                        if stop.client_status == drover_structs::ALLOC_CLIENT_LOST {
-                            a.append_client_state(&stop.client_status, now);
-                        }
-                        a.client_status = stop.client_status;
+        self.upsert_plan_results_with(index, job, stopped, placed, evals, Default::default())
+    }
+
+    /// As `upsert_plan_results`, with the deployment the plan created or changed and its
+    /// status updates, written before the allocations (which count into it).
+    pub fn upsert_plan_results_with(
+        &self,
+        index: u64,
+        job: Option<Arc<Job>>,
+        stopped: Vec<Allocation>,
+        placed: Vec<Allocation>,
+        evals: Vec<Evaluation>,
+        deployments: PlanDeploymentChanges,
+    ) {
+        let mut touched = vec![Table::Allocs, Table::JobSummary, Table::Jobs, Table::Evals];
+        if !deployments.is_empty() {
+            touched.extend([Table::Deployments, Table::JobVersions]);
+        }
+        self.write(index, &touched, |t| {
+            let mut usage = UsagePending::default();
+            let now = now_nanos();
+            if let Some(d) = deployments.deployment {
+                crate::deployments::upsert_in(t, index, d);
+            }
+            for u in &deployments.updates {
+                crate::deployments::update_status_in(t, index, u, now);
+            }
+            let mut jobs_touched = BTreeSet::new();
+            for stop in stopped {
+                let Some(existing) = t.allocs.get(stop.id.as_str()).cloned() else {
+                    continue;
+                };
+                let mut a = (*existing).clone();
+                a.desired_status = stop.desired_status;
+                a.desired_description = stop.desired_description;
+                if !stop.client_status.is_empty() && stop.client_status != a.client_status {
+                    // Nomad's `SetStop`: the lost transition is kept with its time.
+                    if stop.client_status == drover_structs::ALLOC_CLIENT_LOST {
+                        a.append_client_state(&stop.client_status, now);
                     }
-                    if !stop.followup_eval_id.is_empty() {
-                        a.followup_eval_id = stop.followup_eval_id;
-                    }
-                    if !stop.preempted_by_allocation.is_empty() {
-                        a.preempted_by_allocation = stop.preempted_by_allocation;
-                    }
-                    a.modify_index = index;
-                    a.alloc_modify_index = index;
-                    a.modify_time = now;
-                    touch_job(&mut jobs_touched, &a);
-                    put_alloc(t, &mut usage, a);
+                    a.client_status = stop.client_status;
                 }
-                for mut a in placed {
-                    // One lookup among the allocations gives both the stored version and the
-                    // shared key the indexes hold.
-                    let (id, existing) = stored_alloc(t, &a.id);
-                    match &existing {
-                        Some(existing) => {
-                            // In-place update: the server's fields change, the client's stay,
-                            // unless the scheduler marks the allocation lost or unknown (its
-                            // node missed its heartbeat), as Nomad's upsertAllocsImpl does.
-                            a.create_index = existing.create_index;
-                            a.create_time = existing.create_time;
-                            if a.client_status != drover_structs::ALLOC_CLIENT_LOST
-                                && a.client_status != drover_structs::ALLOC_CLIENT_UNKNOWN
-                            {
-                                a.client_status = existing.client_status.clone();
-                                a.client_description = existing.client_description.clone();
-                            }
-                            a.task_states = existing.task_states.clone();
+                if !stop.followup_eval_id.is_empty() {
+                    a.followup_eval_id = stop.followup_eval_id;
+                }
+                if !stop.preempted_by_allocation.is_empty() {
+                    a.preempted_by_allocation = stop.preempted_by_allocation;
+                }
+                a.modify_index = index;
+                a.alloc_modify_index = index;
+                a.modify_time = now;
+                touch_job(&mut jobs_touched, &a);
+                put_alloc(t, &mut usage, a);
+            }
+            for mut a in placed {
+                // One lookup among the allocations gives both the stored version and the
+                // shared key the indexes hold.
+                let (id, existing) = stored_alloc(t, &a.id);
+                match &existing {
+                    Some(existing) => {
+                        // In-place update: the server's fields change, the client's stay,
+                        // unless the scheduler marks the allocation lost or unknown (its
+                        // node missed its heartbeat), as Nomad's upsertAllocsImpl does.
+                        a.create_index = existing.create_index;
+                        a.create_time = existing.create_time;
+                        if a.client_status != drover_structs::ALLOC_CLIENT_LOST
+                            && a.client_status != drover_structs::ALLOC_CLIENT_UNKNOWN
+                        {
+                            a.client_status = existing.client_status.clone();
+                            a.client_description = existing.client_description.clone();
                         }
-                        None => {
-                            a.create_index = index;
-                            if a.create_time == 0 {
-                                a.create_time = now;
-                            }
+                        a.task_states = existing.task_states.clone();
+                    }
+                    None => {
+                        a.create_index = index;
+                        if a.create_time == 0 {
+                            a.create_time = now;
                         }
                     }
-                    if a.job.is_none() {
-                        a.job = job.clone();
-                    }
-                    a.modify_index = index;
-                    a.alloc_modify_index = index;
-                    a.modify_time = now;
-                    index_alloc(t, &id, &a);
-                    touch_job(&mut jobs_touched, &a);
-                    insert_alloc(t, &mut usage, id, existing, a);
                 }
-                upsert_evals_in(t, index, evals);
-                usage.flush(t);
-                for k in jobs_touched {
-                    recompute_summary(t, &k, index);
-                    refresh_job_status(t, &k, index);
+                if a.job.is_none() {
+                    a.job = job.clone();
                 }
-            },
-        )
+                a.modify_index = index;
+                a.alloc_modify_index = index;
+                a.modify_time = now;
+                index_alloc(t, &id, &a);
+                touch_job(&mut jobs_touched, &a);
+                insert_alloc(t, &mut usage, id, existing, a);
+            }
+            upsert_evals_in(t, index, evals);
+            usage.flush(t);
+            for k in jobs_touched {
+                recompute_summary(t, &k, index);
+                refresh_job_status(t, &k, index);
+            }
+        })
     }
 
     /// Applies what clients report about their allocations.
@@ -359,6 +379,15 @@ impl StateStore {
                     a.client_description = u.client_description;
                     if u.task_states.is_some() {
                         a.task_states = u.task_states;
+                    }
+                    if let Some(status) = u.deployment_status {
+                        // The canary mark is the scheduler's, kept whatever the client says.
+                        let canary = a.deployment_status.as_ref().is_some_and(|s| s.canary);
+                        a.deployment_status =
+                            Some(Box::new(drover_structs::AllocDeploymentStatus {
+                                canary,
+                                ..status
+                            }));
                     }
                     a.modify_index = index;
                     a.modify_time = now;
@@ -610,6 +639,47 @@ impl StateStore {
     }
 }
 
+/// What a plan changes of deployments (Nomad's `Deployment` and `DeploymentUpdates` of a
+/// plan result).
+#[derive(Debug, Clone, Default)]
+pub struct PlanDeploymentChanges {
+    pub deployment: Option<drover_structs::Deployment>,
+    pub updates: Vec<drover_structs::DeploymentStatusUpdate>,
+}
+
+impl PlanDeploymentChanges {
+    pub fn is_empty(&self) -> bool {
+        self.deployment.is_none() && self.updates.is_empty()
+    }
+}
+
+/// Marks a job version stable (or not), in the versions table and, when it is the current
+/// version, in the jobs table.
+pub(crate) fn set_job_stability_in(
+    t: &mut Tables,
+    index: u64,
+    namespace: &str,
+    job_id: &str,
+    version: u64,
+    stable: bool,
+) {
+    let k = key(namespace, job_id);
+    let Some(v) = t.job_versions.get(&(k.clone(), version)).cloned() else {
+        return;
+    };
+    if v.stable == stable {
+        return;
+    }
+    let mut j = (*v).clone();
+    j.stable = stable;
+    j.modify_index = index;
+    let j = Arc::new(j);
+    t.job_versions.insert((k.clone(), version), j.clone());
+    if t.jobs.get(&k).is_some_and(|cur| cur.version == version) {
+        t.jobs.insert(k, j);
+    }
+}
+
 /// Node usage changes of one write, applied to the table once per node at the end.
 #[derive(Default)]
 struct UsagePending {
@@ -660,9 +730,11 @@ fn insert_alloc(
     // Serialization derives them again; a million stored allocations would hold 1.5 GB of them.
     a.drop_derivable_legacy_resources();
     usage.track(t, old.as_deref(), &a);
+    // Every caller stamps `ModifyIndex` with the write's index before storing.
+    let index = a.modify_index;
+    crate::deployments::alloc_written(t, index, old.as_deref(), &mut a);
     let a = Arc::new(a);
     t.allocs.insert(id, a.clone());
-    // Every caller stamps `ModifyIndex` with the write's index before storing.
     crate::csi::alloc_written(t, old.as_deref(), &a);
 }
 
@@ -697,7 +769,7 @@ fn stored_alloc(t: &Tables, id: &str) -> (AllocKey, Option<Arc<Allocation>>) {
     }
 }
 
-fn upsert_evals_in(t: &mut Tables, index: u64, evals: Vec<Evaluation>) {
+pub(crate) fn upsert_evals_in(t: &mut Tables, index: u64, evals: Vec<Evaluation>) {
     let mut jobs = BTreeSet::new();
     for mut e in evals {
         match t.evals.get(&e.id) {

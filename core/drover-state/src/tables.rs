@@ -23,10 +23,11 @@ pub enum Table {
     PeriodicLaunch,
     CsiVolumes,
     CsiPlugins,
+    Deployments,
 }
 
 impl Table {
-    pub const ALL: [Table; 10] = [
+    pub const ALL: [Table; 11] = [
         Table::Jobs,
         Table::JobVersions,
         Table::JobSummary,
@@ -37,6 +38,7 @@ impl Table {
         Table::PeriodicLaunch,
         Table::CsiVolumes,
         Table::CsiPlugins,
+        Table::Deployments,
     ];
 
     pub fn name(self) -> &'static str {
@@ -51,6 +53,7 @@ impl Table {
             Table::PeriodicLaunch => "periodic_launch",
             Table::CsiVolumes => "csi_volumes",
             Table::CsiPlugins => "csi_plugins",
+            Table::Deployments => "deployment",
         }
     }
 }
@@ -81,6 +84,9 @@ pub(crate) struct Tables {
     pub csi_volumes_by_plugin: OrdMap<String, OrdSet<NsKey>>,
     /// CSI plugins by id.
     pub csi_plugins: OrdMap<String, Arc<drover_structs::CsiPlugin>>,
+    /// Deployments by id, and their ids by job.
+    pub deployments: OrdMap<String, Arc<drover_structs::Deployment>>,
+    pub deployments_by_job: OrdMap<NsKey, OrdSet<String>>,
     pub indexes: OrdMap<Table, u64>,
     /// Raft index of the newest applied entry, whatever table it touched.
     pub latest_index: u64,

@@ -83,8 +83,9 @@ pub struct Allocation {
     pub task_states: Option<BTreeMap<String, TaskState>>,
     #[serde(rename = "DeploymentID")]
     pub deployment_id: String,
+    /// Boxed: most allocations have none, and a million of them must stay small.
     #[serde(rename = "DeploymentStatus")]
-    pub deployment_status: Opaque,
+    pub deployment_status: Option<Box<crate::deployment::AllocDeploymentStatus>>,
     #[serde(rename = "FollowupEvalID")]
     pub followup_eval_id: String,
     #[serde(rename = "RescheduleTracker")]
@@ -220,8 +221,9 @@ pub struct AllocListStub {
     pub desired_transition: DesiredTransition,
     #[serde(rename = "TaskStates")]
     pub task_states: Option<BTreeMap<String, TaskState>>,
+    /// Boxed: most allocations have none, and a million of them must stay small.
     #[serde(rename = "DeploymentStatus")]
-    pub deployment_status: Opaque,
+    pub deployment_status: Option<Box<crate::deployment::AllocDeploymentStatus>>,
     #[serde(rename = "FollowupEvalID")]
     pub followup_eval_id: String,
     #[serde(rename = "RescheduleTracker")]
@@ -623,4 +625,7 @@ pub struct AllocClientUpdate {
     /// Unix nanoseconds of the client's observation.
     #[serde(default)]
     pub modify_time: i64,
+    /// The allocation's deployment health, once the client decided it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployment_status: Option<crate::deployment::AllocDeploymentStatus>,
 }

@@ -9,6 +9,7 @@ pub mod canonicalize;
 pub mod cron;
 pub mod csi;
 pub mod decode;
+pub mod deployment;
 pub mod disconnect;
 pub mod dispatch;
 pub mod eval;
@@ -28,6 +29,7 @@ pub mod vec_map;
 
 pub use alloc::*;
 pub use csi::*;
+pub use deployment::*;
 pub use disconnect::*;
 pub use dispatch::*;
 pub use eval::*;

@@ -84,6 +84,7 @@ pub(super) async fn watch_allocs<S: ServerConn>(
                                 client_description: e,
                                 task_states: None,
                                 modify_time: now_nanos(),
+                                deployment_status: None,
                             });
                         }
                     }

@@ -237,10 +237,7 @@ fn basic_rows(alloc: &Allocation, verbose: bool, length: usize) -> Vec<String> {
     ];
     if !alloc.deployment_id.is_empty() {
         let status = alloc.deployment_status.as_ref();
-        let health = match status
-            .and_then(|s| s.get("Healthy"))
-            .and_then(Value::as_bool)
-        {
+        let health = match status.and_then(|s| s.healthy) {
             Some(true) => "healthy",
             Some(false) => "unhealthy",
             None => "unset",
@@ -250,11 +247,7 @@ fn basic_rows(alloc: &Allocation, verbose: bool, length: usize) -> Vec<String> {
             limit(&alloc.deployment_id, length)
         ));
         rows.push(format!("Deployment Health|{health}"));
-        if status
-            .and_then(|s| s.get("Canary"))
-            .and_then(Value::as_bool)
-            == Some(true)
-        {
+        if status.is_some_and(|s| s.canary) {
             rows.push("Canary|true".into());
         }
     }
