@@ -3,12 +3,16 @@
 //! file and tar.gz archives; raw_exec tasks print what was fetched, read back through
 //! `drover alloc logs`. A wrong checksum or an archive entry that climbs out of the task
 //! directory fails the task with Nomad's "Failed Artifact Download" event, before it starts,
-//! with nothing written.
+//! with nothing written. https sources are served by Python's http.server behind a
+//! throwaway CA made with the `openssl` command: trusted through `SSL_CERT_FILE`, as Go's
+//! crypto/x509 (and so go-getter) trusts it, and refused with the certificate's problem when
+//! the agent's trust store does not hold that CA.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -390,6 +394,295 @@ fn a_failed_artifact_download_is_retried_as_the_restart_policy_says() {
         .filter(|r| r.starts_with("GET /hello.txt "))
         .count();
     assert_eq!(asked, 2, "one download per attempt");
+}
+
+/// Whether `program args` runs and succeeds (to skip the https tests without the tools).
+fn runs(program: &str, args: &[&str]) -> bool {
+    Command::new(program)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// The https tests need the `openssl` command and Python's ssl module.
+fn https_tools() -> bool {
+    let ok = runs("openssl", &["version"]) && runs("python3", &["-c", "import ssl, http.server"]);
+    if !ok {
+        eprintln!("skipping: the https artifact tests need `openssl` and `python3` (with ssl)");
+    }
+    ok
+}
+
+/// An OpenSSL config for a test CA and a server certificate for 127.0.0.1 (no reliance on
+/// the system's openssl.cnf).
+const OPENSSL_CNF: &str = "\
+[req]
+distinguished_name = dn
+prompt = no
+[dn]
+CN = Drover artifact test CA
+[v3_ca]
+basicConstraints = critical,CA:TRUE
+keyUsage = critical,keyCertSign,cRLSign
+subjectKeyIdentifier = hash
+[v3_server]
+basicConstraints = critical,CA:FALSE
+keyUsage = critical,digitalSignature,keyEncipherment
+extendedKeyUsage = serverAuth
+subjectAltName = IP:127.0.0.1
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid
+";
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run openssl");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        output_text(&out)
+    );
+}
+
+/// Makes a self-signed CA `<name>.pem` (key `<name>.key`, subject `CN=<name>`) in `dir`;
+/// answers the PEM's path.
+fn make_ca(dir: &Path, name: &str) -> PathBuf {
+    std::fs::write(dir.join("openssl.cnf"), OPENSSL_CNF).expect("write openssl.cnf");
+    let (key, pem) = (format!("{name}.key"), format!("{name}.pem"));
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-config",
+            "openssl.cnf",
+            "-extensions",
+            "v3_ca",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            &key,
+            "-out",
+            &pem,
+            "-days",
+            "2",
+            "-subj",
+            &format!("/CN=Drover test {name}"),
+        ],
+    );
+    dir.join(pem)
+}
+
+/// Python's http.server over TLS on a loopback port, serving `root`, with a certificate for
+/// 127.0.0.1 signed by a CA of its own; killed on drop.
+struct HttpsServer {
+    child: Child,
+    port: u16,
+    /// The CA that signed the server's certificate.
+    ca: PathBuf,
+}
+
+const HTTPS_SERVER_PY: &str = "\
+import functools, http.server, ssl, sys
+root, cert, key = sys.argv[1:4]
+handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=root)
+httpd = http.server.ThreadingHTTPServer(('127.0.0.1', 0), handler)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain(cert, key)
+httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)
+print(httpd.server_address[1], flush=True)
+httpd.serve_forever()
+";
+
+impl HttpsServer {
+    /// Serves `files` (name, content) from `dir/www`; keys and certificates go in `dir`.
+    fn start(dir: &Path, files: &[(&str, &[u8])]) -> HttpsServer {
+        let ca = make_ca(dir, "ca");
+        openssl(
+            dir,
+            &[
+                "req",
+                "-new",
+                "-config",
+                "openssl.cnf",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+                "-nodes",
+                "-keyout",
+                "server.key",
+                "-out",
+                "server.csr",
+                "-subj",
+                "/CN=127.0.0.1",
+            ],
+        );
+        openssl(
+            dir,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                "server.csr",
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                "server.pem",
+                "-days",
+                "2",
+                "-extfile",
+                "openssl.cnf",
+                "-extensions",
+                "v3_server",
+            ],
+        );
+        let www = dir.join("www");
+        std::fs::create_dir_all(&www).expect("create the served directory");
+        for (name, content) in files {
+            std::fs::write(www.join(name), content).expect("write a served file");
+        }
+        let mut child = Command::new("python3")
+            .arg("-c")
+            .arg(HTTPS_SERVER_PY)
+            .arg(&www)
+            .arg(dir.join("server.pem"))
+            .arg(dir.join("server.key"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the https server");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("the server's stdout"))
+            .read_line(&mut line)
+            .expect("read the https server's port");
+        let port = match line.trim().parse() {
+            Ok(port) => port,
+            Err(_) => {
+                let _ = child.kill();
+                panic!("the https server did not say its port: {line:?}");
+            }
+        };
+        HttpsServer { child, port, ca }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("https://127.0.0.1:{}{path}", self.port)
+    }
+}
+
+impl Drop for HttpsServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn an_https_artifact_signed_by_a_ca_in_ssl_cert_file_is_checked_and_fetched() {
+    if !https_tools() {
+        return;
+    }
+    let hello = b"hello over https\n";
+    let dir = TempDir::new("artifacts-https");
+    let server = HttpsServer::start(dir.path(), &[("hello.txt", hello)]);
+    let ca = server.ca.to_str().expect("utf-8 path");
+    let agent = Agent::start_dev_with_env(dir.path(), &[], &[("SSL_CERT_FILE", ca)]);
+    let artifacts = format!(
+        r#"
+      artifact {{
+        source = "{}"
+        options {{
+          checksum = "sha256:{}"
+        }}
+      }}"#,
+        server.url("/hello.txt"),
+        hex(&Sha256::digest(hello)),
+    );
+    let alloc = run_to_end(
+        &agent,
+        &dir,
+        "art-https",
+        &job("art-https", &artifacts, "cat local/hello.txt"),
+    );
+    assert_eq!(
+        alloc["ClientStatus"],
+        "complete",
+        "{}\n{}",
+        alloc["TaskStates"],
+        agent.log()
+    );
+    let fetched = alloc_dir(&agent, &alloc).join("t/local/hello.txt");
+    assert_eq!(std::fs::read(&fetched).expect("the fetched file"), hello);
+    let id = alloc["ID"].as_str().expect("alloc ID");
+    let logs = agent.cli(&["alloc", "logs", id, "t"]);
+    assert_eq!(
+        String::from_utf8_lossy(&logs.stdout),
+        "hello over https\n",
+        "{}",
+        output_text(&logs)
+    );
+}
+
+#[test]
+fn an_https_artifact_from_an_untrusted_ca_fails_with_the_certificate_problem() {
+    if !https_tools() {
+        return;
+    }
+    let dir = TempDir::new("artifacts-https-untrusted");
+    let server = HttpsServer::start(dir.path(), &[("hello.txt", b"hello\n")]);
+    // The agent trusts only another CA, so the server's is unknown to it whatever the
+    // machine's own store holds.
+    let other = dir.path().join("other");
+    std::fs::create_dir_all(&other).expect("create the other CA's directory");
+    let other_ca = make_ca(&other, "other-ca");
+    let other_ca = other_ca.to_str().expect("utf-8 path");
+    let agent = Agent::start_dev_with_env(dir.path(), &[], &[("SSL_CERT_FILE", other_ca)]);
+    let artifacts = format!(
+        r#"
+      artifact {{
+        source = "{}"
+      }}"#,
+        server.url("/hello.txt")
+    );
+    let alloc = run_to_end(
+        &agent,
+        &dir,
+        "art-https-bad",
+        &job("art-https-bad", &artifacts, "echo started > local/ran"),
+    );
+    assert_eq!(alloc["ClientStatus"], "failed", "{}", alloc["TaskStates"]);
+    let evs = events(&alloc);
+    let failed = event(&evs, "Failed Artifact Download").expect("a Failed Artifact Download event");
+    let message = failed["DisplayMessage"].as_str().unwrap_or_default();
+    let url = server.url("/hello.txt");
+    assert!(
+        message.starts_with(&format!(
+            "failed to download artifact \"{url}\": TLS connection to {url} failed: "
+        )),
+        "{message}"
+    );
+    assert!(
+        message.contains("invalid peer certificate")
+            && message.contains("certificate signed by unknown authority"),
+        "{message}"
+    );
+    assert!(event(&evs, "Started").is_none(), "{evs:?}");
+    let local = alloc_dir(&agent, &alloc).join("t/local");
+    assert!(!local.join("hello.txt").exists(), "the file was written");
+    assert!(!local.join("ran").exists(), "the task ran");
 }
 
 fn hex(bytes: &[u8]) -> String {

@@ -1,13 +1,15 @@
 //! A task's `artifact` blocks, fetched into its task directory before it starts, as Nomad's
 //! artifact hook does with go-getter.
 //!
-//! What Drover takes of go-getter: http URLs (https needs a TLS stack this build does not
-//! carry, and says so), local paths and `file://` URLs (relative paths from the task
-//! directory; only inside the allocation directory unless the client's
+//! What Drover takes of go-getter: http and https URLs (https over rustls, trusting the
+//! platform's certificate store as go-getter's Go does: on Linux the system bundle, or
+//! `SSL_CERT_FILE` / `SSL_CERT_DIR` when set; a certificate it does not accept fails the
+//! download with the URL and the reason), local paths and `file://` URLs (relative paths from
+//! the task directory; only inside the allocation directory unless the client's
 //! `artifact.disable_filesystem_isolation` is set, as Nomad's sandbox allows), forced getters
-//! `http::`/`file::`, the `checksum`, `archive` and `filename` query parameters (the block's
-//! `options` become query parameters, as Nomad passes them), and unpacking of tar, tar.gz,
-//! gz and zip, and `source//subdir` (only that directory of an archive or directory is
+//! `http::`/`https::`/`file::`, the `checksum`, `archive` and `filename` query parameters (the
+//! block's `options` become query parameters, as Nomad passes them), and unpacking of tar,
+//! tar.gz, gz and zip, and `source//subdir` (only that directory of an archive or directory is
 //! taken; symlinks in it are left out). git, hg, s3 and gcs getters are refused by name;
 //! `chown = true` is refused.
 //!
@@ -87,12 +89,11 @@ pub enum ArtifactError {
     Spec(String),
     #[error("artifact destination path escapes the task directory")]
     DestinationEscapes,
-    #[error("getter {0:?} is not supported by Drover (supported: http and local files)")]
+    #[error("getter {0:?} is not supported by Drover (supported: http, https and local files)")]
     UnsupportedGetter(String),
-    #[error(
-        "https sources need TLS, which this build of Drover does not have: use http or a local file"
-    )]
-    NoTls,
+    /// The TLS connection failed: an untrusted or mismatched certificate, a failed handshake.
+    #[error("TLS connection to {url} failed: {reason}")]
+    Tls { url: String, reason: String },
     #[error("invalid source URL: {0}")]
     BadUrl(String),
     #[error("{0}")]
@@ -513,15 +514,15 @@ impl Source {
             .iter()
             .any(|p| text.starts_with(p));
         match getter.as_deref() {
-            Some("http") => {}
-            Some("https") => return Err(ArtifactError::NoTls),
+            // go-getter's http getter serves both schemes.
+            Some("http" | "https") => {}
             Some("file") => {}
             Some(other) => return Err(ArtifactError::UnsupportedGetter(other.to_string())),
             None if detected_git => return Err(ArtifactError::UnsupportedGetter("git".into())),
             None => {}
         }
         let special = ["checksum", "archive", "filename"];
-        if scheme.as_deref() == Some("http") {
+        if matches!(scheme.as_deref(), Some("http" | "https")) {
             let mut url =
                 url::Url::parse(text).map_err(|e| ArtifactError::BadUrl(e.to_string()))?;
             let mut query: Vec<(String, String)> = url.query_pairs().into_owned().collect();
@@ -594,17 +595,25 @@ fn http_get(
     config: &ArtifactConfig,
     to: &Path,
 ) -> Result<(), ArtifactError> {
+    use ureq::tls::{RootCerts, TlsConfig, TlsProvider};
+    // The platform's trust store, as go-getter's crypto/x509 uses: on Linux the system bundle
+    // or SSL_CERT_FILE / SSL_CERT_DIR (rustls-native-certs), the OS verifier elsewhere.
+    let tls = TlsConfig::builder()
+        .provider(TlsProvider::Rustls)
+        .root_certs(RootCerts::PlatformVerifier)
+        .build();
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_connect(Some(Duration::from_secs(30)))
         .timeout_per_read(Some(config.http_read_timeout))
+        .tls_config(tls)
         .build()
         .into();
     let mut req = agent.get(url.as_str());
     for (k, v) in headers {
         req = req.header(k.as_str(), v.as_str());
     }
-    let resp = req.call().map_err(|e| ArtifactError::Http(e.to_string()))?;
+    let resp = req.call().map_err(|e| request_error(url, e))?;
     let status = resp.status().as_u16();
     if status != 200 {
         return Err(ArtifactError::BadStatus(status));
@@ -629,6 +638,51 @@ fn http_get(
         return Err(ArtifactError::TooLarge(max));
     }
     Ok(())
+}
+
+/// A failed request as the task's event tells it: the URL (without its query, which may carry
+/// credentials) and, for TLS, the reason the certificate or handshake was refused.
+fn request_error(url: &url::Url, e: ureq::Error) -> ArtifactError {
+    let mut shown = url.clone();
+    shown.set_query(None);
+    let _ = shown.set_password(None);
+    let url = shown.to_string();
+    let tls = match &e {
+        ureq::Error::Rustls(t) => Some(tls_reason(t)),
+        ureq::Error::Tls(t) => Some(t.to_string()),
+        // rustls's handshake errors reach ureq inside an io::Error.
+        ureq::Error::Io(io) => io
+            .get_ref()
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+            .map(tls_reason),
+        _ => None,
+    };
+    match tls {
+        Some(reason) => ArtifactError::Tls { url, reason },
+        None => ArtifactError::Http(format!("GET {url}: {e}")),
+    }
+}
+
+/// rustls's reason, with Go's words for the common certificate problems.
+fn tls_reason(e: &rustls::Error) -> String {
+    use rustls::CertificateError as C;
+    let go = match e {
+        rustls::Error::InvalidCertificate(c) => match c {
+            C::UnknownIssuer => Some("certificate signed by unknown authority"),
+            C::NotValidForName | C::NotValidForNameContext { .. } => {
+                Some("certificate is not valid for this host")
+            }
+            C::Expired | C::ExpiredContext { .. } => Some("certificate has expired"),
+            C::NotValidYet | C::NotValidYetContext { .. } => Some("certificate is not yet valid"),
+            C::Revoked => Some("certificate has been revoked"),
+            _ => None,
+        },
+        _ => None,
+    };
+    match go {
+        Some(go) => format!("{e} ({go})"),
+        None => e.to_string(),
+    }
 }
 
 /// Copies a local directory source under `dest` (relative to `root`).
@@ -735,13 +789,21 @@ mod tests {
     }
 
     #[test]
-    fn https_and_other_getters_are_refused_clearly() {
+    fn https_takes_the_http_getter_and_other_getters_are_refused_clearly() {
         let none = BTreeMap::new();
         let t = Path::new("/t");
-        assert!(matches!(
-            Source::parse("https://h/f", &none, t),
-            Err(ArtifactError::NoTls)
-        ));
+        for src in [
+            "https://h/f?checksum=md5:00",
+            "http::https://h/f?checksum=md5:00",
+            "https::https://h/f?checksum=md5:00",
+        ] {
+            let s = Source::parse(src, &none, t).unwrap();
+            assert!(
+                matches!(&s.location, Location::Http(u) if u.as_str() == "https://h/f"),
+                "{src}"
+            );
+            assert_eq!(s.param("checksum"), Some("md5:00"), "{src}");
+        }
         for (src, getter) in [
             ("git::https://h/r", "git"),
             ("s3://bucket/k", "s3"),
@@ -847,6 +909,30 @@ mod tests {
             )
             .unwrap_err();
         assert!(matches!(e, ArtifactError::TooLarge(1024)), "{e}");
+        assert!(!d.0.join("web/local/f").exists());
+    }
+
+    #[test]
+    fn a_failed_tls_handshake_names_the_url_and_writes_nothing() {
+        let d = Dirs::new();
+        // A plain-HTTP server answers the TLS client hello with garbage.
+        let (port, _heads) = serve("400 Bad Request", b"no tls here".to_vec());
+        let e = d
+            .fetch(
+                &http(format!("https://127.0.0.1:{port}/f?token=hidden")),
+                &|_| None,
+                &ArtifactConfig::default(),
+            )
+            .unwrap_err();
+        let text = e.to_string();
+        assert!(matches!(e, ArtifactError::Tls { .. }), "{text}");
+        assert!(
+            text.starts_with(&format!(
+                "TLS connection to https://127.0.0.1:{port}/f failed: "
+            )),
+            "{text}"
+        );
+        assert!(!text.contains("hidden"), "{text}");
         assert!(!d.0.join("web/local/f").exists());
     }
 
