@@ -47,6 +47,7 @@ pub(crate) fn process(
         snapshot_index: state.index(),
         escaped: false,
         classes: BTreeMap::new(),
+        deployment_id: None,
     };
     let mut refreshed: Option<Box<dyn State>> = None;
     let mut without_progress = 0;
@@ -93,6 +94,8 @@ struct GenericScheduler<'e> {
     snapshot_index: u64,
     escaped: bool,
     classes: BTreeMap<String, bool>,
+    /// The active deployment new placements join (set by each pass's reconciliation).
+    deployment_id: Option<String>,
 }
 
 impl GenericScheduler<'_> {
@@ -188,6 +191,11 @@ impl GenericScheduler<'_> {
             StackKind::Service
         };
         let config = self.config;
+        let deployment = if self.batch {
+            None
+        } else {
+            state.latest_deployment(&eval.namespace, &eval.job_id)
+        };
         let results = {
             let reconciler = Reconciler {
                 job,
@@ -195,6 +203,7 @@ impl GenericScheduler<'_> {
                 eval,
                 now,
                 tainted: &tainted_nodes,
+                deployment: deployment.as_ref(),
             };
             // In-place checks look at one node each; one stack serves them all.
             let mut inplace_stack = Stack::new(kind);
@@ -228,7 +237,17 @@ impl GenericScheduler<'_> {
         {
             ctx.append_alloc(a);
         }
-        for a in results.inplace {
+        self.deployment_id = results.deployment_id.clone();
+        ctx.plan.deployment = results.deployment;
+        ctx.plan.deployment_updates = results.deployment_updates;
+        for mut a in results.inplace {
+            // Nomad's in-place updates join the deployment and are judged healthy anew.
+            if let Some(id) = &self.deployment_id
+                && a.deployment_id != *id
+            {
+                a.deployment_id = id.clone();
+                a.deployment_status = None;
+            }
             ctx.append_alloc(a);
         }
         let mut new_ids = HashSet::new();
@@ -336,6 +355,9 @@ impl GenericScheduler<'_> {
         now: i64,
     ) -> Allocation {
         let mut alloc = new_allocation(&self.eval.id, job, tg, &p.name, sel, metric, now);
+        if let Some(id) = &self.deployment_id {
+            alloc.deployment_id = id.clone();
+        }
         if let Some(prev) = &p.previous {
             alloc.previous_allocation = prev.id.clone();
             if p.reschedule {

@@ -177,6 +177,16 @@ pub trait State: Send + Sync {
         let _ = node_id;
         BTreeMap::new()
     }
+    /// The job's newest deployment (Nomad's `LatestDeploymentByJobID`). A state without
+    /// deployments knows none, and jobs then update without them.
+    fn latest_deployment(
+        &self,
+        namespace: &str,
+        job_id: &str,
+    ) -> Option<Arc<drover_structs::Deployment>> {
+        let _ = (namespace, job_id);
+        None
+    }
 }
 
 pub use drover_structs::usage::NodeAllocUsage;

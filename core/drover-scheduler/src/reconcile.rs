@@ -16,6 +16,7 @@ use drover_structs::{
 use crate::reschedule::{next_reschedule_time, next_reschedule_time_by_time, policy};
 use crate::util::alloc_name;
 
+mod deployment;
 mod disconnect;
 mod names;
 
@@ -83,6 +84,11 @@ pub(crate) struct ReconcileResults {
     pub disconnect_updates: Vec<Allocation>,
     /// Allocations that reconnected and keep running (Nomad's `reconnectUpdates`).
     pub reconnect_updates: Vec<Allocation>,
+    /// A deployment this pass created (it goes into the plan whole).
+    pub deployment: Option<drover_structs::Deployment>,
+    pub deployment_updates: Vec<drover_structs::DeploymentStatusUpdate>,
+    /// The deployment new placements and in-place updates join, if one is active.
+    pub deployment_id: Option<String>,
 }
 
 type AllocSet = Vec<Arc<Allocation>>;
@@ -95,6 +101,8 @@ pub(crate) struct Reconciler<'a> {
     pub now: i64,
     /// Nodes whose allocations must move: down or draining (`Some`), or gone (`None`).
     pub tainted: &'a HashMap<String, Option<Arc<Node>>>,
+    /// The job's latest deployment (Nomad's `LatestDeploymentByJobID`); `None` for batch jobs.
+    pub deployment: Option<&'a Arc<drover_structs::Deployment>>,
 }
 
 impl Reconciler<'_> {
@@ -111,22 +119,36 @@ impl Reconciler<'_> {
                 .or_default()
                 .push(a.clone());
         }
+        let mut track = deployment::DeploymentTrack::new(
+            self.deployment,
+            self.job.map(|j| &**j),
+            self.now,
+            self.eval.priority,
+        );
         let job = match self.job {
             Some(j) if !j.stop => j,
             _ => {
                 for (_, set) in matrix {
                     self.stop_all(set, &mut r);
                 }
+                r.deployment_updates = track.updates;
                 return r;
             }
         };
         for tg in &job.task_groups {
             matrix.entry(tg.name.clone()).or_default();
         }
+        let mut complete = true;
         for (group, mut set) in matrix {
             sort_by_name(&mut set);
-            self.compute_group(job, &group, set, &mut r, update);
+            complete &= self.compute_group(job, &group, set, &mut r, update, &mut track);
         }
+        track.finish(complete);
+        r.deployment_id = track.active_id().map(str::to_string);
+        if track.created {
+            r.deployment = track.current.take();
+        }
+        r.deployment_updates = track.updates;
         r
     }
 
@@ -158,6 +180,7 @@ impl Reconciler<'_> {
         }
     }
 
+    /// Reconciles one group; returns whether its part of the deployment is complete.
     fn compute_group(
         &self,
         job: &Arc<Job>,
@@ -165,10 +188,11 @@ impl Reconciler<'_> {
         all: AllocSet,
         r: &mut ReconcileResults,
         update: &mut dyn FnMut(&Allocation, &Arc<Job>, &TaskGroup) -> UpdateDecision,
-    ) {
+        track: &mut deployment::DeploymentTrack,
+    ) -> bool {
         let Some(tg) = job.lookup_task_group(group) else {
             self.stop_all(all, r);
-            return;
+            return true;
         };
         let all = self.filter_old_terminal(job, all);
         let Tainted {
@@ -292,6 +316,7 @@ impl Reconciler<'_> {
             RESCHEDULING_FOLLOWUP_EVAL_DESC,
             r,
         );
+        let reschedule_later = later.len();
         self.handle_delayed_reschedules(job, later, r);
 
         let mut names = NameIndex::new(
@@ -319,6 +344,7 @@ impl Reconciler<'_> {
         migrate.retain(|a| !stopped.contains(&a.id));
 
         let mut destructive: AllocSet = Vec::new();
+        let inplace_before = r.inplace.len();
         for a in &untainted {
             // Allocations of a disconnected node wait for it before any update.
             if a.client_status == ALLOC_CLIENT_UNKNOWN {
@@ -330,7 +356,17 @@ impl Reconciler<'_> {
                 UpdateDecision::InPlace(new) => r.inplace.push(*new),
             }
         }
+        let inplace = r.inplace.len() - inplace_before;
 
+        // Nomad's deployment gates: new placements wait while the deployment is paused or
+        // failed (lost and failed allocations are still replaced), and destructive updates go
+        // `max_parallel` at a time, less what the deployment has not seen healthy yet.
+        let (state, existing_state) = track.group_state(tg);
+        let place_ready = track.place_ready();
+        let mut budget =
+            track.under_provisioned_by(tg, &untainted, destructive.len() + migrate.len());
+        let mut placements = 0;
+        let mut rescheduled = HashSet::new();
         if !delay_group {
             let present = untainted.len();
             let place = compute_placements(
@@ -342,11 +378,36 @@ impl Reconciler<'_> {
                 &lost,
                 &lost_due,
             );
-            r.place.extend(place);
+            placements = place.len();
+            let failed_deployment = track.failed.then(|| track.active_id()).flatten();
+            for p in place {
+                let replaces = p.previous.as_ref();
+                let allowed = place_ready
+                    || replaces.is_some_and(|prev| {
+                        if p.reschedule {
+                            failed_deployment != Some(prev.deployment_id.as_str())
+                        } else {
+                            lost.iter().chain(&lost_due).any(|l| l.id == prev.id)
+                        }
+                    });
+                if !allowed {
+                    continue;
+                }
+                if p.reschedule
+                    && let Some(prev) = replaces
+                {
+                    rescheduled.insert(prev.id.clone());
+                }
+                r.place.push(p);
+            }
+            if place_ready {
+                budget -= placements.min(budget);
+            }
         }
+        let rescheduling = reschedule_now.len();
         for a in reschedule_now {
             // A disconnected allocation stays (unknown) beside its replacement.
-            if disconnect_ids.contains(&a.id) {
+            if disconnect_ids.contains(&a.id) || !rescheduled.contains(&a.id) {
                 continue;
             }
             r.stop.push(Stop {
@@ -356,7 +417,13 @@ impl Reconciler<'_> {
                 followup: None,
             });
         }
-        for a in destructive {
+        let updating = if place_ready {
+            destructive.len().min(budget)
+        } else {
+            0
+        };
+        let destructive_total = destructive.len();
+        for a in destructive.into_iter().take(updating) {
             r.destructive.push(Placement {
                 name: a.name.clone(),
                 task_group: tg.name.clone(),
@@ -365,6 +432,7 @@ impl Reconciler<'_> {
                 destructive: true,
             });
         }
+        let migrating = migrate.len();
         for a in migrate {
             r.stop.push(Stop {
                 alloc: a.clone(),
@@ -380,6 +448,11 @@ impl Reconciler<'_> {
                 destructive: false,
             });
         }
+        let updating_spec = destructive_total != 0 || !r.inplace.is_empty();
+        track.attach(job, tg, state, existing_state, &all, updating_spec);
+        let remaining =
+            destructive_total + inplace + placements + migrating + rescheduling + reschedule_later;
+        track.group_complete(&tg.name, remaining)
     }
 
     /// Batch jobs ignore terminal allocations of older job versions.
@@ -879,5 +952,153 @@ mod tests {
         };
         assert!(matches!(should_filter(&failed, true), Filter::Consider));
         assert!(matches!(should_filter(&failed, false), Filter::Consider));
+    }
+
+    mod rolling {
+        use super::*;
+        use drover_structs::{AllocDeploymentStatus, Deployment, UpdateStrategy};
+
+        fn job(version: u64) -> Arc<Job> {
+            Arc::new(Job {
+                id: "web".into(),
+                namespace: "default".into(),
+                version,
+                create_index: 3,
+                task_groups: vec![TaskGroup {
+                    name: "g".into(),
+                    count: 4,
+                    update: Some(UpdateStrategy {
+                        max_parallel: 1,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            })
+        }
+
+        fn running(
+            i: usize,
+            job: &Arc<Job>,
+            deployment: &str,
+            healthy: Option<bool>,
+        ) -> Arc<Allocation> {
+            Arc::new(Allocation {
+                id: format!("a{i}-v{}", job.version),
+                name: format!("web.g[{i}]"),
+                namespace: "default".into(),
+                job_id: "web".into(),
+                task_group: "g".into(),
+                node_id: "n1".into(),
+                job: Some(job.clone()),
+                desired_status: ALLOC_DESIRED_RUN.into(),
+                client_status: ALLOC_CLIENT_RUNNING.into(),
+                deployment_id: deployment.into(),
+                deployment_status: healthy.map(|h| {
+                    Box::new(AllocDeploymentStatus {
+                        healthy: Some(h),
+                        ..Default::default()
+                    })
+                }),
+                ..Default::default()
+            })
+        }
+
+        fn reconcile(
+            job: &Arc<Job>,
+            allocs: &[Arc<Allocation>],
+            deployment: Option<&Arc<Deployment>>,
+        ) -> ReconcileResults {
+            let eval = Evaluation::default();
+            let tainted = HashMap::new();
+            let r = Reconciler {
+                job: Some(job),
+                batch: false,
+                eval: &eval,
+                now: 0,
+                tainted: &tainted,
+                deployment,
+            };
+            r.compute(
+                allocs,
+                &mut |a: &Allocation, j: &Arc<Job>, _: &TaskGroup| {
+                    if a.job_version() == j.version {
+                        UpdateDecision::Ignore
+                    } else {
+                        UpdateDecision::Destructive
+                    }
+                },
+            )
+        }
+
+        #[test]
+        fn an_update_replaces_max_parallel_at_a_time_and_waits_for_health() {
+            let (v1, v2) = (job(1), job(2));
+            let old: Vec<_> = (0..4).map(|i| running(i, &v1, "", None)).collect();
+            let r = reconcile(&v2, &old, None);
+            assert_eq!(r.destructive.len(), 1, "max_parallel = 1");
+            let d = Arc::new(r.deployment.expect("the update creates a deployment"));
+            assert_eq!(d.task_groups["g"].desired_total, 4);
+            assert_eq!(r.deployment_id.as_deref(), Some(d.id.as_str()));
+
+            // The replacement runs but is not healthy yet: nothing more.
+            let mut allocs = old[1..].to_vec();
+            allocs.push(running(0, &v2, &d.id, None));
+            let r = reconcile(&v2, &allocs, Some(&d));
+            assert!(r.destructive.is_empty() && r.deployment.is_none());
+            // Healthy: the next one.
+            allocs.pop();
+            allocs.push(running(0, &v2, &d.id, Some(true)));
+            let r = reconcile(&v2, &allocs, Some(&d));
+            assert_eq!(r.destructive.len(), 1);
+            // Unhealthy: the rollout stops.
+            allocs.pop();
+            allocs.push(running(0, &v2, &d.id, Some(false)));
+            let r = reconcile(&v2, &allocs, Some(&d));
+            assert!(r.destructive.is_empty());
+        }
+
+        #[test]
+        fn all_healthy_completes_the_deployment_and_a_newer_version_cancels_it() {
+            let v2 = job(2);
+            let mut d = Deployment::for_job(&v2, 50, 0);
+            let mut state = drover_structs::DeploymentState::for_group(
+                v2.task_groups[0].update.as_ref().unwrap(),
+                4,
+            );
+            state.healthy_allocs = 4;
+            d.task_groups.insert("g".into(), state);
+            let d = Arc::new(d);
+            let allocs: Vec<_> = (0..4).map(|i| running(i, &v2, &d.id, Some(true))).collect();
+            let r = reconcile(&v2, &allocs, Some(&d));
+            assert_eq!(r.deployment_updates.len(), 1);
+            assert_eq!(r.deployment_updates[0].status, "successful");
+            assert_eq!(
+                r.deployment_updates[0].status_description,
+                "Deployment completed successfully"
+            );
+            let r = reconcile(&job(3), &allocs, Some(&d));
+            assert_eq!(r.deployment_updates[0].status, "cancelled");
+            assert!(r.deployment.is_some(), "the new version gets its own");
+        }
+
+        #[test]
+        fn a_paused_deployment_starts_nothing_new() {
+            let (v1, v2) = (job(1), job(2));
+            let mut d = Deployment::for_job(&v2, 50, 0);
+            d.status = drover_structs::DEPLOYMENT_STATUS_PAUSED.into();
+            d.task_groups.insert(
+                "g".into(),
+                drover_structs::DeploymentState::for_group(
+                    v2.task_groups[0].update.as_ref().unwrap(),
+                    4,
+                ),
+            );
+            let d = Arc::new(d);
+            let old: Vec<_> = (0..3).map(|i| running(i, &v1, "", None)).collect();
+            let r = reconcile(&v2, &old, Some(&d));
+            assert!(r.destructive.is_empty());
+            assert!(r.place.is_empty(), "the missing fourth waits too");
+        }
     }
 }

@@ -29,6 +29,13 @@ pub struct Plan {
     pub snapshot_index: u64,
     /// All or nothing: if any node no longer fits, commit nothing.
     pub all_at_once: bool,
+    /// A deployment the scheduler created (Nomad's plan `Deployment`), stored before the
+    /// placements that join it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployment: Option<crate::deployment::Deployment>,
+    /// Deployment status changes (cancelled, successful).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deployment_updates: Vec<crate::deployment::DeploymentStatusUpdate>,
 }
 
 impl Plan {
@@ -36,6 +43,8 @@ impl Plan {
         self.node_update.is_empty()
             && self.node_allocation.is_empty()
             && self.node_preemptions.is_empty()
+            && self.deployment.is_none()
+            && self.deployment_updates.is_empty()
     }
 
     pub fn append_stop(&mut self, alloc: &Allocation, desc: &str, client_status: Option<&str>) {
