@@ -1346,6 +1346,8 @@ mod tests {
                 stopped: vec![],
                 placed: vec![alloc],
                 evals: vec![],
+                deployment: None,
+                deployment_updates: Vec::new(),
             })
             .await
             .unwrap();

@@ -59,6 +59,11 @@ pub enum LogEntry {
         #[serde(serialize_with = "serialize_allocations_as_held")]
         placed: Vec<Allocation>,
         evals: Vec<Evaluation>,
+        /// The deployment the plan created, stored before its placements.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        deployment: Option<drover_structs::Deployment>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        deployment_updates: Vec<drover_structs::DeploymentStatusUpdate>,
     },
     /// Several plans' committed parts in one entry (the plan applier batches what queued up
     /// while the previous entry committed); applied in order, as separate `PlanResults` would be.
@@ -114,6 +119,9 @@ pub enum LogEntry {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cas: Option<u64>,
     },
+    /// Deployment status changes, rollbacks and manual allocation health (see
+    /// `crate::deployments`).
+    Deployment(crate::deployments::DeploymentWrite),
     /// CSI volumes and plugins (see `crate::csi`).
     Csi(crate::csi::CsiEntry),
 }
@@ -193,6 +201,10 @@ pub struct PlanResultsPart {
     #[serde(serialize_with = "serialize_allocations_as_held")]
     pub placed: Vec<Allocation>,
     pub evals: Vec<Evaluation>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployment: Option<drover_structs::Deployment>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deployment_updates: Vec<drover_structs::DeploymentStatusUpdate>,
 }
 
 impl LogEntry {
@@ -260,17 +272,34 @@ pub fn apply_entry(state: &StateStore, index: u64, entry: LogEntry) -> Result<()
             stopped,
             placed,
             evals,
+            deployment,
+            deployment_updates,
         } => {
             let job: Option<Arc<Job>> =
                 job.and_then(|(ns, id, version)| state.snapshot().job_version(&ns, &id, version));
-            state.upsert_plan_results(index, job, stopped, placed, evals);
+            let deployments = drover_state::PlanDeploymentChanges {
+                deployment,
+                updates: deployment_updates,
+            };
+            state.upsert_plan_results_with(index, job, stopped, placed, evals, deployments);
         }
         LogEntry::PlanResultsBatch { plans } => {
             for p in plans {
                 let job: Option<Arc<Job>> = p
                     .job
                     .and_then(|(ns, id, version)| state.snapshot().job_version(&ns, &id, version));
-                state.upsert_plan_results(index, job, p.stopped, p.placed, p.evals);
+                let deployments = drover_state::PlanDeploymentChanges {
+                    deployment: p.deployment,
+                    updates: p.deployment_updates,
+                };
+                state.upsert_plan_results_with(
+                    index,
+                    job,
+                    p.stopped,
+                    p.placed,
+                    p.evals,
+                    deployments,
+                );
             }
         }
         LogEntry::AllocClientUpdate { updates, evals } => {
@@ -337,6 +366,15 @@ pub fn apply_entry(state: &StateStore, index: u64, entry: LogEntry) -> Result<()
             if !state.set_scheduler_config(index, config, cas) {
                 return Err(FsmError::Rejected(crate::sched_config::CAS_REJECTED.into()));
             }
+        }
+        LogEntry::Deployment(w) => {
+            if let Some(job) = w.rollback {
+                state.upsert_job(index, job);
+            }
+            if let Some(h) = &w.alloc_health {
+                state.set_alloc_deployment_health(index, &h.healthy, &h.unhealthy, &h.timestamp);
+            }
+            state.upsert_deployments(index, Vec::new(), &w.updates, w.evals);
         }
         LogEntry::Csi(entry) => crate::csi::apply_entry(state, index, entry)?,
     }

@@ -51,6 +51,7 @@ fn stop_leader_subsystems(inner: &Inner) {
     inner.volume_watcher.stop();
     inner.garbage.stop();
     inner.drainer.stop();
+    inner.deployment_watcher.stop();
     inner.broker.set_enabled(false);
     inner.heartbeats.clear();
     inner
@@ -107,6 +108,9 @@ async fn establish_leadership(inner: &Arc<Inner>) {
     inner.volume_watcher.start(inner.clone());
     inner.garbage.start(inner.clone());
     inner.drainer.start(inner.clone());
+    inner.deployment_watcher.start(crate::server::Server {
+        inner: inner.clone(),
+    });
     tracing::info!(pending = np, blocked = nb, "leadership established");
 }
 

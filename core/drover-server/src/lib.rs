@@ -14,6 +14,8 @@ mod cluster;
 #[cfg(test)]
 mod cluster_tests;
 pub mod csi;
+mod deployment_watcher;
+pub mod deployments;
 mod dispatch;
 pub mod drainer;
 pub mod events;

@@ -291,6 +291,8 @@ pub(crate) async fn run_plan_applier(inner: Arc<Inner>, mut rx: mpsc::Receiver<P
                 stopped: p.stopped,
                 placed: p.placed,
                 evals: p.evals,
+                deployment: p.deployment,
+                deployment_updates: p.deployment_updates,
             }),
             Err(parts) if parts.is_empty() => None,
             Err(parts) => Some(LogEntry::PlanResultsBatch { plans: parts }),
@@ -372,7 +374,11 @@ fn plan_commit(snap: &StateSnapshot, plan: Plan, verdict: &PlanVerdict) -> Optio
         // The entry names the job version once; the FSM links it back.
         a.job = None;
     }
-    if stopped.is_empty() && placed.is_empty() {
+    // The deployment goes with whatever part of the plan commits: placements that do
+    // commit join it, and a retry finds it as the version's deployment.
+    let deployment = plan.deployment;
+    let deployment_updates = plan.deployment_updates;
+    if stopped.is_empty() && placed.is_empty() && deployment_updates.is_empty() {
         return None;
     }
     Some(PlanCommit {
@@ -382,6 +388,8 @@ fn plan_commit(snap: &StateSnapshot, plan: Plan, verdict: &PlanVerdict) -> Optio
             stopped,
             placed,
             evals,
+            deployment,
+            deployment_updates,
         },
     })
 }
@@ -580,6 +588,8 @@ mod tests {
                 })
                 .collect(),
             evals: vec![drover_structs::Evaluation::for_job(&job, "preemption")],
+            deployment: None,
+            deployment_updates: Vec::new(),
         };
         assert!(part.placed.iter().all(|a| {
             a.metrics
@@ -595,6 +605,8 @@ mod tests {
                 stopped: part.stopped,
                 placed: part.placed,
                 evals: part.evals,
+                deployment: None,
+                deployment_updates: Vec::new(),
             },
         ] {
             assert_eq!(LogEntry::decode(&entry.encode()).unwrap(), entry);
@@ -610,6 +622,8 @@ mod tests {
             stopped: vec![],
             placed: plan.node_allocation[&node.id].clone(),
             evals: vec![],
+            deployment: None,
+            deployment_updates: Vec::new(),
         };
         let entry = LogEntry::PlanResultsBatch {
             plans: vec![part.clone(), part],

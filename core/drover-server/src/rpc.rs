@@ -97,6 +97,8 @@ pub enum Request {
     EvaluateNode {
         node_id: String,
     },
+    /// Deployment operations (see `crate::deployments`).
+    Deployment(crate::deployments::DeploymentRequest),
     /// CSI volume and plugin endpoints (see `crate::csi`).
     Csi(crate::csi::CsiRequest),
     /// CSI snapshot endpoints (see `crate::csi::snapshot`).
@@ -136,6 +138,7 @@ pub enum Reply {
     },
     Dispatched(crate::dispatch::DispatchResult),
     NodeEvals(crate::node_ops::NodeEvalResult),
+    Deployment(crate::deployments::DeploymentUpdateResult),
     Csi(crate::csi::CsiReply),
     CsiSnapshot(crate::csi::CsiSnapshotReply),
 }

@@ -38,6 +38,13 @@ impl State for SnapshotState {
     fn csi_volume(&self, namespace: &str, id: &str) -> Option<Arc<CsiVolume>> {
         self.0.csi_volume_with_health(namespace, id).map(Arc::new)
     }
+    fn latest_deployment(
+        &self,
+        namespace: &str,
+        job_id: &str,
+    ) -> Option<Arc<drover_structs::Deployment>> {
+        self.0.latest_deployment(namespace, job_id)
+    }
     fn csi_volumes_per_plugin_on_node(&self, node_id: &str) -> BTreeMap<String, u64> {
         let filter = CsiVolumeFilter {
             node_id: Some(node_id),

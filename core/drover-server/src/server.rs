@@ -135,6 +135,7 @@ pub(crate) struct Inner {
     pub garbage: crate::garbage::GarbageCollector,
     /// Moves allocations off draining nodes; runs while leading.
     pub drainer: crate::drainer::NodeDrainer,
+    pub deployment_watcher: crate::deployment_watcher::DeploymentWatcher,
     /// The changes the FSM applied, for `/v1/event/stream` (on every server, not only the
     /// leader).
     pub events: Arc<crate::events::EventBroker>,
@@ -412,6 +413,7 @@ impl Server {
             proposed,
             garbage: Default::default(),
             drainer: Default::default(),
+            deployment_watcher: Default::default(),
             events,
         });
         tokio::spawn(run_plan_applier(inner.clone(), plan_rx));
@@ -479,6 +481,8 @@ impl Server {
         let _ = self.inner.shutdown_tx.send(true);
         self.inner.periodic.stop();
         self.inner.volume_watcher.stop();
+        // It holds a `Server`: left running, it would keep the server's state alive.
+        self.inner.deployment_watcher.stop();
         self.inner.broker.set_enabled(false);
         self.inner.raft.shutdown();
     }

@@ -5,7 +5,7 @@
 //! registered, a Vault token never fetched) fails later for no stated reason. Each entry here
 //! goes when its feature lands; the list is the honest boundary of what Drover runs.
 
-use drover_structs::{Job, MultiError, TaskGroup, UpdateStrategy};
+use drover_structs::{Job, MultiError, TaskGroup};
 use serde_json::Value;
 
 /// Every refusal for `job`, as one multi-error in Nomad's text (`Ok` when it can run).
@@ -128,12 +128,22 @@ fn refuse_group(job: &Job, tg: &TaskGroup, at: &str, m: &mut MultiError) {
             "Consul integration is not supported",
         );
     }
-    if let Some(update) = &tg.update {
-        for field in non_default_update_fields(update, &job.job_type) {
+    if let Some(update) = &tg.update
+        && job.job_type == drover_structs::JOB_TYPE_SERVICE
+    {
+        // Deployments roll updates out; canaries (and so their promotion) are not there yet.
+        if update.canary > 0 {
             refuse(
-                &format!("Update.{field}"),
+                "Update.Canary",
                 "update",
-                "deployments are not supported yet: allocations are replaced all at once, so only Nomad's default update settings are accepted",
+                "canary deployments are not supported yet",
+            );
+        }
+        if update.auto_promote {
+            refuse(
+                "Update.AutoPromote",
+                "update",
+                "canary deployments are not supported yet",
             );
         }
     }
@@ -154,55 +164,10 @@ fn is_set(v: &Option<Value>) -> bool {
     }
 }
 
-/// The update settings that differ from what canonicalization gives a group with no
-/// `update` block (Nomad's defaults), by their API names.
-fn non_default_update_fields(u: &UpdateStrategy, job_type: &str) -> Vec<&'static str> {
-    const SEC: i64 = 1_000_000_000;
-    if job_type != drover_structs::JOB_TYPE_SERVICE {
-        // Validation refuses update blocks of other job types with Nomad's text.
-        return Vec::new();
-    }
-    let default = UpdateStrategy {
-        stagger: 30 * SEC,
-        max_parallel: 1,
-        health_check: "checks".into(),
-        min_healthy_time: 10 * SEC,
-        healthy_deadline: 300 * SEC,
-        progress_deadline: 600 * SEC,
-        auto_revert: false,
-        auto_promote: false,
-        canary: 0,
-    };
-    let mut out = Vec::new();
-    let mut check = |differs: bool, name: &'static str| {
-        if differs {
-            out.push(name);
-        }
-    };
-    check(u.max_parallel != default.max_parallel, "MaxParallel");
-    check(u.health_check != default.health_check, "HealthCheck");
-    check(
-        u.min_healthy_time != default.min_healthy_time,
-        "MinHealthyTime",
-    );
-    check(
-        u.healthy_deadline != default.healthy_deadline,
-        "HealthyDeadline",
-    );
-    check(
-        u.progress_deadline != default.progress_deadline,
-        "ProgressDeadline",
-    );
-    check(u.auto_revert, "AutoRevert");
-    check(u.auto_promote, "AutoPromote");
-    check(u.canary != default.canary, "Canary");
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use drover_structs::{Task, TaskGroup};
+    use drover_structs::{Task, TaskGroup, UpdateStrategy};
     use serde_json::json;
 
     fn job_with(tg: TaskGroup) -> Job {
@@ -288,29 +253,30 @@ mod tests {
     }
 
     #[test]
-    fn update_settings_other_than_nomads_defaults_are_refused_by_name() {
+    fn update_settings_are_accepted_but_canaries_are_refused_by_name() {
         const SEC: i64 = 1_000_000_000;
-        let defaults = UpdateStrategy {
+        let rolling = UpdateStrategy {
             stagger: 30 * SEC,
-            max_parallel: 1,
-            health_check: "checks".into(),
-            min_healthy_time: 10 * SEC,
-            healthy_deadline: 300 * SEC,
-            progress_deadline: 600 * SEC,
+            max_parallel: 2,
+            health_check: "task_states".into(),
+            min_healthy_time: 1 * SEC,
+            healthy_deadline: 60 * SEC,
+            progress_deadline: 120 * SEC,
+            auto_revert: true,
             ..Default::default()
         };
         let mut tg = group(task());
-        tg.update = Some(defaults.clone());
+        tg.update = Some(rolling.clone());
         assert!(refuse_unacted(&job_with(tg.clone())).is_ok());
         tg.update = Some(UpdateStrategy {
             canary: 1,
-            auto_revert: true,
-            ..defaults
+            auto_promote: true,
+            ..rolling
         });
         let e = refuse_unacted(&job_with(tg)).unwrap_err().to_string();
         assert!(
             e.contains("(Job.TaskGroups[0].Update.Canary)")
-                && e.contains("(Job.TaskGroups[0].Update.AutoRevert)")
+                && e.contains("(Job.TaskGroups[0].Update.AutoPromote)")
                 && !e.contains("MaxParallel"),
             "{e}"
         );

@@ -403,6 +403,41 @@ impl StateStore {
         )
     }
 
+    /// An operator's allocation health for a deployment (`/v1/deployment/allocation-health`):
+    /// the allocations' `DeploymentStatus` is set as a client would report it, and counts
+    /// into their deployment the same way.
+    pub fn set_alloc_deployment_health(
+        &self,
+        index: u64,
+        healthy: &[String],
+        unhealthy: &[String],
+        timestamp: &str,
+    ) {
+        self.write(index, &[Table::Allocs, Table::Deployments], |t| {
+            let mut usage = UsagePending::default();
+            let marked = healthy
+                .iter()
+                .map(|id| (id, true))
+                .chain(unhealthy.iter().map(|id| (id, false)));
+            for (id, is_healthy) in marked {
+                let Some(existing) = t.allocs.get(id.as_str()).cloned() else {
+                    continue;
+                };
+                let mut a = (*existing).clone();
+                let canary = a.deployment_status.as_ref().is_some_and(|s| s.canary);
+                a.deployment_status = Some(Box::new(drover_structs::AllocDeploymentStatus {
+                    healthy: Some(is_healthy),
+                    timestamp: timestamp.to_string(),
+                    canary,
+                    modify_index: index,
+                }));
+                a.modify_index = index;
+                put_alloc(t, &mut usage, a);
+            }
+            usage.flush(t);
+        })
+    }
+
     /// Marks allocations for stopping on behalf of an operator (`alloc stop`) or the server.
     pub fn update_allocs_desired(&self, index: u64, ids: &[String], desired: &str, desc: &str) {
         self.write(index, &[Table::Allocs, Table::Jobs], |t| {

@@ -127,6 +127,16 @@ impl EntryEvents {
                 evals: eval_ids(evals),
                 ..EntryEvents::default()
             },
+            // Deployment events are not streamed yet; a rollback's job is (JobRegistered).
+            LogEntry::Deployment(w) => match &w.rollback {
+                Some(job) => EntryEvents {
+                    event_type: "JobRegistered",
+                    job: Some((job.namespace.clone(), job.id.clone())),
+                    evals: eval_ids(&w.evals),
+                    ..EntryEvents::default()
+                },
+                None => return None,
+            },
             LogEntry::EvalDelete { .. }
             | LogEntry::GcReap { .. }
             | LogEntry::SchedulerConfigUpdate { .. }

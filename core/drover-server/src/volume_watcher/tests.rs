@@ -205,6 +205,8 @@ async fn place_alloc(server: &Server, job_id: &str, id: &str) {
             stopped: vec![],
             placed: vec![alloc],
             evals: vec![],
+            deployment: None,
+            deployment_updates: Vec::new(),
         })
         .await
         .unwrap();
