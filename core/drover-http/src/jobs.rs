@@ -22,8 +22,7 @@ enum JobPath<'a> {
     Evaluations(&'a str),
     Summary(&'a str),
     Versions(&'a str),
-    /// Drover has no deployments yet: these answer "none", which is true and keeps
-    /// `nomad job status` working.
+    /// The job's deployments, newest first, and its latest one (or `null`).
     Deployments(&'a str),
     LatestDeployment(&'a str),
     /// `POST /v1/job/:id/periodic/force`.
@@ -191,16 +190,25 @@ pub(crate) async fn job_get(
             });
             respond_json(&body, Some(meta), opts.pretty)
         }
-        path @ (JobPath::Deployments(_) | JobPath::LatestDeployment(_)) => {
-            let (meta, ()) = blocking(&s, &[Table::Jobs], &opts, |snap| {
-                (snap.table_index(Table::Jobs), ())
+        JobPath::Deployments(id) => {
+            let (meta, list) = blocking(&s, &[Table::Deployments], &opts, |snap| {
+                (
+                    snap.table_index(Table::Deployments),
+                    snap.deployments_by_job(&ns, id),
+                )
             })
             .await;
-            let none = match path {
-                JobPath::Deployments(_) => json!([]),
-                _ => Value::Null,
-            };
-            respond_json(&none, Some(meta), opts.pretty)
+            respond_json(&list, Some(meta), opts.pretty)
+        }
+        JobPath::LatestDeployment(id) => {
+            let (meta, latest) = blocking(&s, &[Table::Deployments], &opts, |snap| {
+                (
+                    snap.table_index(Table::Deployments),
+                    snap.latest_deployment(&ns, id),
+                )
+            })
+            .await;
+            respond_json(&latest, Some(meta), opts.pretty)
         }
         JobPath::Unsupported(what) => {
             Err(ApiError::not_implemented(&format!("/v1/job/:id/{what}")))

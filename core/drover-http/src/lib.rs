@@ -17,6 +17,7 @@ mod client_fs_stream;
 mod client_gc;
 mod consistency;
 mod csi;
+mod deployments;
 mod error;
 mod evals;
 mod events;
@@ -45,7 +46,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{delete, get, post};
+use axum::routing::{delete, get, post, put};
 
 pub use alloc_control::ControlFuture;
 pub use client_api::{BoxFuture, NoTunnels, TunnelOpener, Upstream};
@@ -197,6 +198,16 @@ pub fn router(
         .route(
             "/v1/validate/job",
             post(jobspec::validate).put(jobspec::validate),
+        )
+        .route("/v1/deployments", get(deployments::list))
+        .route("/v1/deployment/{id}", get(deployments::get_one))
+        .route(
+            "/v1/deployment/allocations/{id}",
+            get(deployments::allocations),
+        )
+        .route(
+            "/v1/deployment/{op}/{id}",
+            put(deployments::operate).post(deployments::operate),
         )
         .route("/v1/allocations", get(allocs::list))
         .route("/v1/allocation/{id}", get(allocs::get_one))
