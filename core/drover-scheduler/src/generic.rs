@@ -412,6 +412,10 @@ impl GenericScheduler<'_> {
         if let Some(b) = &self.blocked {
             e.blocked_eval = b.id.clone();
         }
+        // Nomad's scheduler names the deployment it worked on; `job run` follows it.
+        if let Some(d) = &self.deployment_id {
+            e.deployment_id = d.clone();
+        }
         e
     }
 

@@ -13,6 +13,7 @@ mod alloc_fs;
 mod alloc_lifecycle;
 mod api;
 mod argv;
+mod deployment;
 mod eval;
 mod format;
 mod job;
@@ -83,6 +84,8 @@ enum Command {
     Node(node::NodeCli),
     /// Interact with evaluations
     Eval(eval::EvalCli),
+    /// Interact with deployments
+    Deployment(deployment::DeploymentCli),
     /// Interact with servers
     Server(server::ServerCli),
     /// Interact with the system API (garbage collection, summary reconciliation)
@@ -198,6 +201,7 @@ fn dispatch(command: Command) -> anyhow::Result<Exit> {
         Command::Exec(cmd) => alloc_exec::run_alias(cmd),
         Command::Node(cmd) => node::run(cmd),
         Command::Eval(cmd) => eval::run(cmd),
+        Command::Deployment(cmd) => deployment::run(cmd),
         Command::Server(cmd) => server::run(cmd),
         Command::System(cmd) => system::run(cmd),
         Command::Monitor(args) => agent_monitor::run(args),

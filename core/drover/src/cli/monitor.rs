@@ -163,6 +163,7 @@ fn is_finished(status: &str) -> bool {
 pub fn monitor(client: &Client, eval_id: &str, length: usize) -> Exit {
     let mut eval_id = eval_id.to_string();
     let mut sched_failure = false;
+    let mut deployment = String::new();
     loop {
         let mut state = EvalState::default();
         ui::info(&format!(
@@ -211,6 +212,9 @@ pub fn monitor(client: &Client, eval_id: &str, length: usize) -> Exit {
             std::thread::sleep(POLL_INTERVAL);
         };
 
+        if !eval.deployment_id.is_empty() {
+            deployment = eval.deployment_id.clone();
+        }
         let failed = eval.failed_tg_allocs.as_ref().filter(|f| !f.is_empty());
         match failed {
             None => ui::info(&format!(
@@ -257,6 +261,18 @@ pub fn monitor(client: &Client, eval_id: &str, length: usize) -> Exit {
             std::thread::sleep(Duration::from_nanos(eval.wait.unsigned_abs()));
         }
         eval_id = eval.next_eval.clone();
+    }
+    // Nomad's monitor follows the deployment the evaluation started, to its end.
+    if !deployment.is_empty() {
+        ui::info(&format!(
+            "{}: Monitoring deployment {}",
+            now_formatted(),
+            quote(limit(&deployment, length))
+        ));
+        let status = super::deployment::monitor_deployment(client, &deployment, length);
+        if status.as_deref() != Some("successful") {
+            return 1;
+        }
     }
     if sched_failure { 2 } else { 0 }
 }
