@@ -1,6 +1,7 @@
 //! The allocation runner: builds an allocation's directory, runs one task runner per task,
 //! turns their states into the allocation's client status, and stops the tasks when the
-//! servers (or a failing sibling, or the leader task) say so.
+//! servers (or a failing sibling, or the leader task) say so. For an allocation of a
+//! deployment it also decides the allocation's health (see `alloc_health`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -10,6 +11,7 @@ use drover_structs::*;
 use tokio::sync::{mpsc, watch};
 
 use crate::alloc_control::{AllocControl, TaskCommands};
+use crate::alloc_health::{self, Health};
 use crate::alloc_stats::LiveTasks;
 use crate::allocdir::AllocDir;
 use crate::csi::volumes::{self, MountedVolume};
@@ -160,6 +162,8 @@ async fn run(
     mut stop_rx: watch::Receiver<bool>,
     done_tx: watch::Sender<bool>,
 ) {
+    // Deployment health is tracked from here, as Nomad's health hook starts before the others.
+    let mut health = HealthTracking::new(&alloc, &group);
     // Directory creation is many small blocking syscalls: off the async threads, and in
     // parallel with other allocations' setup.
     let names: Vec<String> = group.tasks.iter().map(|t| t.name.clone()).collect();
@@ -176,7 +180,7 @@ async fn run(
             client_description: format!("failed to build allocation directory: {err}"),
             task_states: None,
             modify_time: drover_structs::time::now_nanos(),
-            deployment_status: None,
+            deployment_status: health.alloc_failed(),
         });
         let _ = done_tx.send(true);
         return;
@@ -211,7 +215,7 @@ async fn run(
                 client_description: format!("pre-run hook \"csi_hook\" failed: {err}"),
                 task_states: Some(states),
                 modify_time: drover_structs::time::now_nanos(),
-                deployment_status: None,
+                deployment_status: health.alloc_failed(),
             });
             let _ = done_tx.send(true);
             return;
@@ -292,6 +296,9 @@ async fn run(
         let recovered = handles.remove(&task.name);
         let recovering = recovered.is_some();
         let mut runner = TaskRunner::new(ctx, prior_state, recovered, task_tx.clone());
+        health
+            .task_events
+            .insert(task.name.clone(), runner.outside_events());
         if let Some(rx) = commands.remove(&task.name) {
             runner = runner.with_commands(rx);
         }
@@ -308,7 +315,12 @@ async fn run(
     // Tasks without a runner run nothing: dropping their commands answers them so.
     drop(commands);
 
-    let mut last_sent: Option<(String, BTreeMap<String, TaskState>)> = None;
+    type Sent = (
+        String,
+        BTreeMap<String, TaskState>,
+        Option<AllocDeploymentStatus>,
+    );
+    let mut last_sent: Option<Sent> = None;
     let mut stopping = false;
     // The kill phases still to send once the tasks of the current one are dead.
     let mut killing = lifecycle::Killing::default();
@@ -316,24 +328,27 @@ async fn run(
         std::time::Duration::from_nanos(group.shutdown_delay.unwrap_or(0).max(0) as u64);
     let mut commands_closed = false;
     loop {
+        health.check(&alloc.id, &group.tasks, &mut states);
         let (status, desc) = client_status(&states);
-        if last_sent.as_ref() != Some(&(status.to_string(), states.clone())) {
+        let sent = (status.to_string(), states.clone(), health.reported());
+        if last_sent.as_ref() != Some(&sent) {
             let _ = env.updates.send(AllocClientUpdate {
                 id: alloc.id.clone(),
                 client_status: status.into(),
                 client_description: desc.into(),
                 task_states: Some(states.clone()),
                 modify_time: drover_structs::time::now_nanos(),
-                deployment_status: None,
+                deployment_status: health.reported(),
             });
-            last_sent = Some((status.to_string(), states.clone()));
+            last_sent = Some(sent);
         }
         if states.values().all(|s| s.state == TASK_STATE_DEAD) {
             break;
         }
         tokio::select! {
             update = task_rx.recv() => {
-                let Some((name, state)) = update else { break };
+                let Some((name, mut state)) = update else { break };
+                health.keep_events(&name, &mut state);
                 states.insert(name, state);
                 if !stopping && let Some(reason) = lifecycle::kill_reason(&group.tasks, &states) {
                     stopping = true;
@@ -349,12 +364,19 @@ async fn run(
                     commands_closed = true;
                 } else if *stop_rx.borrow() {
                     stopping = true;
+                    // Stopped by the servers: no health to set (Nomad's tracker stops).
+                    health.abandon();
                     killing = lifecycle::Killing::after(
                         &group.tasks, &states, KillReason::Stop, group_delay,
                     );
                     killing.advance(&states, &kills);
                 }
             }
+            // Time to decide the allocation's health again (min_healthy_time or
+            // healthy_deadline reached).
+            _ = tokio::time::sleep_until(
+                health.next_check().unwrap_or_else(tokio::time::Instant::now),
+            ), if health.next_check().is_some() => {}
             // The group's shutdown_delay is over: the kill goes on.
             _ = tokio::time::sleep_until(
                 killing.delayed_until().unwrap_or_else(tokio::time::Instant::now),
@@ -375,6 +397,119 @@ async fn run(
         }
     }
     let _ = done_tx.send(true);
+}
+
+/// The allocation's deployment health while the runner decides it (Nomad's health hook).
+struct HealthTracking {
+    /// The group's update strategy while undecided; `None` when not tracked or decided.
+    update: Option<UpdateStrategy>,
+    /// When tracking began: the healthy deadline runs from here, as Nomad's hook sets it
+    /// when it starts watching (also after an agent restart).
+    started: i64,
+    /// Unix nanoseconds of the next decision due with no task state change.
+    next_check: Option<i64>,
+    /// What the allocation reports: the stored status (health decided before an agent
+    /// restart, or the servers' canary mark) until decided here.
+    status: Option<AllocDeploymentStatus>,
+    /// Where each task runner takes events from outside.
+    task_events: BTreeMap<String, mpsc::UnboundedSender<TaskEvent>>,
+    /// "Alloc Unhealthy" events given to task runners that have not reported them back yet.
+    unreported: BTreeMap<String, TaskEvent>,
+}
+
+impl HealthTracking {
+    fn new(alloc: &Allocation, group: &TaskGroup) -> HealthTracking {
+        HealthTracking {
+            update: alloc_health::tracked_strategy(alloc, group).cloned(),
+            started: drover_structs::time::now_nanos(),
+            next_check: None,
+            status: alloc.deployment_status.as_deref().cloned(),
+            task_events: BTreeMap::new(),
+            unreported: BTreeMap::new(),
+        }
+    }
+
+    /// Stops tracking without a decision.
+    fn abandon(&mut self) {
+        self.update = None;
+        self.next_check = None;
+    }
+
+    /// The status to report when the allocation failed before any task ran: unhealthy, with
+    /// no task to blame (Nomad's tracker on a failed allocation).
+    fn alloc_failed(&mut self) -> Option<AllocDeploymentStatus> {
+        if self.update.take().is_some() {
+            let now = drover_structs::time::now_nanos();
+            self.status = Some(alloc_health::decided_status(
+                self.status.as_ref(),
+                false,
+                now,
+            ));
+        }
+        self.reported()
+    }
+
+    /// The deployment status for the client update: only once the health is decided (here or
+    /// before an agent restart); the servers' own marks are theirs until then.
+    fn reported(&self) -> Option<AllocDeploymentStatus> {
+        self.status.clone().filter(|s| s.healthy.is_some())
+    }
+
+    fn next_check(&self) -> Option<tokio::time::Instant> {
+        let at = self.next_check?;
+        let wait = at.saturating_sub(drover_structs::time::now_nanos()).max(0);
+        Some(tokio::time::Instant::now() + std::time::Duration::from_nanos(wait as u64))
+    }
+
+    /// Decides the health if it can be now; once decided, tracking ends (a later restart of
+    /// a task changes nothing, as with Nomad's tracker).
+    fn check(&mut self, alloc_id: &str, tasks: &[Task], states: &mut BTreeMap<String, TaskState>) {
+        let Some(update) = &self.update else { return };
+        let now = drover_structs::time::now_nanos();
+        match alloc_health::decide(update, tasks, states, self.started, now) {
+            Health::Pending { next_check } => self.next_check = Some(next_check),
+            Health::Healthy { at } => {
+                tracing::info!(alloc = %alloc_id, "allocation is healthy");
+                self.status = Some(alloc_health::decided_status(self.status.as_ref(), true, at));
+                self.abandon();
+            }
+            Health::Unhealthy { reason, events } => {
+                tracing::info!(alloc = %alloc_id, %reason, "allocation is unhealthy");
+                self.status = Some(alloc_health::decided_status(
+                    self.status.as_ref(),
+                    false,
+                    now,
+                ));
+                self.abandon();
+                for (task, ev) in events {
+                    // The task runner records the event as its own; until it reports it
+                    // back (or if it is done), the report carries it.
+                    let delivered = self
+                        .task_events
+                        .get(&task)
+                        .is_some_and(|tx| tx.send(ev.clone()).is_ok());
+                    if let Some(s) = states.get_mut(&task) {
+                        alloc_health::push_event(s, ev.clone());
+                    }
+                    if delivered {
+                        self.unreported.insert(task, ev);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Keeps the "Alloc Unhealthy" event in a task's state until the task runner reports it.
+    fn keep_events(&mut self, task: &str, state: &mut TaskState) {
+        let Some(ev) = self.unreported.get(task) else {
+            return;
+        };
+        if state.events.contains(ev) {
+            self.unreported.remove(task);
+        } else {
+            alloc_health::push_event(state, ev.clone());
+        }
+    }
 }
 
 /// Claims, stages and publishes the group's CSI volumes.

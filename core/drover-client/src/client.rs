@@ -134,6 +134,21 @@ struct AllocRecord {
     task_states: BTreeMap<String, TaskState>,
 }
 
+impl AllocRecord {
+    /// Takes in what the client last reported for the allocation.
+    fn apply_saved_status(&mut self, u: AllocClientUpdate) {
+        self.alloc.client_status = u.client_status;
+        if let Some(ts) = u.task_states {
+            self.task_states = ts;
+        }
+        // The deployment health decided before the restart: reported again, never decided
+        // anew (see `alloc_health::tracked_strategy`).
+        if let Some(ds) = u.deployment_status {
+            self.alloc.deployment_status = Some(Box::new(ds));
+        }
+    }
+}
+
 pub(crate) struct Shared {
     pub(crate) runners: Mutex<HashMap<String, AllocRunnerHandle>>,
     /// The node as last fingerprinted; a change is pushed to the servers.
@@ -443,10 +458,7 @@ impl Client {
             if let Ok(Some(status)) = db.get_alloc_status(&id)
                 && let Ok(u) = serde_json::from_slice::<AllocClientUpdate>(&status)
             {
-                rec.alloc.client_status = u.client_status;
-                if let Some(ts) = u.task_states {
-                    rec.task_states = ts;
-                }
+                rec.apply_saved_status(u);
             }
             known.insert(id.clone(), rec.alloc.alloc_modify_index);
             if rec.alloc.server_terminal()
@@ -651,4 +663,36 @@ fn mhz_per_core(node: &Node) -> f64 {
         .get("cpu.frequency")
         .and_then(|f| f.parse().ok())
         .unwrap_or(0.0)
+}
+
+#[cfg(test)]
+mod restore_tests {
+    use super::*;
+
+    #[test]
+    fn a_saved_status_brings_back_the_decided_deployment_health() {
+        let mut rec = AllocRecord {
+            alloc: Allocation {
+                deployment_id: "d1".into(),
+                ..Default::default()
+            },
+            task_states: BTreeMap::new(),
+        };
+        let health = AllocDeploymentStatus {
+            healthy: Some(true),
+            timestamp: "2026-01-01T00:00:00Z".into(),
+            ..Default::default()
+        };
+        rec.apply_saved_status(AllocClientUpdate {
+            id: "a1".into(),
+            client_status: ALLOC_CLIENT_RUNNING.into(),
+            deployment_status: Some(health.clone()),
+            ..Default::default()
+        });
+        assert_eq!(rec.alloc.client_status, ALLOC_CLIENT_RUNNING);
+        assert_eq!(rec.alloc.deployment_status.as_deref(), Some(&health));
+        // A status saved before any decision leaves the allocation's own.
+        rec.apply_saved_status(AllocClientUpdate::default());
+        assert_eq!(rec.alloc.deployment_status.as_deref(), Some(&health));
+    }
 }

@@ -8,6 +8,7 @@
 
 pub mod alloc_control;
 pub mod alloc_exec;
+pub mod alloc_health;
 pub mod alloc_runner;
 pub mod alloc_stats;
 pub mod allocdir;
@@ -23,8 +24,8 @@ pub mod host_volumes;
 pub mod interpolate;
 pub mod lifecycle;
 pub mod logs;
-pub mod node_meta;
 pub mod mountinfo;
+pub mod node_meta;
 pub mod restarts;
 pub mod state_db;
 pub mod task_runner;

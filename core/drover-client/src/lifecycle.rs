@@ -688,4 +688,4 @@ mod tests {
 
 #[cfg(test)]
 #[path = "lifecycle_runner_tests.rs"]
-mod runner_tests;
+pub(crate) mod runner_tests;

@@ -25,7 +25,7 @@ struct Running {
 
 /// Records "start:<task>", "exit:<task>" (by itself) and "stop:<task>" (killed), in order.
 #[derive(Default)]
-struct Scripted {
+pub(crate) struct Scripted {
     tasks: Mutex<BTreeMap<String, Running>>,
     changed: Condvar,
     log: Mutex<Vec<String>>,
@@ -154,7 +154,13 @@ impl Driver for Scripted {
 }
 
 /// A task of the scripted driver: `run_ms` = None runs until stopped.
-fn task(name: &str, hook: Option<&str>, sidecar: bool, run_ms: Option<u64>, code: i64) -> Task {
+pub(crate) fn task(
+    name: &str,
+    hook: Option<&str>,
+    sidecar: bool,
+    run_ms: Option<u64>,
+    code: i64,
+) -> Task {
     let mut config = serde_json::Map::new();
     if let Some(ms) = run_ms {
         config.insert("run_ms".into(), json!(ms));
@@ -169,10 +175,10 @@ fn task(name: &str, hook: Option<&str>, sidecar: bool, run_ms: Option<u64>, code
     }
 }
 
-struct Harness {
-    driver: Arc<Scripted>,
-    runner: AllocRunnerHandle,
-    updates: mpsc::UnboundedReceiver<AllocClientUpdate>,
+pub(crate) struct Harness {
+    pub(crate) driver: Arc<Scripted>,
+    pub(crate) runner: AllocRunnerHandle,
+    pub(crate) updates: mpsc::UnboundedReceiver<AllocClientUpdate>,
     last: Option<AllocClientUpdate>,
     _dir: TempDir,
 }
@@ -189,9 +195,6 @@ impl Harness {
     }
 
     fn start_job(tasks: Vec<Task>, shutdown_delay: Option<i64>, job_type: &str) -> Harness {
-        let dir = TempDir::new("lifecycle");
-        let driver = Arc::new(Scripted::default());
-        let (env, updates) = runner_env(&dir, "scripted", Arc::clone(&driver) as Arc<dyn Driver>);
         let group = TaskGroup {
             name: "g".into(),
             restart_policy: Some(RestartPolicy {
@@ -217,6 +220,14 @@ impl Harness {
             job: Some(Arc::new(job)),
             ..Default::default()
         };
+        Harness::start_alloc(alloc)
+    }
+
+    /// Runs `alloc` (whose group's tasks use the scripted driver) from its start.
+    pub(crate) fn start_alloc(alloc: Allocation) -> Harness {
+        let dir = TempDir::new("lifecycle");
+        let driver = Arc::new(Scripted::default());
+        let (env, updates) = runner_env(&dir, "scripted", Arc::clone(&driver) as Arc<dyn Driver>);
         let runner = alloc_runner::start(env, Arc::new(alloc), BTreeMap::new(), BTreeMap::new())
             .expect("the allocation starts");
         Harness {
@@ -229,7 +240,7 @@ impl Harness {
     }
 
     /// Reads status reports until the allocation runner is done; returns the last one.
-    async fn until_done(&mut self) -> AllocClientUpdate {
+    pub(crate) async fn until_done(&mut self) -> AllocClientUpdate {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             if self.runner.is_done() {
@@ -254,7 +265,7 @@ impl Harness {
         }
     }
 
-    async fn until_log(&mut self, entry: &str) {
+    pub(crate) async fn until_log(&mut self, entry: &str) {
         let deadline = Instant::now() + Duration::from_secs(10);
         while !self.log().iter().any(|e| e == entry) {
             assert!(
@@ -266,7 +277,7 @@ impl Harness {
         }
     }
 
-    fn log(&self) -> Vec<String> {
+    pub(crate) fn log(&self) -> Vec<String> {
         lock(&self.driver.log).clone()
     }
 

@@ -154,6 +154,13 @@ impl TaskRunner {
         self
     }
 
+    /// Where events from outside the runner reach it (the allocation runner's "Alloc
+    /// Unhealthy" events): recorded with the task's next event or state change, or at once
+    /// while the task runs. Sending fails once the runner is done.
+    pub(crate) fn outside_events(&self) -> mpsc::UnboundedSender<TaskEvent> {
+        self.plugin_events.0.clone()
+    }
+
     fn event(&mut self, e: TaskEvent) {
         self.take_outside_events();
         // Nomad keeps the last 10 events of a task.

@@ -241,12 +241,17 @@ impl GenericScheduler<'_> {
         ctx.plan.deployment = results.deployment;
         ctx.plan.deployment_updates = results.deployment_updates;
         for mut a in results.inplace {
-            // Nomad's in-place updates join the deployment and are judged healthy anew.
+            // In-place updates join the deployment. Nomad clears their health for the client
+            // to judge again, which for tasks an in-place update does not restart comes out
+            // healthy at once; Drover's clients do not re-judge, so a healthy allocation
+            // brings its health along (and counts as healthy in the new deployment).
             if let Some(id) = &self.deployment_id
                 && a.deployment_id != *id
             {
                 a.deployment_id = id.clone();
-                a.deployment_status = None;
+                if !a.deployment_status.as_ref().is_some_and(|s| s.is_healthy()) {
+                    a.deployment_status = None;
+                }
             }
             ctx.append_alloc(a);
         }

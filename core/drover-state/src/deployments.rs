@@ -118,8 +118,14 @@ pub(crate) fn alloc_written(
     let health = |x: &Allocation| x.deployment_status.as_ref().and_then(|s| s.healthy);
     let (mut placed, mut healthy, mut unhealthy) = (0, 0, 0);
     match old {
+        // A placement joins with no health; an in-place update may bring its health along.
         None => placed = 1,
-        Some(o) if o.deployment_id != a.deployment_id => placed = 1,
+        Some(o) if o.deployment_id != a.deployment_id => {
+            placed = 1;
+            if health(a) == Some(true) {
+                healthy = 1;
+            }
+        }
         Some(o) => match (health(o), health(a)) {
             (None, Some(true)) => healthy = 1,
             (None, Some(false)) => unhealthy = 1,
