@@ -41,8 +41,14 @@ fn prefix_and_fuzzy_search_find_jobs_groups_tasks_and_allocations_and_status_res
     let dir = TempDir::new("search");
     let agent = Agent::start_dev(dir.path(), &[]);
     let job = write_job(&dir, "web.nomad", JOB);
-    let out = agent.cli(&["job", "run", &job]);
+    // Detached: the task ends at once, so its deployment fails (and `job run` would say so).
+    let out = agent.cli(&["job", "run", "-detach", &job]);
     assert!(out.status.success(), "{}", output_text(&out));
+    agent.eventually(
+        "the allocation to be placed",
+        std::time::Duration::from_secs(60),
+        || drover_tests::allocs(&agent, "search-web").len() == 1,
+    );
 
     let (status, all) = search(
         &agent,

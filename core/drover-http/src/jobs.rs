@@ -29,19 +29,13 @@ enum JobPath<'a> {
     PeriodicForce(&'a str),
     /// `POST /v1/job/:id/dispatch`.
     Dispatch(&'a str),
+    /// `POST /v1/job/:id/{revert,stable,evaluate}`.
+    Version(&'a str, crate::job_versions::VersionCall),
     /// A sub-resource Nomad has and Drover does not serve yet.
     Unsupported(&'a str),
 }
 
-const UNSUPPORTED_SUFFIXES: &[&str] = &[
-    "/evaluate",
-    "/plan",
-    "/revert",
-    "/stable",
-    "/scale",
-    "/services",
-    "/submission",
-];
+const UNSUPPORTED_SUFFIXES: &[&str] = &["/plan", "/scale", "/services", "/submission"];
 
 fn split_job_path(rest: &str) -> JobPath<'_> {
     if let Some(id) = rest.strip_suffix("/allocations") {
@@ -67,6 +61,11 @@ fn split_job_path(rest: &str) -> JobPath<'_> {
     }
     if let Some(id) = rest.strip_suffix("/dispatch") {
         return JobPath::Dispatch(id);
+    }
+    if let Some((id, suffix)) = rest.rsplit_once('/')
+        && let Some(call) = crate::job_versions::VersionCall::of_suffix(suffix)
+    {
+        return JobPath::Version(id, call);
     }
     for suffix in UNSUPPORTED_SUFFIXES {
         if rest.ends_with(suffix) {
@@ -213,7 +212,9 @@ pub(crate) async fn job_get(
         JobPath::Unsupported(what) => {
             Err(ApiError::not_implemented(&format!("/v1/job/:id/{what}")))
         }
-        JobPath::PeriodicForce(_) | JobPath::Dispatch(_) => Err(invalid_method()),
+        JobPath::PeriodicForce(_) | JobPath::Dispatch(_) | JobPath::Version(..) => {
+            Err(invalid_method())
+        }
     }
 }
 
@@ -228,6 +229,9 @@ pub(crate) async fn job_write(
         JobPath::Job(id) => register_job(&s, &params, &body, Some(id)).await,
         JobPath::PeriodicForce(id) => periodic_force(&s, &params, id).await,
         JobPath::Dispatch(id) => dispatch(&s, &params, &body, id).await,
+        JobPath::Version(id, call) => {
+            crate::job_versions::handle(&s, &params, &body, id, call).await
+        }
         JobPath::Unsupported(what) => {
             Err(ApiError::not_implemented(&format!("/v1/job/:id/{what}")))
         }

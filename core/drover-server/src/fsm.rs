@@ -119,6 +119,19 @@ pub enum LogEntry {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cas: Option<u64>,
     },
+    /// Marks one version of a job stable or not (`PUT /v1/job/:id/stable`).
+    JobStability {
+        namespace: String,
+        job_id: String,
+        version: u64,
+        stable: bool,
+    },
+    /// Failed allocations marked to be rescheduled now (`job eval -force-reschedule`), with
+    /// the job's evaluation.
+    AllocForceReschedule {
+        ids: Vec<String>,
+        evals: Vec<Evaluation>,
+    },
     /// Deployment status changes, rollbacks and manual allocation health (see
     /// `crate::deployments`).
     Deployment(crate::deployments::DeploymentWrite),
@@ -366,6 +379,17 @@ pub fn apply_entry(state: &StateStore, index: u64, entry: LogEntry) -> Result<()
             if !state.set_scheduler_config(index, config, cas) {
                 return Err(FsmError::Rejected(crate::sched_config::CAS_REJECTED.into()));
             }
+        }
+        LogEntry::JobStability {
+            namespace,
+            job_id,
+            version,
+            stable,
+        } => state
+            .set_job_stability(index, &namespace, &job_id, version, stable)
+            .map_err(|e| FsmError::Rejected(e.to_string()))?,
+        LogEntry::AllocForceReschedule { ids, evals } => {
+            state.mark_allocs_force_reschedule(index, &ids, evals)
         }
         LogEntry::Deployment(w) => {
             if let Some(job) = w.rollback {

@@ -25,6 +25,7 @@ mod heartbeat;
 #[cfg(test)]
 mod heartbeat_tests;
 mod identity;
+pub mod job_versions;
 mod leader_task;
 mod leadership;
 mod members;

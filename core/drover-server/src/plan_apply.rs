@@ -374,11 +374,16 @@ fn plan_commit(snap: &StateSnapshot, plan: Plan, verdict: &PlanVerdict) -> Optio
         // The entry names the job version once; the FSM links it back.
         a.job = None;
     }
-    // The deployment goes with whatever part of the plan commits: placements that do
-    // commit join it, and a retry finds it as the version's deployment.
+    // The deployment is committed even when no placement is (as Nomad's plan result keeps
+    // it): placements that commit join it, and a retry or a blocked evaluation finds it as
+    // the version's deployment, which the evaluation already names.
     let deployment = plan.deployment;
     let deployment_updates = plan.deployment_updates;
-    if stopped.is_empty() && placed.is_empty() && deployment_updates.is_empty() {
+    if stopped.is_empty()
+        && placed.is_empty()
+        && deployment.is_none()
+        && deployment_updates.is_empty()
+    {
         return None;
     }
     Some(PlanCommit {

@@ -99,6 +99,8 @@ pub enum Request {
     },
     /// Deployment operations (see `crate::deployments`).
     Deployment(crate::deployments::DeploymentRequest),
+    /// Job revert, stability and evaluation (see `crate::job_versions`).
+    JobVersion(crate::job_versions::JobVersionRequest),
     /// CSI volume and plugin endpoints (see `crate::csi`).
     Csi(crate::csi::CsiRequest),
     /// CSI snapshot endpoints (see `crate::csi::snapshot`).

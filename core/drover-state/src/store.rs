@@ -596,9 +596,25 @@ impl StateStore {
         })
     }
 
+    /// Marks failed allocations to be rescheduled now, past their reschedule policy (Nomad's
+    /// desired transition `ForceReschedule`, `job eval -force-reschedule`), with the evaluation.
+    pub fn mark_allocs_force_reschedule(&self, index: u64, ids: &[String], evals: Vec<Evaluation>) {
+        self.set_desired_transition(index, ids, evals, |t| t.force_reschedule = Some(true))
+    }
+
     /// Marks allocations for migration off their draining node (Nomad's desired transition
     /// `Migrate`); the scheduler then replaces them elsewhere. Evaluations come with it.
     pub fn mark_allocs_for_migration(&self, index: u64, ids: &[String], evals: Vec<Evaluation>) {
+        self.set_desired_transition(index, ids, evals, |t| t.migrate = Some(true))
+    }
+
+    fn set_desired_transition(
+        &self,
+        index: u64,
+        ids: &[String],
+        evals: Vec<Evaluation>,
+        mark: impl Fn(&mut drover_structs::DesiredTransition),
+    ) {
         self.write(
             index,
             &[Table::Allocs, Table::Evals, Table::JobSummary, Table::Jobs],
@@ -609,7 +625,7 @@ impl StateStore {
                         continue;
                     };
                     let mut a = (*old).clone();
-                    a.desired_transition.migrate = Some(true);
+                    mark(&mut a.desired_transition);
                     a.modify_index = index;
                     insert_alloc(t, &mut usage, key, Some(old), a);
                 }

@@ -137,6 +137,22 @@ impl EntryEvents {
                 },
                 None => return None,
             },
+            LogEntry::AllocForceReschedule {
+                ids: alloc_ids,
+                evals,
+            } => EntryEvents {
+                event_type: "AllocationUpdateDesiredStatus",
+                allocs: alloc_ids.clone(),
+                evals: eval_ids(evals),
+                ..EntryEvents::default()
+            },
+            LogEntry::JobStability {
+                namespace, job_id, ..
+            } => EntryEvents {
+                event_type: "JobRegistered",
+                job: Some((namespace.clone(), job_id.clone())),
+                ..EntryEvents::default()
+            },
             LogEntry::EvalDelete { .. }
             | LogEntry::GcReap { .. }
             | LogEntry::SchedulerConfigUpdate { .. }

@@ -38,6 +38,10 @@ pub enum JobCommand {
     Periodic(super::job_periodic::PeriodicCommand),
     /// Dispatch an instance of a parameterized job
     Dispatch(super::job_dispatch::DispatchArgs),
+    /// Revert a job to an older version
+    Revert(super::job_versions::RevertArgs),
+    /// Force an evaluation of a job
+    Eval(super::job_versions::EvalArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -51,6 +55,10 @@ pub struct RunArgs {
     /// Show full identifiers while monitoring
     #[arg(long)]
     pub verbose: bool,
+    /// Register only if the job's modify index is still this (0: only if the job is new),
+    /// as `job plan` prints it
+    #[arg(long = "check-index")]
+    pub check_index: Option<u64>,
     #[command(flatten)]
     pub file_args: JobFileArgs,
     /// Job file (HCL or JSON); "-" reads stdin
@@ -131,6 +139,8 @@ pub fn run(cli: JobCli) -> anyhow::Result<Exit> {
         JobCommand::Validate(args) => job_validate(&client, args),
         JobCommand::Periodic(cmd) => super::job_periodic::run(&client, cmd),
         JobCommand::Dispatch(args) => super::job_dispatch::run(&client, args),
+        JobCommand::Revert(args) => super::job_versions::revert(&client, args),
+        JobCommand::Eval(args) => super::job_versions::eval(&client, args),
     }
 }
 
@@ -177,10 +187,23 @@ fn job_run(client: &Client, args: RunArgs) -> anyhow::Result<Exit> {
                 .unwrap_or(drover_structs::DEFAULT_NAMESPACE),
         ),
     };
-    let resp: RegisterResponse = match client.put_json("/v1/jobs", &[], &json!({ "Job": job })) {
+    let mut request = json!({ "Job": job });
+    if let Some(index) = args.check_index {
+        request["EnforceIndex"] = json!(true);
+        request["JobModifyIndex"] = json!(index);
+    }
+    let resp: RegisterResponse = match client.put_json("/v1/jobs", &[], &request) {
         Ok(r) => r,
         Err(e) => {
-            ui::err(&format!("Error submitting job: {e}"));
+            // Nomad prints an index conflict on its own, then that nothing changed.
+            let text = e.to_string();
+            match text.find("Enforcing job modify index") {
+                Some(at) => {
+                    ui::err(text[at..].trim_end_matches(')'));
+                    ui::err("Job not updated");
+                }
+                None => ui::err(&format!("Error submitting job: {text}")),
+            }
             return Ok(1);
         }
     };

@@ -20,6 +20,7 @@ mod job;
 mod job_dispatch;
 mod job_periodic;
 mod job_status;
+mod job_versions;
 mod jobfile;
 mod logs;
 mod lookup;

@@ -262,7 +262,11 @@ pub fn monitor(client: &Client, eval_id: &str, length: usize) -> Exit {
         }
         eval_id = eval.next_eval.clone();
     }
-    // Nomad's monitor follows the deployment the evaluation started, to its end.
+    // Placement failures have their own exit code; otherwise Nomad's monitor follows the
+    // deployment the evaluation started, to its end.
+    if sched_failure {
+        return 2;
+    }
     if !deployment.is_empty() {
         ui::info(&format!(
             "{}: Monitoring deployment {}",
@@ -274,7 +278,7 @@ pub fn monitor(client: &Client, eval_id: &str, length: usize) -> Exit {
             return 1;
         }
     }
-    if sched_failure { 2 } else { 0 }
+    0
 }
 
 #[cfg(test)]

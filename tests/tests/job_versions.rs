@@ -1,0 +1,109 @@
+//! Job versions from the CLI against a dev agent: `job run -check-index` registers only at the
+//! index it names (a stale one is refused in Nomad's words and changes nothing), `job revert`
+//! registers an older version's spec as the newest version, `job eval` forces an evaluation.
+
+use drover_tests::{Agent, TempDir, output_text, write_job};
+
+fn job_file(dir: &TempDir, tag: &str) -> String {
+    write_job(
+        dir,
+        &format!("web-{tag}.nomad"),
+        &format!(
+            r#"
+job "web" {{
+  datacenters = ["dc1"]
+  meta {{
+    tag = "{tag}"
+  }}
+  update {{
+    max_parallel = 0
+  }}
+  group "g" {{
+    task "t" {{
+      driver = "raw_exec"
+      config {{
+        command = "/bin/sh"
+        args    = ["-c", "exec sleep 3600.77"]
+      }}
+      resources {{
+        cpu    = 20
+        memory = 16
+      }}
+    }}
+  }}
+}}
+"#
+        ),
+    )
+}
+
+#[test]
+fn check_index_revert_and_eval_work_on_job_versions_as_in_nomad() {
+    let dir = TempDir::new("job-versions");
+    let agent = Agent::start_dev(dir.path(), &[]);
+    let out = agent.cli(&["job", "run", "-detach", &job_file(&dir, "a")]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    let job = agent.get("/v1/job/web").expect("job");
+    let modify_index = job["JobModifyIndex"].as_u64().expect("index");
+
+    let stale = (modify_index + 100).to_string();
+    let out = agent.cli(&[
+        "job",
+        "run",
+        "-detach",
+        "-check-index",
+        &stale,
+        &job_file(&dir, "b"),
+    ]);
+    let text = output_text(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains(&format!(
+            "Enforcing job modify index {stale}: job exists with conflicting job modify index: {modify_index}"
+        )) && text.contains("Job not updated"),
+        "{text}"
+    );
+    assert_eq!(agent.get("/v1/job/web").expect("job")["Version"], 0);
+
+    let current = modify_index.to_string();
+    let out = agent.cli(&[
+        "job",
+        "run",
+        "-detach",
+        "-check-index",
+        &current,
+        &job_file(&dir, "b"),
+    ]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    let job = agent.get("/v1/job/web").expect("job");
+    assert_eq!(
+        (job["Version"].as_u64(), job["Meta"]["tag"].as_str()),
+        (Some(1), Some("b"))
+    );
+
+    let out = agent.cli(&["job", "revert", "-detach", "web", "0"]);
+    let text = output_text(&out);
+    assert!(
+        out.status.success() && text.contains("Evaluation ID: "),
+        "{text}"
+    );
+    let job = agent.get("/v1/job/web").expect("job");
+    assert_eq!(
+        (job["Version"].as_u64(), job["Meta"]["tag"].as_str()),
+        (Some(2), Some("a"))
+    );
+    let out = agent.cli(&["job", "revert", "web", "2"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(output_text(&out).contains("can't revert to current version"));
+
+    let out = agent.cli(&["job", "eval", "-detach", "web"]);
+    let text = output_text(&out);
+    assert!(
+        out.status.success() && text.contains("Created eval ID: "),
+        "{text}"
+    );
+    let out = agent.cli(&["job", "eval", "web"]);
+    let text = output_text(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("finished with status \"complete\""), "{text}");
+}
