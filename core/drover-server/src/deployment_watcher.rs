@@ -9,8 +9,8 @@
 //!   the scheduler starts the next `max_parallel` replacements.
 //!
 //! `plan` is pure logic over a snapshot and what the watcher saw before; every action is one
-//! log entry, so a new leader carries on (it evaluates each active deployment once at first
-//! sight, which is harmless).
+//! log entry, so a new leader carries on (it evaluates, once, each active deployment that has
+//! healthy allocations: their evaluation may have been lost with the old leader).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -68,8 +68,12 @@ pub(crate) fn plan(snap: &StateSnapshot, now: i64, seen: &mut Seen) -> Vec<Deplo
             continue;
         }
         let healthy = healthy_total(d);
-        let before = seen.insert(d.id.clone(), healthy);
-        if d.status == DEPLOYMENT_STATUS_RUNNING && before.is_none_or(|b| healthy > b) {
+        // First seen (a new deployment, or every one after a leadership change): evaluated
+        // only if some allocation is healthy already, whose evaluation may have been missed.
+        // A new deployment has its job's evaluation running, and clusters with thousands of
+        // deployments must not get an evaluation each per leader change.
+        let before = seen.insert(d.id.clone(), healthy).unwrap_or(0);
+        if d.status == DEPLOYMENT_STATUS_RUNNING && healthy > before {
             writes.push(DeploymentWrite {
                 evals: vec![deployment_eval(snap, d, TRIGGER_DEPLOYMENT_WATCHER)],
                 ..Default::default()
@@ -168,8 +172,10 @@ mod tests {
         let mut d = deployment(false);
         let s = store_with(&d, false);
         let mut seen = Seen::new();
-        let first = plan(&s.snapshot(), 0, &mut seen);
-        assert_eq!(first.len(), 1, "first sight: one evaluation");
+        assert!(
+            plan(&s.snapshot(), 0, &mut seen).is_empty(),
+            "first sight with nothing healthy: nothing"
+        );
         assert!(plan(&s.snapshot(), 0, &mut seen).is_empty(), "nothing new");
         if let Some(g) = d.task_groups.get_mut("g") {
             g.healthy_allocs = 1;
@@ -179,6 +185,11 @@ mod tests {
         assert_eq!(w.len(), 1);
         assert_eq!(w[0].evals[0].triggered_by, "deployment-watcher");
         assert!(w[0].updates.is_empty());
+        assert_eq!(
+            plan(&s.snapshot(), 0, &mut Seen::new()).len(),
+            1,
+            "a new leader evaluates a deployment with healthy allocations"
+        );
     }
 
     #[test]

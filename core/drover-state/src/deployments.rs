@@ -98,85 +98,103 @@ pub(crate) fn update_status_in(
     upsert_in(t, index, d);
 }
 
-/// Nomad's `updateDeploymentWithAlloc`: `a` (about to be stored, replacing `old`) moves its
-/// deployment's counts. Cheap for allocations of no deployment, as nearly all are at scale.
-pub(crate) fn alloc_written(
-    t: &mut Tables,
-    index: u64,
-    old: Option<&Allocation>,
-    a: &mut Allocation,
-) {
-    if a.deployment_id.is_empty() {
-        return;
-    }
-    let Some(deployment) = t.deployments.get(&a.deployment_id).cloned() else {
-        return;
-    };
-    if !deployment.task_groups.contains_key(&a.task_group) {
-        return;
-    }
-    let health = |x: &Allocation| x.deployment_status.as_ref().and_then(|s| s.healthy);
-    let (mut placed, mut healthy, mut unhealthy) = (0, 0, 0);
-    match old {
-        // A placement joins with no health; an in-place update may bring its health along.
-        None => placed = 1,
-        Some(o) if o.deployment_id != a.deployment_id => {
-            placed = 1;
-            if health(a) == Some(true) {
-                healthy = 1;
+/// The deployments one write's allocations changed, copied once each and stored at the end
+/// of the write (a plan placing a thousand allocations of one deployment stores it once).
+#[derive(Default)]
+pub(crate) struct DeploymentsPending {
+    changed: std::collections::HashMap<String, (u64, Deployment)>,
+}
+
+impl DeploymentsPending {
+    /// Nomad's `updateDeploymentWithAlloc`: `a` (about to be stored, replacing `old`) moves
+    /// its deployment's counts. Cheap for allocations of no deployment, as nearly all are at
+    /// scale.
+    pub(crate) fn alloc_written(
+        &mut self,
+        t: &Tables,
+        index: u64,
+        old: Option<&Allocation>,
+        a: &mut Allocation,
+    ) {
+        if a.deployment_id.is_empty() {
+            return;
+        }
+        let health = |x: &Allocation| x.deployment_status.as_ref().and_then(|s| s.healthy);
+        let (mut placed, mut healthy, mut unhealthy) = (0, 0, 0);
+        match old {
+            // A placement joins with no health; an in-place update may bring its health along.
+            None => placed = 1,
+            Some(o) if o.deployment_id != a.deployment_id => {
+                placed = 1;
+                if health(a) == Some(true) {
+                    healthy = 1;
+                }
+            }
+            Some(o) => match (health(o), health(a)) {
+                (None, Some(true)) => healthy = 1,
+                (None, Some(false)) => unhealthy = 1,
+                (Some(true), Some(false)) => {
+                    healthy = -1;
+                    unhealthy = 1;
+                }
+                _ => {}
+            },
+        }
+        if placed == 0 && healthy == 0 && unhealthy == 0 {
+            return;
+        }
+        let d = match self.changed.entry(a.deployment_id.clone()) {
+            std::collections::hash_map::Entry::Occupied(e) => &mut e.into_mut().1,
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let Some(stored) = t.deployments.get(&a.deployment_id) else {
+                    return;
+                };
+                &mut e.insert((index, (**stored).clone())).1
+            }
+        };
+        let Some(state) = d.task_groups.get_mut(&a.task_group) else {
+            return;
+        };
+        if healthy != 0 || unhealthy != 0 {
+            if let Some(s) = a.deployment_status.as_mut() {
+                s.modify_index = index;
             }
         }
-        Some(o) => match (health(o), health(a)) {
-            (None, Some(true)) => healthy = 1,
-            (None, Some(false)) => unhealthy = 1,
-            (Some(true), Some(false)) => {
-                healthy = -1;
-                unhealthy = 1;
+        state.placed_allocs += placed;
+        state.healthy_allocs += healthy;
+        state.unhealthy_allocs += unhealthy;
+        if a.deployment_status.as_ref().is_some_and(|s| s.canary) {
+            let canaries = state.placed_canaries.get_or_insert_with(Vec::new);
+            if !canaries.contains(&a.id) {
+                canaries.push(a.id.clone());
             }
-            _ => {}
-        },
-    }
-    if placed == 0 && healthy == 0 && unhealthy == 0 {
-        return;
-    }
-    if healthy != 0 || unhealthy != 0 {
-        if let Some(s) = a.deployment_status.as_mut() {
-            s.modify_index = index;
         }
-    }
-    let mut d = (*deployment).clone();
-    let Some(state) = d.task_groups.get_mut(&a.task_group) else {
-        return;
-    };
-    state.placed_allocs += placed;
-    state.healthy_allocs += healthy;
-    state.unhealthy_allocs += unhealthy;
-    if a.deployment_status.as_ref().is_some_and(|s| s.canary) {
-        let canaries = state.placed_canaries.get_or_insert_with(Vec::new);
-        if !canaries.contains(&a.id) {
-            canaries.push(a.id.clone());
-        }
-    }
-    let deadline = state.progress_deadline;
-    if deadline != 0 {
-        let current = parse_rfc3339_nanos(&state.require_progress_by);
-        let unset = state.require_progress_by == ZERO_TIME || current.is_none();
-        if placed != 0 && unset {
-            // The modify time, not the create time: an in-place update can move an
-            // allocation into a new deployment.
-            state.require_progress_by = format_rfc3339_nanos(a.modify_time + deadline);
-        } else if healthy > 0 {
-            let at = a
-                .deployment_status
-                .as_ref()
-                .and_then(|s| parse_rfc3339_nanos(&s.timestamp))
-                .unwrap_or(a.modify_time);
-            if current.is_none_or(|c| at + deadline > c) {
-                state.require_progress_by = format_rfc3339_nanos(at + deadline);
+        let deadline = state.progress_deadline;
+        if deadline != 0 {
+            let current = parse_rfc3339_nanos(&state.require_progress_by);
+            let unset = state.require_progress_by == ZERO_TIME || current.is_none();
+            if placed != 0 && unset {
+                // The modify time, not the create time: an in-place update can move an
+                // allocation into a new deployment.
+                state.require_progress_by = format_rfc3339_nanos(a.modify_time + deadline);
+            } else if healthy > 0 {
+                let at = a
+                    .deployment_status
+                    .as_ref()
+                    .and_then(|s| parse_rfc3339_nanos(&s.timestamp))
+                    .unwrap_or(a.modify_time);
+                if current.is_none_or(|c| at + deadline > c) {
+                    state.require_progress_by = format_rfc3339_nanos(at + deadline);
+                }
             }
         }
     }
-    upsert_in(t, index, d);
+
+    pub(crate) fn flush(self, t: &mut Tables) {
+        for (_, (index, d)) in self.changed {
+            upsert_in(t, index, d);
+        }
+    }
 }
 
 impl StateStore {

@@ -735,6 +735,8 @@ pub(crate) fn set_job_stability_in(
 #[derive(Default)]
 struct UsagePending {
     nodes: HashMap<String, NodeAllocUsage>,
+    /// Deployment count changes of the write's allocations, stored once per deployment.
+    deployments: crate::deployments::DeploymentsPending,
 }
 
 impl UsagePending {
@@ -761,6 +763,7 @@ impl UsagePending {
         for (node, u) in self.nodes {
             t.node_usage.insert(node, Arc::new(u));
         }
+        self.deployments.flush(t);
     }
 }
 
@@ -783,7 +786,9 @@ fn insert_alloc(
     usage.track(t, old.as_deref(), &a);
     // Every caller stamps `ModifyIndex` with the write's index before storing.
     let index = a.modify_index;
-    crate::deployments::alloc_written(t, index, old.as_deref(), &mut a);
+    usage
+        .deployments
+        .alloc_written(t, index, old.as_deref(), &mut a);
     let a = Arc::new(a);
     t.allocs.insert(id, a.clone());
     crate::csi::alloc_written(t, old.as_deref(), &a);
