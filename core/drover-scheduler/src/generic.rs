@@ -363,6 +363,12 @@ impl GenericScheduler<'_> {
         if let Some(id) = &self.deployment_id {
             alloc.deployment_id = id.clone();
         }
+        if p.canary {
+            alloc.deployment_status = Some(Box::new(drover_structs::AllocDeploymentStatus {
+                canary: true,
+                ..Default::default()
+            }));
+        }
         if let Some(prev) = &p.previous {
             alloc.previous_allocation = prev.id.clone();
             if p.reschedule {

@@ -50,6 +50,8 @@ pub(crate) struct Placement {
     pub reschedule: bool,
     /// A destructive update: `previous` is stopped only if the replacement finds a node.
     pub destructive: bool,
+    /// A canary of the deployment: placed beside the allocations it may replace.
+    pub canary: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -195,6 +197,24 @@ impl Reconciler<'_> {
             return true;
         };
         let all = self.filter_old_terminal(job, all);
+        // Nomad's cancelUnneededCanaries: unpromoted canaries of an older or failed
+        // deployment go; the current deployment's are kept apart while they wait.
+        let doomed = track.canaries_to_stop();
+        let (cancelled, all): (AllocSet, AllocSet) = all
+            .into_iter()
+            .partition(|a| doomed.contains(&a.id) && !a.terminal());
+        for a in cancelled {
+            r.stop.push(Stop {
+                alloc: a,
+                description: ALLOC_NOT_NEEDED,
+                client_status: None,
+                followup: None,
+            });
+        }
+        let canary_ids: HashSet<String> = track.current_canaries().into_iter().collect();
+        let (state, existing_state) = track.group_state(tg);
+        let mut state = state;
+        let canarying = state.desired_canaries != 0 && !state.promoted;
         let Tainted {
             untainted,
             mut migrate,
@@ -331,20 +351,63 @@ impl Reconciler<'_> {
                 .chain(&lost_due)
                 .chain(&lost_held),
         );
-        let stopped = compute_stop(
+        let canaries: AllocSet = untainted
+            .iter()
+            .filter(|a| canary_ids.contains(&a.id) && !a.terminal())
+            .cloned()
+            .collect();
+        // Waiting canaries are not counted against the group's count; once promoted, the old
+        // allocations with the canaries' names are the ones to go (Nomad's computeStop).
+        let counted: AllocSet = if canarying {
+            untainted
+                .iter()
+                .filter(|a| !canary_ids.contains(&a.id))
+                .cloned()
+                .collect()
+        } else {
+            untainted.clone()
+        };
+        let mut stopped = HashSet::new();
+        if !canarying && !canaries.is_empty() {
+            let mut remove = counted.len() as i64 + migrate.len() as i64 - tg.count;
+            let canary_names: HashSet<&str> = canaries.iter().map(|a| a.name.as_str()).collect();
+            for a in counted.iter().filter(|a| !canary_ids.contains(&a.id)) {
+                if remove <= 0 {
+                    break;
+                }
+                if !a.terminal() && canary_names.contains(a.name.as_str()) {
+                    r.stop.push(Stop {
+                        alloc: a.clone(),
+                        description: ALLOC_NOT_NEEDED,
+                        client_status: None,
+                        followup: None,
+                    });
+                    stopped.insert(a.id.clone());
+                    remove -= 1;
+                }
+            }
+        }
+        let counted: AllocSet = counted
+            .into_iter()
+            .filter(|a| !stopped.contains(&a.id))
+            .collect();
+        stopped.extend(compute_stop(
             tg,
             &mut names,
-            &untainted,
+            &counted,
             &migrate,
             &lost,
             &lost_followups,
             r,
-        );
+        ));
         untainted.retain(|a| !stopped.contains(&a.id));
         migrate.retain(|a| !stopped.contains(&a.id));
 
         let mut destructive: AllocSet = Vec::new();
         let inplace_before = r.inplace.len();
+        if canarying {
+            untainted.retain(|a| !canary_ids.contains(&a.id));
+        }
         for a in &untainted {
             // Allocations of a disconnected node wait for it before any update.
             if a.client_status == ALLOC_CLIENT_UNKNOWN {
@@ -358,13 +421,46 @@ impl Reconciler<'_> {
         }
         let inplace = r.inplace.len() - inplace_before;
 
+        // Canaries first (Nomad's computeCanaries): a destructive update of a group with
+        // `canary = N` places N canaries beside the old allocations, named after the
+        // allocations they would replace, and waits for their promotion.
+        let wanted_canaries = deployment::strategy(tg).map_or(0, |u| u.canary.max(0));
+        let requires_canaries =
+            !destructive.is_empty() && (canaries.len() as i64) < wanted_canaries && !state.promoted;
+        if requires_canaries {
+            state.desired_canaries = wanted_canaries;
+            if track.place_ready() {
+                let taken: HashSet<&str> = canaries.iter().map(|a| a.name.as_str()).collect();
+                let missing = (wanted_canaries as usize).saturating_sub(canaries.len());
+                for a in destructive
+                    .iter()
+                    .filter(|a| !taken.contains(a.name.as_str()))
+                    .take(missing)
+                {
+                    r.place.push(Placement {
+                        name: a.name.clone(),
+                        task_group: tg.name.clone(),
+                        previous: None,
+                        reschedule: false,
+                        destructive: false,
+                        canary: true,
+                    });
+                }
+            }
+        }
+        let canarying = state.desired_canaries != 0 && !state.promoted;
+
         // Nomad's deployment gates: new placements wait while the deployment is paused or
-        // failed (lost and failed allocations are still replaced), and destructive updates go
-        // `max_parallel` at a time, less what the deployment has not seen healthy yet.
-        let (state, existing_state) = track.group_state(tg);
-        let place_ready = track.place_ready();
-        let mut budget =
-            track.under_provisioned_by(tg, &untainted, destructive.len() + migrate.len());
+        // failed (lost and failed allocations are still replaced) or canaries wait for their
+        // promotion, and destructive updates go `max_parallel` at a time, less what the
+        // deployment has not seen healthy yet.
+        let place_ready = track.place_ready() && !canarying;
+        let mut budget = track.under_provisioned_by(
+            tg,
+            &untainted,
+            destructive.len() + migrate.len(),
+            canarying,
+        );
         let mut placements = 0;
         let mut rescheduled = HashSet::new();
         if !delay_group {
@@ -430,6 +526,7 @@ impl Reconciler<'_> {
                 previous: Some(a),
                 reschedule: false,
                 destructive: true,
+                canary: false,
             });
         }
         let migrating = migrate.len();
@@ -446,12 +543,18 @@ impl Reconciler<'_> {
                 previous: Some(a),
                 reschedule: false,
                 destructive: false,
+                canary: false,
             });
         }
         let updating_spec = destructive_total != 0 || !r.inplace.is_empty();
         track.attach(job, tg, state, existing_state, &all, updating_spec);
-        let remaining =
-            destructive_total + inplace + placements + migrating + rescheduling + reschedule_later;
+        let remaining = destructive_total
+            + inplace
+            + placements
+            + migrating
+            + rescheduling
+            + reschedule_later
+            + usize::from(requires_canaries);
         track.group_complete(&tg.name, remaining)
     }
 
@@ -869,6 +972,7 @@ fn compute_placements(
             previous: Some(a.clone()),
             reschedule: true,
             destructive: false,
+            canary: false,
         });
     }
     let mut existing = (present + migrate.len() + reschedule.len()) as i64;
@@ -884,6 +988,7 @@ fn compute_placements(
             previous: Some(a.clone()),
             reschedule: false,
             destructive: false,
+            canary: false,
         });
     }
     if existing < tg.count {
@@ -894,6 +999,7 @@ fn compute_placements(
                 previous: None,
                 reschedule: false,
                 destructive: false,
+                canary: false,
             });
         }
     }
@@ -1080,6 +1186,63 @@ mod tests {
             let r = reconcile(&job(3), &allocs, Some(&d));
             assert_eq!(r.deployment_updates[0].status, "cancelled");
             assert!(r.deployment.is_some(), "the new version gets its own");
+        }
+
+        #[test]
+        fn a_canary_update_places_the_canary_waits_for_promotion_then_rolls_on() {
+            let v1 = job(1);
+            let mut v2 = (*job(2)).clone();
+            if let Some(u) = v2.task_groups[0].update.as_mut() {
+                u.canary = 1;
+            }
+            let v2 = Arc::new(v2);
+            let old: Vec<_> = (0..4).map(|i| running(i, &v1, "", None)).collect();
+            let r = reconcile(&v2, &old, None);
+            assert!(r.destructive.is_empty() && r.stop.is_empty());
+            let canaries: Vec<_> = r.place.iter().filter(|p| p.canary).collect();
+            assert_eq!(canaries.len(), 1);
+            assert_eq!(
+                canaries[0].name, "web.g[0]",
+                "named after what it would replace"
+            );
+            let d = r.deployment.expect("a deployment");
+            assert_eq!(d.task_groups["g"].desired_canaries, 1);
+            assert_eq!(
+                d.status_description,
+                "Deployment is running but requires manual promotion"
+            );
+
+            // The canary runs healthy, not promoted: nothing else happens.
+            let mut d = d;
+            let canary = Arc::new(Allocation {
+                id: "canary".into(),
+                deployment_status: Some(Box::new(AllocDeploymentStatus {
+                    healthy: Some(true),
+                    canary: true,
+                    ..Default::default()
+                })),
+                ..(*running(0, &v2, &d.id, Some(true))).clone()
+            });
+            if let Some(g) = d.task_groups.get_mut("g") {
+                g.placed_canaries = Some(vec!["canary".into()]);
+                g.healthy_allocs = 1;
+            }
+            let mut allocs = old.clone();
+            allocs.push(canary);
+            let waiting = Arc::new(d.clone());
+            let r = reconcile(&v2, &allocs, Some(&waiting));
+            assert!(r.destructive.is_empty() && r.place.is_empty() && r.stop.is_empty());
+
+            // Promoted: the old allocation with the canary's name goes, the rollout goes on.
+            if let Some(g) = d.task_groups.get_mut("g") {
+                g.promoted = true;
+            }
+            let promoted = Arc::new(d);
+            let r = reconcile(&v2, &allocs, Some(&promoted));
+            let stopped: Vec<&str> = r.stop.iter().map(|s| s.alloc.name.as_str()).collect();
+            assert_eq!(stopped, ["web.g[0]"]);
+            assert_eq!(r.destructive.len(), 1);
+            assert_ne!(r.destructive[0].name, "web.g[0]");
         }
 
         #[test]

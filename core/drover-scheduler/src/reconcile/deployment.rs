@@ -1,8 +1,9 @@
-//! The reconciler's deployment bookkeeping (Nomad's `allocReconciler` deployment parts,
-//! canaries aside): which deployment is current, when one is created, how many destructive
-//! updates a group may make now (`max_parallel` minus the deployment's allocations not yet
-//! healthy, nothing while paused or failed or with an unhealthy one), and when a deployment
-//! is complete.
+//! The reconciler's deployment bookkeeping (Nomad's `allocReconciler` deployment parts):
+//! which deployment is current, when one is created, how many destructive updates a group
+//! may make now (`max_parallel` minus the deployment's allocations not yet healthy, nothing
+//! while paused or failed or with an unhealthy one, nothing while canaries wait for their
+//! promotion), which canaries are stopped (an older or failed deployment's, unpromoted), and
+//! when a deployment is complete.
 
 use std::sync::Arc;
 
@@ -21,6 +22,8 @@ pub(crate) fn strategy(tg: &TaskGroup) -> Option<&UpdateStrategy> {
 pub(crate) struct DeploymentTrack {
     /// The job version's deployment that is not successful (Nomad's `a.deployment`).
     pub current: Option<Deployment>,
+    /// The latest deployment when it is not current (Nomad's `a.oldDeployment`).
+    old: Option<Arc<Deployment>>,
     /// `current` was created by this pass and goes into the plan whole.
     pub created: bool,
     pub paused: bool,
@@ -49,6 +52,7 @@ impl DeploymentTrack {
     ) -> Self {
         let mut t = DeploymentTrack {
             current: None,
+            old: None,
             created: false,
             paused: false,
             failed: false,
@@ -57,6 +61,7 @@ impl DeploymentTrack {
             eval_priority,
         };
         let Some(d) = latest else { return t };
+        t.old = Some(d.clone());
         match job {
             Some(job) if !job.stop => {
                 if !d.is_for(job) {
@@ -74,6 +79,7 @@ impl DeploymentTrack {
                     );
                     t.failed = d.status == DEPLOYMENT_STATUS_FAILED;
                     t.current = Some((**d).clone());
+                    t.old = None;
                 }
             }
             _ => {
@@ -87,6 +93,32 @@ impl DeploymentTrack {
             }
         }
         t
+    }
+
+    /// Nomad's `cancelUnneededCanaries`: the unpromoted canaries of the old deployment and of
+    /// a failed current one, to stop.
+    pub(crate) fn canaries_to_stop(&self) -> Vec<String> {
+        let unpromoted = |d: &Deployment| -> Vec<String> {
+            d.task_groups
+                .values()
+                .filter(|g| !g.promoted)
+                .flat_map(|g| g.placed_canaries.clone().unwrap_or_default())
+                .collect()
+        };
+        let mut out = self.old.as_deref().map(unpromoted).unwrap_or_default();
+        if let Some(d) = self.current.as_ref().filter(|_| self.failed) {
+            out.extend(unpromoted(d));
+        }
+        out
+    }
+
+    /// The current deployment's placed canaries, of every group.
+    pub(crate) fn current_canaries(&self) -> Vec<String> {
+        self.current
+            .iter()
+            .flat_map(|d| d.task_groups.values())
+            .flat_map(|g| g.placed_canaries.clone().unwrap_or_default())
+            .collect()
     }
 
     /// The id placements and in-place updates join: the current deployment, if active.
@@ -128,6 +160,7 @@ impl DeploymentTrack {
         tg: &TaskGroup,
         untainted: &[Arc<Allocation>],
         changing: usize,
+        canarying: bool,
     ) -> usize {
         let Some(u) = strategy(tg) else {
             return tg.count.max(0) as usize;
@@ -138,7 +171,7 @@ impl DeploymentTrack {
         let Some(d) = &self.current else {
             return u.max_parallel as usize;
         };
-        if !self.place_ready() {
+        if !self.place_ready() || canarying {
             return 0;
         }
         let mut limit = u.max_parallel;
@@ -201,8 +234,21 @@ impl DeploymentTrack {
         }
     }
 
-    /// Nomad's `computeDeploymentUpdates`: a complete deployment is marked successful.
+    /// Nomad's `computeDeploymentUpdates`: a complete deployment is marked successful; a new
+    /// one whose canaries wait says for what.
     pub(crate) fn finish(&mut self, complete: bool) {
+        if self.created
+            && let Some(d) = self.current.as_mut()
+            && d.requires_promotion()
+        {
+            let auto = d.task_groups.values().any(|g| g.auto_promote);
+            d.status_description = if auto {
+                drover_structs::DEPLOYMENT_DESC_RUNNING_AUTO_PROMOTION
+            } else {
+                drover_structs::DEPLOYMENT_DESC_RUNNING_NEEDS_PROMOTION
+            }
+            .into();
+        }
         if !complete {
             return;
         }
@@ -287,20 +333,28 @@ mod tests {
         let d = Arc::new(Deployment::for_job(&job(1), 50, 0));
         let t = DeploymentTrack::new(Some(&d), Some(&job(1)), 0, 50);
         let tg = group(2);
-        assert_eq!(t.under_provisioned_by(&tg, &[], 3), 2);
+        assert_eq!(t.under_provisioned_by(&tg, &[], 3, false), 2);
         let pending = in_deployment(&d.id, None);
         let healthy = in_deployment(&d.id, Some(true));
-        assert_eq!(t.under_provisioned_by(&tg, &[pending.clone()], 3), 1);
-        assert_eq!(t.under_provisioned_by(&tg, &[healthy.clone()], 3), 2);
-        let unhealthy = in_deployment(&d.id, Some(false));
-        assert_eq!(t.under_provisioned_by(&tg, &[healthy, unhealthy], 3), 0);
+        assert_eq!(t.under_provisioned_by(&tg, &[pending.clone()], 3, false), 1);
+        assert_eq!(t.under_provisioned_by(&tg, &[healthy.clone()], 3, false), 2);
         assert_eq!(
-            t.under_provisioned_by(&tg, &[], 0),
+            t.under_provisioned_by(&tg, &[healthy.clone()], 3, true),
+            0,
+            "canaries wait"
+        );
+        let unhealthy = in_deployment(&d.id, Some(false));
+        assert_eq!(
+            t.under_provisioned_by(&tg, &[healthy, unhealthy], 3, false),
+            0
+        );
+        assert_eq!(
+            t.under_provisioned_by(&tg, &[], 0, false),
             4,
             "nothing to change: the whole count"
         );
         let none = DeploymentTrack::new(None, Some(&job(1)), 0, 50);
-        assert_eq!(none.under_provisioned_by(&tg, &[], 3), 2);
+        assert_eq!(none.under_provisioned_by(&tg, &[], 3, false), 2);
     }
 
     #[test]
