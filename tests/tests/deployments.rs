@@ -86,10 +86,16 @@ fn a_rolling_update_replaces_one_allocation_at_a_time_and_a_broken_version_rever
     let out = agent.cli(&["job", "run", "-detach", &job_file(&dir, "1", false)]);
     assert!(out.status.success(), "{}", output_text(&out));
     let first = wait_deployment(&agent, 0, "successful");
-    assert_eq!(first["StatusDescription"], "Deployment completed successfully");
+    assert_eq!(
+        first["StatusDescription"],
+        "Deployment completed successfully"
+    );
     assert_eq!(first["TaskGroups"]["g"]["HealthyAllocs"], 4, "{first}");
     let job = agent.get("/v1/job/roll").expect("job");
-    assert_eq!(job["Stable"], true, "a successful deployment marks the version stable");
+    assert_eq!(
+        job["Stable"], true,
+        "a successful deployment marks the version stable"
+    );
 
     // The update: `job run` follows the deployment until it ends.
     let out = agent.cli(&["job", "run", &job_file(&dir, "2", false)]);
@@ -109,7 +115,9 @@ fn a_rolling_update_replaces_one_allocation_at_a_time_and_a_broken_version_rever
     let gaps: Vec<i64> = created.windows(2).map(|w| w[1] - w[0]).collect();
     eprintln!(
         "replacement gaps (s): {:?}",
-        gaps.iter().map(|g| *g as f64 / SEC as f64).collect::<Vec<_>>()
+        gaps.iter()
+            .map(|g| *g as f64 / SEC as f64)
+            .collect::<Vec<_>>()
     );
     assert!(
         gaps.iter().all(|g| *g >= 2 * SEC - SEC / 10),
@@ -144,10 +152,118 @@ fn a_rolling_update_replaces_one_allocation_at_a_time_and_a_broken_version_rever
         .collect();
     assert_eq!(running.len(), 4);
     assert!(
-        running.iter().all(|a| a["JobVersion"] == 3 || a["JobVersion"] == 1),
+        running
+            .iter()
+            .all(|a| a["JobVersion"] == 3 || a["JobVersion"] == 1),
         "only the good spec runs"
     );
     let out = agent.cli(&["deployment", "list"]);
     let text = output_text(&out);
-    assert!(text.contains("failed") && text.contains("successful"), "{text}");
+    assert!(
+        text.contains("failed") && text.contains("successful"),
+        "{text}"
+    );
+}
+
+/// A count-2 job whose group has one canary; `auto_promote` when asked.
+fn canary_job(dir: &TempDir, version: &str, auto_promote: bool) -> String {
+    write_job(
+        dir,
+        &format!("canary-{version}.nomad"),
+        &format!(
+            r#"
+job "canary" {{
+  datacenters = ["dc1"]
+  update {{
+    max_parallel     = 1
+    canary           = 1
+    auto_promote     = {auto_promote}
+    min_healthy_time = "1s"
+    healthy_deadline = "30s"
+  }}
+  group "g" {{
+    count = 2
+    task "t" {{
+      driver = "raw_exec"
+      meta {{
+        version = "{version}"
+      }}
+      config {{
+        command = "/bin/sh"
+        args    = ["-c", "exec sleep 3600.${{NOMAD_META_version}}"]
+      }}
+      resources {{
+        cpu    = 20
+        memory = 16
+      }}
+    }}
+  }}
+}}
+"#
+        ),
+    )
+}
+
+fn canary_deployment(agent: &Agent, version: u64) -> Value {
+    agent
+        .get("/v1/job/canary/deployments")
+        .unwrap_or(Value::Null)
+        .as_array()
+        .and_then(|l| l.iter().find(|d| d["JobVersion"] == version).cloned())
+        .unwrap_or(Value::Null)
+}
+
+#[test]
+fn a_canary_waits_for_promotion_and_auto_promote_promotes_by_itself() {
+    let dir = TempDir::new("canaries");
+    let agent = Agent::start_dev(dir.path(), &[]);
+    let out = agent.cli(&["job", "run", "-detach", &canary_job(&dir, "1", false)]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    agent.eventually("the first deployment to succeed", WAIT, || {
+        canary_deployment(&agent, 0)["Status"] == "successful"
+    });
+
+    let out = agent.cli(&["job", "run", "-detach", &canary_job(&dir, "2", false)]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    let mut d = Value::Null;
+    agent.eventually("the canary to be healthy", WAIT, || {
+        d = canary_deployment(&agent, 1);
+        d["TaskGroups"]["g"]["HealthyAllocs"] == 1
+    });
+    assert_eq!(
+        d["StatusDescription"],
+        "Deployment is running but requires manual promotion"
+    );
+    // Unpromoted, nothing else moves: both old allocations and the canary run.
+    std::thread::sleep(Duration::from_secs(3));
+    let running = |version: u64| {
+        allocs(&agent, "canary")
+            .iter()
+            .filter(|a| a["ClientStatus"] == "running" && a["JobVersion"] == version)
+            .count()
+    };
+    assert_eq!((running(0), running(1)), (2, 1));
+    assert_eq!(canary_deployment(&agent, 1)["Status"], "running");
+
+    let id = d["ID"].as_str().expect("deployment id").to_string();
+    let out = agent.cli(&["deployment", "promote", "-detach", &id]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    agent.eventually("the promoted deployment to succeed", WAIT, || {
+        canary_deployment(&agent, 1)["Status"] == "successful"
+    });
+    agent.eventually("only the new version to run", WAIT, || {
+        running(0) == 0 && running(1) == 2
+    });
+
+    // auto_promote: no operator needed.
+    let out = agent.cli(&["job", "run", "-detach", &canary_job(&dir, "3", true)]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    agent.eventually("the auto-promoted deployment to succeed", WAIT, || {
+        canary_deployment(&agent, 2)["Status"] == "successful"
+    });
+    assert_eq!(
+        canary_deployment(&agent, 2)["TaskGroups"]["g"]["Promoted"],
+        true
+    );
+    agent.eventually("only version 2 to run", WAIT, || running(2) == 2);
 }

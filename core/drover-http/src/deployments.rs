@@ -87,6 +87,16 @@ struct PauseBody {
     pause: bool,
 }
 
+/// Nomad's `DeploymentPromoteRequest`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct PromoteBody {
+    #[serde(rename = "All")]
+    all: bool,
+    #[serde(rename = "Groups")]
+    groups: Vec<String>,
+}
+
 /// Nomad's `DeploymentAllocHealthRequest`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
@@ -111,7 +121,14 @@ pub(crate) async fn operate(
             let b: PauseBody = decode_body(&body, "request")?;
             DeploymentRequest::Pause { id, pause: b.pause }
         }
-        "promote" => DeploymentRequest::Promote { id },
+        "promote" => {
+            let b: PromoteBody = decode_body(&body, "request")?;
+            DeploymentRequest::Promote {
+                id,
+                all: b.all || b.groups.is_empty(),
+                groups: b.groups,
+            }
+        }
         "allocation-health" => {
             let b: AllocHealthBody = decode_body(&body, "request")?;
             DeploymentRequest::AllocHealth {

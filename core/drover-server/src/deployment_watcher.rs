@@ -5,6 +5,8 @@
 //!   allocations") or a group missed its progress deadline ("Failed due to progress
 //!   deadline"), rolling back to the latest stable job version when a group has `auto_revert`
 //!   (see `deployments::fail_write`);
+//! - promotes its canaries when every group with canaries has `auto_promote` and all of them
+//!   are healthy;
 //! - creates an evaluation of the job whenever more of its allocations became healthy, so
 //!   the scheduler starts the next `max_parallel` replacements.
 //!
@@ -23,7 +25,7 @@ use drover_structs::{
 };
 
 use crate::deployments::{
-    DeploymentWrite, TRIGGER_DEPLOYMENT_WATCHER, deployment_eval, fail_write,
+    DeploymentWrite, TRIGGER_DEPLOYMENT_WATCHER, deployment_eval, fail_write, promote_write,
 };
 use crate::leader_task::LeaderTask;
 use crate::server::Server;
@@ -56,6 +58,27 @@ fn failure(d: &Deployment, now: i64) -> Option<&'static str> {
     missed.then_some(DEPLOYMENT_DESC_PROGRESS_DEADLINE)
 }
 
+/// Nomad's `autoPromoteDeployment`: every group with canaries promotes automatically and has
+/// all its canaries placed and healthy.
+fn auto_promotes(snap: &StateSnapshot, d: &Deployment) -> bool {
+    if d.status != DEPLOYMENT_STATUS_RUNNING || !d.requires_promotion() {
+        return false;
+    }
+    d.task_groups
+        .values()
+        .filter(|g| g.desired_canaries > 0)
+        .all(|g| {
+            let placed = g.placed_canaries.as_deref().unwrap_or_default();
+            g.auto_promote
+                && placed.len() as i64 == g.desired_canaries
+                && placed.iter().all(|id| {
+                    snap.alloc(id).is_some_and(|a| {
+                        a.deployment_status.as_ref().is_some_and(|s| s.is_healthy())
+                    })
+                })
+        })
+}
+
 /// The writes one pass asks for.
 pub(crate) fn plan(snap: &StateSnapshot, now: i64, seen: &mut Seen) -> Vec<DeploymentWrite> {
     let mut writes = Vec::new();
@@ -65,6 +88,12 @@ pub(crate) fn plan(snap: &StateSnapshot, now: i64, seen: &mut Seen) -> Vec<Deplo
         if let Some(reason) = failure(d, now) {
             writes.push(fail_write(snap, d, reason));
             seen.remove(&d.id);
+            continue;
+        }
+        if auto_promotes(snap, d)
+            && let Ok(w) = promote_write(snap, d, Vec::new())
+        {
+            writes.push(w);
             continue;
         }
         let healthy = healthy_total(d);

@@ -36,7 +36,19 @@ pub struct DeploymentWrite {
     /// Allocations an operator marked healthy or unhealthy, with the time (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub alloc_health: Option<AllocHealth>,
+    /// Canaries promoted (checked healthy by the leader first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub promote: Option<Promotion>,
     pub evals: Vec<Evaluation>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Promotion {
+    pub deployment_id: String,
+    /// The groups promoted; empty: all.
+    pub groups: Vec<String>,
+    /// Unix nanoseconds: the progress deadlines start again from here.
+    pub at: i64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -67,8 +79,11 @@ pub enum DeploymentRequest {
         id: String,
         pause: bool,
     },
+    /// Nomad's `DeploymentPromoteRequest`: `all`, or the named groups.
     Promote {
         id: String,
+        all: bool,
+        groups: Vec<String>,
     },
     AllocHealth {
         id: String,
@@ -116,6 +131,59 @@ pub(crate) fn fail_with_rollback(
     (update, rollback)
 }
 
+/// Nomad's promotion checks (`UpdateDeploymentPromotion`): every canary of the promoted
+/// groups is healthy and each group has all it wants; then the write promoting them, with an
+/// evaluation that lets the rollout go on.
+pub(crate) fn promote_write(
+    snap: &StateSnapshot,
+    d: &Deployment,
+    groups: Vec<String>,
+) -> Result<DeploymentWrite, ServerError> {
+    let chosen = |name: &str| groups.is_empty() || groups.iter().any(|g| g == name);
+    let mut problems = drover_structs::MultiError::new();
+    let mut have_canaries = false;
+    for (name, g) in d.task_groups.iter().filter(|(n, _)| chosen(n)) {
+        if g.desired_canaries == 0 {
+            continue;
+        }
+        let mut healthy = 0;
+        for id in g.placed_canaries.iter().flatten() {
+            let Some(a) = snap.alloc(id) else { continue };
+            let ok = !a.terminal() && a.deployment_status.as_ref().is_some_and(|s| s.is_healthy());
+            if ok {
+                healthy += 1;
+                have_canaries = true;
+            } else {
+                problems.push(format!(
+                    "Canary allocation {:?} for group {name:?} is not healthy",
+                    a.id
+                ));
+            }
+        }
+        if healthy != g.desired_canaries {
+            problems.push(format!(
+                "Task group {name:?} has {healthy}/{} healthy allocations",
+                g.desired_canaries
+            ));
+        }
+    }
+    if !problems.errors.is_empty() {
+        return Err(ServerError::BadRequest(problems.to_string()));
+    }
+    if !have_canaries {
+        return Err(ServerError::BadRequest("no canaries to promote".into()));
+    }
+    Ok(DeploymentWrite {
+        promote: Some(Promotion {
+            deployment_id: d.id.clone(),
+            groups,
+            at: now_nanos(),
+        }),
+        evals: vec![deployment_eval(snap, d, TRIGGER_DEPLOYMENT_WATCHER)],
+        ..Default::default()
+    })
+}
+
 /// An evaluation of the deployment's job, for the scheduler to act on what changed.
 pub(crate) fn deployment_eval(snap: &StateSnapshot, d: &Deployment, trigger: &str) -> Evaluation {
     let mut e = match snap.job(&d.namespace, &d.job_id) {
@@ -150,8 +218,8 @@ pub(crate) fn fail_write(snap: &StateSnapshot, d: &Deployment, base: &str) -> De
     DeploymentWrite {
         updates: vec![update],
         rollback,
-        alloc_health: None,
         evals: vec![eval],
+        ..Default::default()
     }
 }
 
@@ -219,16 +287,15 @@ impl Server {
                     ..Default::default()
                 }
             }
-            DeploymentRequest::Promote { id } => {
-                let (_, d) = self.known_deployment(&id)?;
+            DeploymentRequest::Promote { id, all, groups } => {
+                let (snap, d) = self.known_deployment(&id)?;
                 if !d.active() {
                     return Err(ServerError::BadRequest(
                         "can't promote terminal deployment".into(),
                     ));
                 }
-                return Err(ServerError::BadRequest(
-                    "no canaries to promote".to_string(),
-                ));
+                let groups = if all { Vec::new() } else { groups };
+                promote_write(&snap, &d, groups)?
             }
             DeploymentRequest::AllocHealth {
                 id,

@@ -398,6 +398,9 @@ pub fn apply_entry(state: &StateStore, index: u64, entry: LogEntry) -> Result<()
             if let Some(h) = &w.alloc_health {
                 state.set_alloc_deployment_health(index, &h.healthy, &h.unhealthy, &h.timestamp);
             }
+            if let Some(p) = &w.promote {
+                state.promote_deployment(index, &p.deployment_id, &p.groups, p.at);
+            }
             state.upsert_deployments(index, Vec::new(), &w.updates, w.evals);
         }
         LogEntry::Csi(entry) => crate::csi::apply_entry(state, index, entry)?,

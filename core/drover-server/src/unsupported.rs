@@ -21,7 +21,7 @@ pub fn refuse_unacted(job: &Job) -> Result<(), MultiError> {
     }
     for (g, tg) in job.task_groups.iter().enumerate() {
         let at = format!("Job.TaskGroups[{g}]");
-        refuse_group(job, tg, &at, &mut m);
+        refuse_group(tg, &at, &mut m);
         for (t, task) in tg.tasks.iter().enumerate() {
             let at = format!("{at}.Tasks[{t}]");
             let mut refuse = |field: &str, block: &str, why: &str| {
@@ -91,7 +91,7 @@ fn refuse_system_disconnect(job: &Job, m: &mut MultiError) {
     }
 }
 
-fn refuse_group(job: &Job, tg: &TaskGroup, at: &str, m: &mut MultiError) {
+fn refuse_group(tg: &TaskGroup, at: &str, m: &mut MultiError) {
     let mut refuse = |field: &str, block: &str, why: &str| {
         m.push(format!(
             "Task group {}: {}",
@@ -127,25 +127,6 @@ fn refuse_group(job: &Job, tg: &TaskGroup, at: &str, m: &mut MultiError) {
             "consul",
             "Consul integration is not supported",
         );
-    }
-    if let Some(update) = &tg.update
-        && job.job_type == drover_structs::JOB_TYPE_SERVICE
-    {
-        // Deployments roll updates out; canaries (and so their promotion) are not there yet.
-        if update.canary > 0 {
-            refuse(
-                "Update.Canary",
-                "update",
-                "canary deployments are not supported yet",
-            );
-        }
-        if update.auto_promote {
-            refuse(
-                "Update.AutoPromote",
-                "update",
-                "canary deployments are not supported yet",
-            );
-        }
     }
 }
 
@@ -253,33 +234,16 @@ mod tests {
     }
 
     #[test]
-    fn update_settings_are_accepted_but_canaries_are_refused_by_name() {
-        const SEC: i64 = 1_000_000_000;
-        let rolling = UpdateStrategy {
-            stagger: 30 * SEC,
-            max_parallel: 2,
-            health_check: "task_states".into(),
-            min_healthy_time: 1 * SEC,
-            healthy_deadline: 60 * SEC,
-            progress_deadline: 120 * SEC,
-            auto_revert: true,
-            ..Default::default()
-        };
+    fn update_settings_with_canaries_are_accepted_now_that_deployments_run_them() {
         let mut tg = group(task());
-        tg.update = Some(rolling.clone());
-        assert!(refuse_unacted(&job_with(tg.clone())).is_ok());
         tg.update = Some(UpdateStrategy {
+            max_parallel: 2,
             canary: 1,
             auto_promote: true,
-            ..rolling
+            auto_revert: true,
+            ..Default::default()
         });
-        let e = refuse_unacted(&job_with(tg)).unwrap_err().to_string();
-        assert!(
-            e.contains("(Job.TaskGroups[0].Update.Canary)")
-                && e.contains("(Job.TaskGroups[0].Update.AutoPromote)")
-                && !e.contains("MaxParallel"),
-            "{e}"
-        );
+        assert!(refuse_unacted(&job_with(tg)).is_ok());
     }
 
     #[test]

@@ -228,6 +228,32 @@ impl StateStore {
         )
     }
 
+    /// Nomad's `UpdateDeploymentPromotion` once checked: the groups (all when empty) are
+    /// promoted, their progress deadline starts again, and a running deployment that needs no
+    /// more promotion says it is running.
+    pub fn promote_deployment(&self, index: u64, id: &str, groups: &[String], now: i64) {
+        self.write(index, &[Table::Deployments], |t| {
+            let Some(existing) = t.deployments.get(id).cloned() else {
+                return;
+            };
+            let mut d = (*existing).clone();
+            for (name, g) in d.task_groups.iter_mut() {
+                if !groups.is_empty() && !groups.contains(name) {
+                    continue;
+                }
+                if g.progress_deadline > 0 && g.require_progress_by != ZERO_TIME {
+                    g.require_progress_by = format_rfc3339_nanos(now + g.progress_deadline);
+                }
+                g.promoted = true;
+            }
+            if !d.requires_promotion() && d.status == drover_structs::DEPLOYMENT_STATUS_RUNNING {
+                d.status_description = drover_structs::DEPLOYMENT_DESC_RUNNING.into();
+            }
+            d.modify_time = now;
+            upsert_in(t, index, d);
+        })
+    }
+
     /// Removes deployments (garbage collection).
     pub fn delete_deployments(&self, index: u64, ids: &[String]) {
         self.write(index, &[Table::Deployments], |t| {

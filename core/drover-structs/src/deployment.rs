@@ -103,14 +103,13 @@ impl Default for DeploymentState {
 }
 
 impl DeploymentState {
-    /// The state a group starts a deployment with (Nomad's reconciler fills it from the
-    /// group's update strategy and count).
+    /// The state a group starts a deployment with (Nomad's `initializeDeploymentState`):
+    /// canaries are wanted only once an update needs them, which the reconciler decides.
     pub fn for_group(update: &UpdateStrategy, count: i64) -> Self {
         DeploymentState {
             auto_revert: update.auto_revert,
             auto_promote: update.auto_promote,
             progress_deadline: update.progress_deadline,
-            desired_canaries: update.canary,
             desired_total: count,
             ..Default::default()
         }
@@ -260,19 +259,19 @@ mod tests {
             ..Default::default()
         };
         let mut d = Deployment::for_job(&job, 50, 1);
-        d.task_groups.insert(
-            "g".into(),
-            DeploymentState::for_group(
-                &UpdateStrategy {
-                    max_parallel: 1,
-                    canary: 1,
-                    auto_revert: true,
-                    progress_deadline: 600_000_000_000,
-                    ..Default::default()
-                },
-                4,
-            ),
+        let mut state = DeploymentState::for_group(
+            &UpdateStrategy {
+                max_parallel: 1,
+                canary: 1,
+                auto_revert: true,
+                progress_deadline: 600_000_000_000,
+                ..Default::default()
+            },
+            4,
         );
+        assert_eq!(state.desired_canaries, 0, "until an update needs them");
+        state.desired_canaries = 1;
+        d.task_groups.insert("g".into(), state);
         let v = serde_json::to_value(&d).unwrap();
         assert_eq!(v["Status"], "running");
         assert_eq!(v["StatusDescription"], "Deployment is running");
