@@ -119,6 +119,10 @@ pub enum LogEntry {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cas: Option<u64>,
     },
+    /// Ended deployments the garbage collector removes.
+    DeploymentDelete {
+        ids: Vec<String>,
+    },
     /// Marks one version of a job stable or not (`PUT /v1/job/:id/stable`).
     JobStability {
         namespace: String,
@@ -380,6 +384,7 @@ pub fn apply_entry(state: &StateStore, index: u64, entry: LogEntry) -> Result<()
                 return Err(FsmError::Rejected(crate::sched_config::CAS_REJECTED.into()));
             }
         }
+        LogEntry::DeploymentDelete { ids } => state.delete_deployments(index, &ids),
         LogEntry::JobStability {
             namespace,
             job_id,

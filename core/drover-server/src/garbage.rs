@@ -10,7 +10,9 @@
 //! - an evaluation that is terminal, older than the threshold, all of whose allocations go;
 //! - a job that is dead (stopped, or a batch job with nothing left to run), not a periodic or
 //!   parameterized parent still registered, older than the threshold, all of whose
-//!   evaluations and allocations go: it is purged with them.
+//!   evaluations and allocations go: it is purged with them;
+//! - a deployment that ended (not active), last changed before the threshold, that no live
+//!   allocation belongs to (Nomad's `deployment-gc`).
 //!
 //! The state keeps every allocation its client has not ended, whatever a plan says
 //! (`StateStore::reap`), so a pass decided on an old snapshot cannot remove a live one.
@@ -38,6 +40,7 @@ pub struct GcThresholds {
     pub eval: Duration,
     pub batch_eval: Duration,
     pub job: Duration,
+    pub deployment: Duration,
 }
 
 impl Default for GcThresholds {
@@ -46,6 +49,7 @@ impl Default for GcThresholds {
             eval: Duration::from_secs(3600),
             batch_eval: Duration::from_secs(24 * 3600),
             job: Duration::from_secs(4 * 3600),
+            deployment: Duration::from_secs(3600),
         }
     }
 }
@@ -56,6 +60,7 @@ impl GcThresholds {
         eval: Duration::ZERO,
         batch_eval: Duration::ZERO,
         job: Duration::ZERO,
+        deployment: Duration::ZERO,
     };
 }
 
@@ -65,11 +70,15 @@ pub struct GcPlan {
     pub jobs: Vec<(String, String)>,
     pub evals: Vec<String>,
     pub allocs: Vec<String>,
+    pub deployments: Vec<String>,
 }
 
 impl GcPlan {
     pub fn is_empty(&self) -> bool {
-        self.jobs.is_empty() && self.evals.is_empty() && self.allocs.is_empty()
+        self.jobs.is_empty()
+            && self.evals.is_empty()
+            && self.allocs.is_empty()
+            && self.deployments.is_empty()
     }
 }
 
@@ -206,6 +215,18 @@ pub fn plan(snap: &StateSnapshot, now: i64, th: &GcThresholds) -> GcPlan {
     }
     out.allocs.sort();
     out.allocs.dedup();
+    for d in snap.deployments(None, "") {
+        if d.active() || !older(d.modify_time, now, th.deployment) {
+            continue;
+        }
+        let live = snap
+            .allocs_by_job(&d.namespace, &d.job_id)
+            .iter()
+            .any(|a| a.deployment_id == d.id && !a.terminal());
+        if !live {
+            out.deployments.push(d.id.clone());
+        }
+    }
     out
 }
 
@@ -241,10 +262,16 @@ pub(crate) async fn run_pass(inner: &Inner, th: &GcThresholds) -> Result<GcPlan,
             })
             .await?;
     }
+    for ids in plan.deployments.chunks(REAP_CHUNK) {
+        inner
+            .apply(LogEntry::DeploymentDelete { ids: ids.to_vec() })
+            .await?;
+    }
     tracing::info!(
         jobs = plan.jobs.len(),
         evals = plan.evals.len(),
         allocs = plan.allocs.len(),
+        deployments = plan.deployments.len(),
         "garbage collected"
     );
     Ok(plan)
@@ -416,5 +443,36 @@ mod tests {
         let s = state(parent, vec![]);
         let p = plan(&s.snapshot(), t0() + 100 * HOUR, &GcThresholds::FORCE);
         assert!(p.jobs.is_empty(), "{p:?}");
+    }
+
+    #[test]
+    fn an_ended_deployment_goes_after_its_threshold_unless_a_live_allocation_belongs_to_it() {
+        let s = StateStore::new();
+        s.upsert_job(1, job("web", "service", false));
+        let snapshot_job = s.snapshot().job("default", "web").unwrap();
+        let mut ended = drover_structs::Deployment::for_job(&snapshot_job, 50, t0());
+        ended.status = drover_structs::DEPLOYMENT_STATUS_SUCCESSFUL.into();
+        let mut running = drover_structs::Deployment::for_job(&snapshot_job, 50, t0());
+        running.id = "running".into();
+        let mut held = ended.clone();
+        held.id = "held".into();
+        s.upsert_deployments(2, vec![ended.clone(), running, held], &[], vec![]);
+        let live = Allocation {
+            id: "a1".into(),
+            namespace: "default".into(),
+            job_id: "web".into(),
+            deployment_id: "held".into(),
+            desired_status: ALLOC_DESIRED_RUN.into(),
+            client_status: ALLOC_CLIENT_RUNNING.into(),
+            ..Default::default()
+        };
+        s.upsert_plan_results(3, Some(snapshot_job), vec![], vec![live], vec![]);
+        let snap = s.snapshot();
+        let soon = plan(&snap, t0(), &GcThresholds::default());
+        assert!(soon.deployments.is_empty(), "younger than an hour");
+        let later = plan(&snap, t0() + 2 * HOUR, &GcThresholds::default());
+        assert_eq!(later.deployments, vec![ended.id.clone()]);
+        let forced = plan(&snap, t0(), &GcThresholds::FORCE);
+        assert_eq!(forced.deployments, vec![ended.id]);
     }
 }

@@ -78,20 +78,16 @@ pub(crate) fn upsert_in(t: &mut Tables, index: u64, mut d: Deployment) {
 }
 
 /// Applies a status change; a successful deployment marks its job version stable. Unknown
-/// deployments are skipped (a plan may name one the GC removed since).
-pub(crate) fn update_status_in(
-    t: &mut Tables,
-    index: u64,
-    update: &DeploymentStatusUpdate,
-    now: i64,
-) {
+/// deployments are skipped (a plan may name one the GC removed since). `ModifyTime` stays:
+/// the update carries no time, and every server must store the same deployment (a clock read
+/// here would differ from server to server).
+pub(crate) fn update_status_in(t: &mut Tables, index: u64, update: &DeploymentStatusUpdate) {
     let Some(existing) = t.deployments.get(&update.deployment_id).cloned() else {
         return;
     };
     let mut d = (*existing).clone();
     d.status = update.status.clone();
     d.status_description = update.status_description.clone();
-    d.modify_time = now;
     if d.status == DEPLOYMENT_STATUS_SUCCESSFUL {
         crate::store::set_job_stability_in(t, index, &d.namespace, &d.job_id, d.job_version, true);
     }
@@ -207,7 +203,6 @@ impl StateStore {
         updates: &[DeploymentStatusUpdate],
         evals: Vec<drover_structs::Evaluation>,
     ) {
-        let now = drover_structs::time::now_nanos();
         self.write(
             index,
             &[
@@ -221,7 +216,7 @@ impl StateStore {
                     upsert_in(t, index, d);
                 }
                 for u in updates {
-                    update_status_in(t, index, u, now);
+                    update_status_in(t, index, u);
                 }
                 crate::store::upsert_evals_in(t, index, evals);
             },

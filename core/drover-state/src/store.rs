@@ -287,7 +287,7 @@ impl StateStore {
                 crate::deployments::upsert_in(t, index, d);
             }
             for u in &deployments.updates {
-                crate::deployments::update_status_in(t, index, u, now);
+                crate::deployments::update_status_in(t, index, u);
             }
             let mut jobs_touched = BTreeSet::new();
             for stop in stopped {

@@ -154,6 +154,7 @@ impl EntryEvents {
                 ..EntryEvents::default()
             },
             LogEntry::EvalDelete { .. }
+            | LogEntry::DeploymentDelete { .. }
             | LogEntry::GcReap { .. }
             | LogEntry::SchedulerConfigUpdate { .. }
             | LogEntry::Csi(_) => return None,
