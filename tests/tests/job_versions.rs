@@ -107,3 +107,71 @@ fn check_index_revert_and_eval_work_on_job_versions_as_in_nomad() {
     assert!(out.status.success(), "{text}");
     assert!(text.contains("finished with status \"complete\""), "{text}");
 }
+
+#[test]
+fn job_scale_stays_within_the_scaling_policy_and_changes_the_count() {
+    let dir = TempDir::new("job-scale");
+    let agent = Agent::start_dev(dir.path(), &[]);
+    let file = write_job(
+        &dir,
+        "scaled.nomad",
+        r#"
+job "scaled" {
+  datacenters = ["dc1"]
+  update {
+    max_parallel = 0
+  }
+  group "g" {
+    scaling {
+      min = 1
+      max = 3
+    }
+    task "t" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "exec sleep 3600.78"]
+      }
+      resources {
+        cpu    = 20
+        memory = 16
+      }
+    }
+  }
+}
+"#,
+    );
+    let out = agent.cli(&["job", "run", "-detach", &file]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    let out = agent.cli(&["job", "scale", "scaled", "5"]);
+    let text = output_text(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("group count was greater than scaling policy maximum: 5 > 3"),
+        "{text}"
+    );
+    let out = agent.cli(&["job", "scale", "scaled", "g", "2"]);
+    let text = output_text(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("Monitoring evaluation"), "{text}");
+    agent.eventually(
+        "two running allocations",
+        std::time::Duration::from_secs(60),
+        || {
+            drover_tests::allocs(&agent, "scaled")
+                .iter()
+                .filter(|a| a["ClientStatus"] == "running")
+                .count()
+                == 2
+        },
+    );
+    let status = agent.get("/v1/job/scaled/scale").expect("scale status");
+    assert_eq!(
+        status["TaskGroups"]["g"]["Events"][0]["Count"], 2,
+        "{status}"
+    );
+    assert_eq!(
+        status["TaskGroups"]["g"]["Events"][0]["Message"],
+        "submitted using the Nomad CLI"
+    );
+}

@@ -29,13 +29,15 @@ enum JobPath<'a> {
     PeriodicForce(&'a str),
     /// `POST /v1/job/:id/dispatch`.
     Dispatch(&'a str),
+    /// `GET|POST /v1/job/:id/scale`.
+    Scale(&'a str),
     /// `POST /v1/job/:id/{revert,stable,evaluate}`.
     Version(&'a str, crate::job_versions::VersionCall),
     /// A sub-resource Nomad has and Drover does not serve yet.
     Unsupported(&'a str),
 }
 
-const UNSUPPORTED_SUFFIXES: &[&str] = &["/plan", "/scale", "/services", "/submission"];
+const UNSUPPORTED_SUFFIXES: &[&str] = &["/plan", "/services", "/submission"];
 
 fn split_job_path(rest: &str) -> JobPath<'_> {
     if let Some(id) = rest.strip_suffix("/allocations") {
@@ -61,6 +63,9 @@ fn split_job_path(rest: &str) -> JobPath<'_> {
     }
     if let Some(id) = rest.strip_suffix("/dispatch") {
         return JobPath::Dispatch(id);
+    }
+    if let Some(id) = rest.strip_suffix("/scale") {
+        return JobPath::Scale(id);
     }
     if let Some((id, suffix)) = rest.rsplit_once('/')
         && let Some(call) = crate::job_versions::VersionCall::of_suffix(suffix)
@@ -209,6 +214,7 @@ pub(crate) async fn job_get(
             .await;
             respond_json(&latest, Some(meta), opts.pretty)
         }
+        JobPath::Scale(id) => crate::scaling::status(&s, &params, id).await,
         JobPath::Unsupported(what) => {
             Err(ApiError::not_implemented(&format!("/v1/job/:id/{what}")))
         }
@@ -232,6 +238,7 @@ pub(crate) async fn job_write(
         JobPath::Version(id, call) => {
             crate::job_versions::handle(&s, &params, &body, id, call).await
         }
+        JobPath::Scale(id) => crate::scaling::scale(&s, &params, &body, id).await,
         JobPath::Unsupported(what) => {
             Err(ApiError::not_implemented(&format!("/v1/job/:id/{what}")))
         }

@@ -33,6 +33,7 @@ mod operator;
 mod proxy;
 mod query;
 mod response;
+mod scaling;
 mod search;
 mod starting;
 mod stream;
@@ -200,6 +201,8 @@ pub fn router(
             "/v1/validate/job",
             post(jobspec::validate).put(jobspec::validate),
         )
+        .route("/v1/scaling/policies", get(scaling::list))
+        .route("/v1/scaling/policy/{id}", get(scaling::get_one))
         .route("/v1/deployments", get(deployments::list))
         .route("/v1/deployment/{id}", get(deployments::get_one))
         .route(

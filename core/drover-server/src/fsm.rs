@@ -119,6 +119,13 @@ pub enum LogEntry {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cas: Option<u64>,
     },
+    /// A scaling event of a job's group (`job scale`).
+    ScalingEvent {
+        namespace: String,
+        job_id: String,
+        group: String,
+        event: drover_structs::ScalingEvent,
+    },
     /// Ended deployments the garbage collector removes.
     DeploymentDelete {
         ids: Vec<String>,
@@ -385,6 +392,12 @@ pub fn apply_entry(state: &StateStore, index: u64, entry: LogEntry) -> Result<()
             }
         }
         LogEntry::DeploymentDelete { ids } => state.delete_deployments(index, &ids),
+        LogEntry::ScalingEvent {
+            namespace,
+            job_id,
+            group,
+            event,
+        } => state.add_scaling_event(index, &namespace, &job_id, &group, event),
         LogEntry::JobStability {
             namespace,
             job_id,

@@ -37,6 +37,7 @@ pub mod plan_apply;
 mod proposed;
 mod routing;
 pub mod rpc;
+pub mod scaling;
 mod sched_config;
 mod sched_state;
 mod server;

@@ -376,6 +376,7 @@ impl Server {
             }
             Request::Deployment(request) => self.execute_deployment(request).await,
             Request::JobVersion(request) => self.execute_job_version(request).await,
+            Request::Scale(request) => self.scale_job_here(request).await,
             Request::Csi(request) => self.execute_csi(request).await,
             Request::CsiSnapshot(request) => self.execute_csi_snapshot(request).await,
             Request::AddPeer { id, address, name } => self

@@ -99,6 +99,8 @@ pub enum Request {
     },
     /// Deployment operations (see `crate::deployments`).
     Deployment(crate::deployments::DeploymentRequest),
+    /// A task group's count changed (see `crate::scaling`).
+    Scale(crate::scaling::ScaleRequest),
     /// Job revert, stability and evaluation (see `crate::job_versions`).
     JobVersion(crate::job_versions::JobVersionRequest),
     /// CSI volume and plugin endpoints (see `crate::csi`).

@@ -496,6 +496,7 @@ impl Server {
         validate::validate_job(&job).map_err(ServerError::Validation)?;
         let existing = self.snapshot().job(&job.namespace, &job.id);
         crate::periodic::check_update(existing.as_deref(), &job)?;
+        crate::scaling::assign_policy_ids(&mut job, existing.as_deref());
         // A quick refusal; the FSM checks again in log order, which is what makes it safe.
         if let Some(want) = enforce_index {
             let have = existing.as_ref().map(|j| j.job_modify_index).unwrap_or(0);

@@ -106,13 +106,6 @@ fn refuse_group(tg: &TaskGroup, at: &str, m: &mut MultiError) {
             "services and health checks are not supported yet",
         );
     }
-    if is_set(&tg.scaling) {
-        refuse(
-            "Scaling",
-            "scaling",
-            "scaling policies are not served yet (/v1/scaling/policies); set count instead",
-        );
-    }
     // Canonicalization gives every group `Consul {"Namespace": ""}`; only a namespace asks
     // for something.
     let consul_namespace = tg

@@ -45,6 +45,8 @@ struct Encoded {
     csi_plugins: Vec<drover_structs::CsiPlugin>,
     #[serde(default)]
     deployments: Vec<drover_structs::Deployment>,
+    #[serde(default)]
+    scaling_events: Vec<(String, String, drover_structs::ScalingEvents)>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -133,6 +135,11 @@ pub(crate) fn encode(s: &StateSnapshot) -> Vec<u8> {
         csi_volumes: t.csi_volumes.values().map(|v| (**v).clone()).collect(),
         csi_plugins: t.csi_plugins.values().map(|p| (**p).clone()).collect(),
         deployments: t.deployments.values().map(|d| (**d).clone()).collect(),
+        scaling_events: t
+            .scaling_events
+            .iter()
+            .map(|((ns, id), e)| (ns.clone(), id.clone(), (**e).clone()))
+            .collect(),
     };
     // Serialising plain data structs into a Vec cannot fail.
     serde_json::to_vec(&enc).unwrap_or_default()
@@ -229,6 +236,9 @@ fn decode(data: &[u8]) -> Result<Tables, SnapshotError> {
             .or_default()
             .insert(d.id.clone());
         t.deployments.insert(d.id.clone(), Arc::new(d));
+    }
+    for (ns, id, events) in enc.scaling_events {
+        t.scaling_events.insert((ns, id), Arc::new(events));
     }
     Ok(t)
 }

@@ -180,6 +180,7 @@ impl StateStore {
                 }
                 t.job_summaries.remove(&k);
                 t.periodic_launches.remove(&k);
+                t.scaling_events.remove(&k);
                 Ok(())
             },
         )
@@ -435,6 +436,30 @@ impl StateStore {
                 put_alloc(t, &mut usage, a);
             }
             usage.flush(t);
+        })
+    }
+
+    /// Records a scaling event of a job's group (newest first, Nomad's last 20 kept).
+    pub fn add_scaling_event(
+        &self,
+        index: u64,
+        namespace: &str,
+        job_id: &str,
+        group: &str,
+        mut event: drover_structs::ScalingEvent,
+    ) {
+        self.write(index, &[Table::ScalingEvents], |t| {
+            let k = key(namespace, job_id);
+            let mut events = t
+                .scaling_events
+                .get(&k)
+                .map(|e| (**e).clone())
+                .unwrap_or_default();
+            event.create_index = index;
+            let list = events.entry(group.to_string()).or_default();
+            list.insert(0, event);
+            list.truncate(drover_structs::TRACKED_SCALING_EVENTS);
+            t.scaling_events.insert(k, Arc::new(events));
         })
     }
 

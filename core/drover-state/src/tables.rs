@@ -24,10 +24,11 @@ pub enum Table {
     CsiVolumes,
     CsiPlugins,
     Deployments,
+    ScalingEvents,
 }
 
 impl Table {
-    pub const ALL: [Table; 11] = [
+    pub const ALL: [Table; 12] = [
         Table::Jobs,
         Table::JobVersions,
         Table::JobSummary,
@@ -39,6 +40,7 @@ impl Table {
         Table::CsiVolumes,
         Table::CsiPlugins,
         Table::Deployments,
+        Table::ScalingEvents,
     ];
 
     pub fn name(self) -> &'static str {
@@ -54,6 +56,7 @@ impl Table {
             Table::CsiVolumes => "csi_volumes",
             Table::CsiPlugins => "csi_plugins",
             Table::Deployments => "deployment",
+            Table::ScalingEvents => "scaling_event",
         }
     }
 }
@@ -87,6 +90,8 @@ pub(crate) struct Tables {
     /// Deployments by id, and their ids by job.
     pub deployments: OrdMap<String, Arc<drover_structs::Deployment>>,
     pub deployments_by_job: OrdMap<NsKey, OrdSet<String>>,
+    /// Each job's scaling events by group.
+    pub scaling_events: OrdMap<NsKey, Arc<drover_structs::ScalingEvents>>,
     pub indexes: OrdMap<Table, u64>,
     /// Raft index of the newest applied entry, whatever table it touched.
     pub latest_index: u64,
@@ -273,6 +278,15 @@ impl StateSnapshot {
             .take_while(|(k, _)| k.starts_with(prefix))
             .map(|(_, e)| e.clone())
             .collect()
+    }
+
+    /// A job's scaling events by group, newest first.
+    pub fn scaling_events(
+        &self,
+        ns: &str,
+        job_id: &str,
+    ) -> Option<Arc<drover_structs::ScalingEvents>> {
+        self.t.scaling_events.get(&key(ns, job_id)).cloned()
     }
 
     pub fn nodes_by_prefix(&self, prefix: &str) -> Vec<Arc<Node>> {

@@ -21,6 +21,7 @@ pub mod operator;
 pub mod periodic;
 pub mod plan;
 pub mod resources;
+pub mod scaling;
 pub mod summary;
 pub mod time;
 pub mod usage;
@@ -41,6 +42,7 @@ pub use operator::*;
 pub use periodic::*;
 pub use plan::*;
 pub use resources::*;
+pub use scaling::*;
 pub use summary::*;
 pub use vec_map::VecMap;
 

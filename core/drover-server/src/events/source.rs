@@ -155,6 +155,7 @@ impl EntryEvents {
             },
             LogEntry::EvalDelete { .. }
             | LogEntry::DeploymentDelete { .. }
+            | LogEntry::ScalingEvent { .. }
             | LogEntry::GcReap { .. }
             | LogEntry::SchedulerConfigUpdate { .. }
             | LogEntry::Csi(_) => return None,

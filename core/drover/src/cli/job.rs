@@ -42,6 +42,8 @@ pub enum JobCommand {
     Revert(super::job_versions::RevertArgs),
     /// Force an evaluation of a job
     Eval(super::job_versions::EvalArgs),
+    /// Change a task group's count, within its scaling policy
+    Scale(super::job_scale::ScaleArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -141,6 +143,7 @@ pub fn run(cli: JobCli) -> anyhow::Result<Exit> {
         JobCommand::Dispatch(args) => super::job_dispatch::run(&client, args),
         JobCommand::Revert(args) => super::job_versions::revert(&client, args),
         JobCommand::Eval(args) => super::job_versions::eval(&client, args),
+        JobCommand::Scale(args) => super::job_scale::run(&client, args),
     }
 }
 

@@ -19,6 +19,7 @@ mod format;
 mod job;
 mod job_dispatch;
 mod job_periodic;
+mod job_scale;
 mod job_status;
 mod job_versions;
 mod jobfile;
