@@ -49,7 +49,7 @@ impl StateSnapshot {
             .flatten()
             .filter_map(|id| self.t.deployments.get(id).cloned())
             .collect();
-        out.sort_by(|a, b| b.create_index.cmp(&a.create_index));
+        out.sort_by_key(|d| std::cmp::Reverse(d.create_index));
         out
     }
 
@@ -151,10 +151,10 @@ impl DeploymentsPending {
         let Some(state) = d.task_groups.get_mut(&a.task_group) else {
             return;
         };
-        if healthy != 0 || unhealthy != 0 {
-            if let Some(s) = a.deployment_status.as_mut() {
-                s.modify_index = index;
-            }
+        if (healthy != 0 || unhealthy != 0)
+            && let Some(s) = a.deployment_status.as_mut()
+        {
+            s.modify_index = index;
         }
         state.placed_allocs += placed;
         state.healthy_allocs += healthy;
@@ -410,7 +410,7 @@ mod tests {
         assert!(snap.job("default", "web").unwrap().stable);
         assert!(snap.job_version("default", "web", 0).unwrap().stable);
         assert_eq!(snap.deployment(&id).unwrap().status, "successful");
-        s.delete_deployments(4, &[id.clone()]);
+        s.delete_deployments(4, std::slice::from_ref(&id));
         assert!(s.snapshot().latest_deployment("default", "web").is_none());
     }
 }

@@ -202,7 +202,9 @@ impl Deployment {
 
     /// Some group's canaries wait for a promotion.
     pub fn requires_promotion(&self) -> bool {
-        self.task_groups.values().any(DeploymentState::awaits_promotion)
+        self.task_groups
+            .values()
+            .any(DeploymentState::awaits_promotion)
     }
 }
 

@@ -336,10 +336,16 @@ mod tests {
         assert_eq!(t.under_provisioned_by(&tg, &[], 3, false), 2);
         let pending = in_deployment(&d.id, None);
         let healthy = in_deployment(&d.id, Some(true));
-        assert_eq!(t.under_provisioned_by(&tg, &[pending.clone()], 3, false), 1);
-        assert_eq!(t.under_provisioned_by(&tg, &[healthy.clone()], 3, false), 2);
         assert_eq!(
-            t.under_provisioned_by(&tg, &[healthy.clone()], 3, true),
+            t.under_provisioned_by(&tg, std::slice::from_ref(&pending), 3, false),
+            1
+        );
+        assert_eq!(
+            t.under_provisioned_by(&tg, std::slice::from_ref(&healthy), 3, false),
+            2
+        );
+        assert_eq!(
+            t.under_provisioned_by(&tg, std::slice::from_ref(&healthy), 3, true),
             0,
             "canaries wait"
         );
@@ -375,7 +381,14 @@ mod tests {
             ..Default::default()
         });
         let mut t = DeploymentTrack::new(None, Some(&j), 0, 50);
-        t.attach(&j, &tg, state.clone(), false, &[running.clone()], false);
+        t.attach(
+            &j,
+            &tg,
+            state.clone(),
+            false,
+            std::slice::from_ref(&running),
+            false,
+        );
         assert!(t.current.is_none(), "same version running, nothing changes");
         t.attach(&j, &tg, state, false, &[running], true);
         assert!(t.current.is_some());

@@ -95,7 +95,7 @@ fn format_deployments(list: &[Deployment], length: usize) -> String {
         return "No deployments found".into();
     }
     let mut sorted: Vec<&Deployment> = list.iter().collect();
-    sorted.sort_by(|a, b| b.create_index.cmp(&a.create_index));
+    sorted.sort_by_key(|d| std::cmp::Reverse(d.create_index));
     let mut rows = vec!["ID|Job ID|Job Version|Status|Description".to_string()];
     for d in sorted {
         rows.push(format!(
