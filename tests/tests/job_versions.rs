@@ -96,6 +96,22 @@ fn check_index_revert_and_eval_work_on_job_versions_as_in_nomad() {
     assert_eq!(out.status.code(), Some(1));
     assert!(output_text(&out).contains("can't revert to current version"));
 
+    let out = agent.cli(&["job", "history", "web"]);
+    let text = output_text(&out);
+    assert!(out.status.success(), "{text}");
+    let blocks: Vec<&str> = text.trim().split("\n\n").collect();
+    assert_eq!(blocks.len(), 3, "{text}");
+    assert!(
+        blocks[0].starts_with("Version     = 2\nStable      = false\nSubmit Date = "),
+        "{text}"
+    );
+    let out = agent.cli(&["job", "history", "-p", "web"]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "diffs are refused, not left out"
+    );
+
     let out = agent.cli(&["job", "eval", "-detach", "web"]);
     let text = output_text(&out);
     assert!(

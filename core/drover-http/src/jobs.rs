@@ -174,6 +174,13 @@ pub(crate) async fn job_get(
             respond_json(&summary, Some(meta), opts.pretty)
         }
         JobPath::Versions(id) => {
+            // Diffs between versions (Nomad's JobDiff) are not computed yet: asking for them
+            // is refused rather than answered without.
+            if flag(&params, "diffs")? {
+                return Err(ApiError::not_implemented(
+                    "/v1/job/:id/versions?diffs=true (version diffs)",
+                ));
+            }
             let (meta, versions) = blocking(&s, &[Table::JobVersions], &opts, |snap| {
                 (
                     snap.table_index(Table::JobVersions),

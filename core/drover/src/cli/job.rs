@@ -44,6 +44,8 @@ pub enum JobCommand {
     Eval(super::job_versions::EvalArgs),
     /// Change a task group's count, within its scaling policy
     Scale(super::job_scale::ScaleArgs),
+    /// Display the versions of a job
+    History(super::job_history::HistoryArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -144,6 +146,7 @@ pub fn run(cli: JobCli) -> anyhow::Result<Exit> {
         JobCommand::Revert(args) => super::job_versions::revert(&client, args),
         JobCommand::Eval(args) => super::job_versions::eval(&client, args),
         JobCommand::Scale(args) => super::job_scale::run(&client, args),
+        JobCommand::History(args) => super::job_history::run(&client, args),
     }
 }
 

@@ -18,6 +18,7 @@ mod eval;
 mod format;
 mod job;
 mod job_dispatch;
+mod job_history;
 mod job_periodic;
 mod job_scale;
 mod job_status;
