@@ -18,8 +18,8 @@ use crate::error::ApiError;
 /// Time between the empty frames that keep an idle stream alive (Nomad's).
 const HEARTBEAT: Duration = Duration::from_secs(10);
 
-/// The topics Nomad streams. Drover does not emit all of them yet (no deployments, ACLs or
-/// services); asking for those is valid and simply selects nothing until they exist.
+/// The topics Nomad streams. Drover does not emit all of them yet (no ACLs, services or CSI
+/// events); asking for those is valid and simply selects nothing until they exist.
 const TOPICS: &[&str] = &[
     "*",
     "ACLToken",

@@ -33,6 +33,7 @@ pub enum Payload {
     Allocation(Arc<Allocation>),
     /// Serialized without its secret.
     Node(Arc<Node>),
+    Deployment(Arc<drover_structs::Deployment>),
 }
 
 impl Payload {
@@ -42,6 +43,7 @@ impl Payload {
             Payload::Evaluation(_) => "Evaluation",
             Payload::Allocation(_) => "Allocation",
             Payload::Node(_) => "Node",
+            Payload::Deployment(_) => "Deployment",
         }
     }
 
@@ -52,6 +54,7 @@ impl Payload {
             Payload::Evaluation(e) => (&e.id, &e.namespace, vec![&e.job_id, &e.deployment_id]),
             Payload::Allocation(a) => (&a.id, &a.namespace, vec![&a.job_id, &a.deployment_id]),
             Payload::Node(n) => (&n.id, "", Vec::new()),
+            Payload::Deployment(d) => (&d.id, &d.namespace, vec![&d.job_id]),
         }
     }
 }
@@ -143,6 +146,7 @@ impl Serialize for PayloadJson<'_> {
                 }
             }
             Payload::Node(n) => m.serialize_entry("Node", &n.sanitized())?,
+            Payload::Deployment(d) => m.serialize_entry("Deployment", &**d)?,
         }
         m.end()
     }

@@ -15,6 +15,7 @@ pub(crate) struct EntryEvents {
     evals: Vec<String>,
     allocs: Vec<String>,
     node: Option<String>,
+    deployments: Vec<String>,
 }
 
 fn ids<'a, T: 'a>(items: impl IntoIterator<Item = &'a T>, id: fn(&T) -> &String) -> Vec<String> {
@@ -53,6 +54,8 @@ impl EntryEvents {
                 stopped,
                 placed,
                 evals,
+                deployment,
+                deployment_updates,
                 ..
             } => EntryEvents {
                 event_type: "PlanResult",
@@ -61,6 +64,11 @@ impl EntryEvents {
                     .chain(alloc_ids(placed))
                     .collect(),
                 evals: eval_ids(evals),
+                deployments: deployment
+                    .iter()
+                    .map(|d| d.id.clone())
+                    .chain(deployment_updates.iter().map(|u| u.deployment_id.clone()))
+                    .collect(),
                 ..EntryEvents::default()
             },
             LogEntry::PlanResultsBatch { plans } => {
@@ -127,15 +135,33 @@ impl EntryEvents {
                 evals: eval_ids(evals),
                 ..EntryEvents::default()
             },
-            // Deployment events are not streamed yet; a rollback's job is (JobRegistered).
-            LogEntry::Deployment(w) => match &w.rollback {
-                Some(job) => EntryEvents {
-                    event_type: "JobRegistered",
-                    job: Some((job.namespace.clone(), job.id.clone())),
-                    evals: eval_ids(&w.evals),
-                    ..EntryEvents::default()
+            // Nomad's types: a promotion, manual allocation health, else a status update
+            // (a rollback's new job version comes with it).
+            LogEntry::Deployment(w) => EntryEvents {
+                event_type: if w.promote.is_some() {
+                    "DeploymentPromotion"
+                } else if w.alloc_health.is_some() {
+                    "DeploymentAllocHealth"
+                } else {
+                    "DeploymentStatusUpdate"
                 },
-                None => return None,
+                job: w
+                    .rollback
+                    .as_ref()
+                    .map(|job| (job.namespace.clone(), job.id.clone())),
+                evals: eval_ids(&w.evals),
+                allocs: w
+                    .alloc_health
+                    .iter()
+                    .flat_map(|h| h.healthy.iter().chain(&h.unhealthy).cloned())
+                    .collect(),
+                deployments: w
+                    .updates
+                    .iter()
+                    .map(|u| u.deployment_id.clone())
+                    .chain(w.promote.iter().map(|p| p.deployment_id.clone()))
+                    .collect(),
+                ..EntryEvents::default()
             },
             LogEntry::AllocForceReschedule {
                 ids: alloc_ids,
@@ -183,6 +209,14 @@ impl EntryEvents {
         {
             events.push(event(Payload::Node(node)));
         }
+        let mut deployments = self.deployments.clone();
+        deployments.dedup();
+        events.extend(
+            deployments
+                .iter()
+                .filter_map(|id| state.deployment(id))
+                .map(|d| event(Payload::Deployment(d))),
+        );
         events.extend(
             self.allocs
                 .iter()
@@ -248,5 +282,30 @@ mod tests {
             ids: vec!["e1".into()],
         };
         assert!(EntryEvents::of(&entry).is_none());
+    }
+
+    #[test]
+    fn a_deployment_status_change_streams_the_deployment_in_its_topic() {
+        let state = StateStore::new();
+        let job = Job {
+            id: "web".into(),
+            namespace: "default".into(),
+            ..Default::default()
+        };
+        let d = drover_structs::Deployment::for_job(&job, 50, 0);
+        state.upsert_deployments(3, vec![d.clone()], &[], vec![]);
+        let entry = LogEntry::Deployment(crate::deployments::DeploymentWrite {
+            updates: vec![drover_structs::DeploymentStatusUpdate {
+                deployment_id: d.id.clone(),
+                status: "paused".into(),
+                status_description: "Deployment is paused".into(),
+            }],
+            ..Default::default()
+        });
+        let touched = EntryEvents::of(&entry).expect("deployment events");
+        let batch = touched.into_batch(3, &state.snapshot());
+        assert_eq!(batch.events.len(), 1);
+        assert_eq!(batch.events[0].event_type, "DeploymentStatusUpdate");
+        assert_eq!(batch.events[0].payload.topic(), "Deployment");
     }
 }
