@@ -1348,6 +1348,7 @@ mod tests {
                 evals: vec![],
                 deployment: None,
                 deployment_updates: Vec::new(),
+                at: 0,
             })
             .await
             .unwrap();

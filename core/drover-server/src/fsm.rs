@@ -64,6 +64,10 @@ pub enum LogEntry {
         deployment: Option<drover_structs::Deployment>,
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         deployment_updates: Vec<drover_structs::DeploymentStatusUpdate>,
+        /// Unix nanoseconds, the leader's clock when it committed the plan: the allocations'
+        /// `ModifyTime` (0 in entries written before it was carried: the applying server's).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        at: i64,
     },
     /// Several plans' committed parts in one entry (the plan applier batches what queued up
     /// while the previous entry committed); applied in order, as separate `PlanResults` would be.
@@ -229,6 +233,21 @@ pub struct PlanResultsPart {
     pub deployment: Option<drover_structs::Deployment>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub deployment_updates: Vec<drover_structs::DeploymentStatusUpdate>,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub at: i64,
+}
+
+fn is_zero(v: &i64) -> bool {
+    *v == 0
+}
+
+/// The time a plan entry carries, or (older entries) the applying server's clock.
+fn plan_time(at: i64) -> i64 {
+    if at > 0 {
+        at
+    } else {
+        drover_structs::time::now_nanos()
+    }
 }
 
 impl LogEntry {
@@ -298,6 +317,7 @@ pub fn apply_entry(state: &StateStore, index: u64, entry: LogEntry) -> Result<()
             evals,
             deployment,
             deployment_updates,
+            at,
         } => {
             let job: Option<Arc<Job>> =
                 job.and_then(|(ns, id, version)| state.snapshot().job_version(&ns, &id, version));
@@ -305,7 +325,8 @@ pub fn apply_entry(state: &StateStore, index: u64, entry: LogEntry) -> Result<()
                 deployment,
                 updates: deployment_updates,
             };
-            state.upsert_plan_results_with(index, job, stopped, placed, evals, deployments);
+            let at = plan_time(at);
+            state.upsert_plan_results_with(index, job, stopped, placed, evals, deployments, at);
         }
         LogEntry::PlanResultsBatch { plans } => {
             for p in plans {
@@ -323,6 +344,7 @@ pub fn apply_entry(state: &StateStore, index: u64, entry: LogEntry) -> Result<()
                     p.placed,
                     p.evals,
                     deployments,
+                    plan_time(p.at),
                 );
             }
         }

@@ -293,6 +293,7 @@ pub(crate) async fn run_plan_applier(inner: Arc<Inner>, mut rx: mpsc::Receiver<P
                 evals: p.evals,
                 deployment: p.deployment,
                 deployment_updates: p.deployment_updates,
+                at: p.at,
             }),
             Err(parts) if parts.is_empty() => None,
             Err(parts) => Some(LogEntry::PlanResultsBatch { plans: parts }),
@@ -395,6 +396,7 @@ fn plan_commit(snap: &StateSnapshot, plan: Plan, verdict: &PlanVerdict) -> Optio
             evals,
             deployment,
             deployment_updates,
+            at: drover_structs::time::now_nanos(),
         },
     })
 }
@@ -595,6 +597,7 @@ mod tests {
             evals: vec![drover_structs::Evaluation::for_job(&job, "preemption")],
             deployment: None,
             deployment_updates: Vec::new(),
+            at: 0,
         };
         assert!(part.placed.iter().all(|a| {
             a.metrics
@@ -612,6 +615,7 @@ mod tests {
                 evals: part.evals,
                 deployment: None,
                 deployment_updates: Vec::new(),
+                at: 0,
             },
         ] {
             assert_eq!(LogEntry::decode(&entry.encode()).unwrap(), entry);
@@ -629,6 +633,7 @@ mod tests {
             evals: vec![],
             deployment: None,
             deployment_updates: Vec::new(),
+            at: 0,
         };
         let entry = LogEntry::PlanResultsBatch {
             plans: vec![part.clone(), part],

@@ -701,10 +701,16 @@ impl Server {
     /// allocations trigger an evaluation of their job so it can reschedule them.
     pub(crate) async fn update_allocs_here(
         &self,
-        updates: Vec<AllocClientUpdate>,
+        mut updates: Vec<AllocClientUpdate>,
     ) -> Result<u64, ServerError> {
         if updates.is_empty() {
             return Ok(self.inner.state.latest_index());
+        }
+        // The leader's clock, as Nomad's `Node.UpdateAlloc` stamps it: the entry carries the
+        // time, so every server stores the same `ModifyTime` (and client clocks do not count).
+        let now = now_nanos();
+        for u in &mut updates {
+            u.modify_time = now;
         }
         let snap = self.snapshot();
         let mut evals: BTreeMap<(String, String), Evaluation> = BTreeMap::new();

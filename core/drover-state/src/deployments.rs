@@ -361,6 +361,7 @@ mod tests {
             vec![alloc("a1", &id), alloc("a2", &id)],
             vec![],
             changes,
+            drover_structs::time::now_nanos(),
         );
         let got = s.snapshot().deployment(&id).unwrap();
         let g = &got.task_groups["g"];

@@ -263,11 +263,15 @@ impl StateStore {
         placed: Vec<Allocation>,
         evals: Vec<Evaluation>,
     ) {
-        self.upsert_plan_results_with(index, job, stopped, placed, evals, Default::default())
+        let at = now_nanos();
+        self.upsert_plan_results_with(index, job, stopped, placed, evals, Default::default(), at)
     }
 
     /// As `upsert_plan_results`, with the deployment the plan created or changed and its
-    /// status updates, written before the allocations (which count into it).
+    /// status updates, written before the allocations (which count into it), and the time the
+    /// entry carries (`at`, Unix ns) as the allocations' modify time, so that every server
+    /// stores the same allocations.
+    #[allow(clippy::too_many_arguments)]
     pub fn upsert_plan_results_with(
         &self,
         index: u64,
@@ -276,6 +280,7 @@ impl StateStore {
         placed: Vec<Allocation>,
         evals: Vec<Evaluation>,
         deployments: PlanDeploymentChanges,
+        at: i64,
     ) {
         let mut touched = vec![Table::Allocs, Table::JobSummary, Table::Jobs, Table::Evals];
         if !deployments.is_empty() {
@@ -283,7 +288,7 @@ impl StateStore {
         }
         self.write(index, &touched, |t| {
             let mut usage = UsagePending::default();
-            let now = now_nanos();
+            let now = at;
             if let Some(d) = deployments.deployment {
                 crate::deployments::upsert_in(t, index, d);
             }
@@ -369,7 +374,6 @@ impl StateStore {
             &[Table::Allocs, Table::JobSummary, Table::Jobs],
             |t| {
                 let mut usage = UsagePending::default();
-                let now = now_nanos();
                 let mut jobs_touched = BTreeSet::new();
                 for u in updates {
                     let Some(existing) = t.allocs.get(u.id.as_str()).cloned() else {
@@ -391,7 +395,11 @@ impl StateStore {
                             }));
                     }
                     a.modify_index = index;
-                    a.modify_time = now;
+                    // The time the entry carries (the leader stamps it): the same on every
+                    // server. An update without one keeps the stored time.
+                    if u.modify_time > 0 {
+                        a.modify_time = u.modify_time;
+                    }
                     touch_job(&mut jobs_touched, &a);
                     put_alloc(t, &mut usage, a);
                 }

@@ -207,6 +207,7 @@ async fn place_alloc(server: &Server, job_id: &str, id: &str) {
             evals: vec![],
             deployment: None,
             deployment_updates: Vec::new(),
+            at: 0,
         })
         .await
         .unwrap();
