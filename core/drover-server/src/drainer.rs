@@ -242,6 +242,7 @@ async fn apply(inner: &Inner, work: DrainWork) -> Result<(), ServerError> {
                 strategy: None,
                 mark_eligible: false,
                 event: "Node drain complete".into(),
+                at: now_nanos(),
             })
             .await?;
     }
@@ -328,6 +329,7 @@ impl Server {
                 strategy,
                 mark_eligible,
                 event: event.into(),
+                at: now_nanos(),
             })
             .await?;
         if spec.is_none() && mark_eligible {
@@ -406,7 +408,7 @@ mod tests {
             deadline,
             ignore_system_jobs: false,
         };
-        s.update_node_drain(2, "n1", Some(strategy_json(spec, now)), false, "set")
+        s.update_node_drain(2, "n1", Some(strategy_json(spec, now)), false, "set", now)
             .unwrap();
         s.upsert_job(3, job.clone());
         s.upsert_plan_results(4, Some(Arc::new(job)), vec![], allocs, vec![]);

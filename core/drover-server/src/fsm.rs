@@ -110,6 +110,10 @@ pub enum LogEntry {
         mark_eligible: bool,
         /// The node event recorded with it ("Node drain strategy set", ...).
         event: String,
+        /// Unix nanoseconds on the leader: the event's time (0 in older entries: the
+        /// applying server's clock).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        at: i64,
     },
     /// The drainer's migrations: allocations marked to move, and their jobs' evaluations.
     AllocMigrate {
@@ -399,8 +403,16 @@ pub fn apply_entry(state: &StateStore, index: u64, entry: LogEntry) -> Result<()
             strategy,
             mark_eligible,
             event,
+            at,
         } => state
-            .update_node_drain(index, &node_id, strategy, mark_eligible, &event)
+            .update_node_drain(
+                index,
+                &node_id,
+                strategy,
+                mark_eligible,
+                &event,
+                plan_time(at),
+            )
             .map_err(|e| FsmError::Apply {
                 index,
                 message: e.to_string(),

@@ -533,9 +533,13 @@ impl StateStore {
                     node.events = Some(vec![NodeEvent {
                         message: "Node registered".into(),
                         subsystem: "Cluster".into(),
-                        timestamp: format_rfc3339_nanos(
-                            now_nanos() / 1_000_000_000 * 1_000_000_000,
-                        ),
+                        // The registration's time as the leader set it (the entry carries it),
+                        // so every server records the same event.
+                        timestamp: format_rfc3339_nanos(if node.status_updated_at > 0 {
+                            node.status_updated_at * 1_000_000_000
+                        } else {
+                            now_nanos() / 1_000_000_000 * 1_000_000_000
+                        }),
                         create_index: 0,
                         details: None,
                     }]);
@@ -596,6 +600,7 @@ impl StateStore {
         strategy: Option<serde_json::Value>,
         mark_eligible: bool,
         event: &str,
+        at: i64,
     ) -> Result<(), StateError> {
         self.write(index, &[Table::Nodes], |t| {
             let Some(existing) = t.nodes.get(node_id).cloned() else {
@@ -613,7 +618,7 @@ impl StateStore {
             events.push(NodeEvent {
                 message: event.to_string(),
                 subsystem: "Drain".into(),
-                timestamp: format_rfc3339_nanos(now_nanos() / 1_000_000_000 * 1_000_000_000),
+                timestamp: format_rfc3339_nanos(at / 1_000_000_000 * 1_000_000_000),
                 create_index: index,
                 details: None,
             });
