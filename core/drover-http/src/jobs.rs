@@ -833,7 +833,20 @@ mod tests {
             }
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
-        assert_eq!(last["Dead"], 1, "{last}");
+        let evals = api
+            .get(&format!("/v1/job/{}/evaluations", ids[0]))
+            .await
+            .json();
+        let job0 = api.get(&format!("/v1/job/{}", ids[0])).await.json();
+        let allocs0 = api
+            .get(&format!("/v1/job/{}/allocations", ids[0]))
+            .await
+            .json();
+        assert_eq!(
+            last["Dead"], 1,
+            "{last}\nstop={} status={}\nevals={evals:#}\nallocs={allocs0}",
+            job0["Stop"], job0["Status"]
+        );
         assert_eq!(
             last["Pending"].as_i64().unwrap() + last["Running"].as_i64().unwrap(),
             1,

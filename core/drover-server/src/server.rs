@@ -589,6 +589,32 @@ impl Server {
             }
         };
         let index = self.inner.apply(entry).await?;
+        // A scheduler that planned on an older snapshot may have blocked an evaluation just
+        // before the stop (stored, but not yet in the map above): what is still blocked once
+        // the stop is applied goes too.
+        let late: Vec<Evaluation> = self
+            .snapshot()
+            .evals_by_job(namespace, job_id)
+            .into_iter()
+            .filter(|e| e.status == EVAL_STATUS_BLOCKED)
+            .map(|e| {
+                let mut e = (*e).clone();
+                e.status = EVAL_STATUS_CANCELED.into();
+                e.status_description = "job stopped".into();
+                e.modify_time = now_nanos();
+                e
+            })
+            .collect();
+        if !late.is_empty() {
+            self.inner
+                .blocked
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&(namespace.to_string(), job_id.to_string()));
+            self.inner
+                .apply(LogEntry::EvalUpdate { evals: late })
+                .await?;
+        }
         crate::volume_watcher::reap_job_claims(self, &job).await;
         if !stops_allocs {
             return Ok((String::new(), index));
