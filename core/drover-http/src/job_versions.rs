@@ -106,20 +106,12 @@ pub(crate) async fn handle(
         }
     };
     let r = s.server.job_version_op(request).await?;
+    if call != VersionCall::Stable {
+        return crate::jobs::register_response(s, &r, opts.pretty);
+    }
+    // Nomad's JobStabilityResponse.
     let meta = QueryMeta::new(s, r.index);
-    let body = match call {
-        VersionCall::Stable => json!({"Index": meta.index}),
-        _ => json!({
-            "EvalID": r.eval_id,
-            "EvalCreateIndex": r.eval_create_index,
-            "JobModifyIndex": r.job_modify_index,
-            "Warnings": r.warnings,
-            "Index": meta.index,
-            "LastContact": 0,
-            "KnownLeader": meta.known_leader,
-        }),
-    };
-    respond_json(&body, Some(meta), opts.pretty)
+    respond_json(&json!({"Index": meta.index}), Some(meta), opts.pretty)
 }
 
 #[cfg(test)]

@@ -365,8 +365,16 @@ async fn register_job(
     let job = drover_structs::decode::decode_api_job(job_json)?;
     let enforce = request.enforce_index.then_some(request.job_modify_index);
     let result = s.server.register_job(job, enforce).await?;
+    register_response(s, &result, opts.pretty)
+}
+
+/// Nomad's `JobRegisterResponse`, which registration, revert, evaluate and scale all answer.
+pub(crate) fn register_response(
+    s: &AppState,
+    result: &drover_server::RegisterResult,
+    pretty: bool,
+) -> Result<Response, ApiError> {
     let meta = QueryMeta::new(s, result.index);
-    // Nomad's JobRegisterResponse.
     let body = json!({
         "EvalID": result.eval_id,
         "EvalCreateIndex": result.eval_create_index,
@@ -376,7 +384,7 @@ async fn register_job(
         "LastContact": 0,
         "KnownLeader": meta.known_leader,
     });
-    respond_json(&body, Some(meta), opts.pretty)
+    respond_json(&body, Some(meta), pretty)
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ use crate::AppState;
 use crate::body::decode_body;
 use crate::error::ApiError;
 use crate::query::{Params, QueryOptions, blocking};
-use crate::response::{QueryMeta, respond_json};
+use crate::response::respond_json;
 
 /// `GET /v1/job/:id/scale`: Nomad's `JobScaleStatus`.
 pub(crate) async fn status(s: &AppState, params: &Params, id: &str) -> Result<Response, ApiError> {
@@ -127,17 +127,7 @@ pub(crate) async fn scale(
         policy_override: b.policy_override,
     };
     let r = s.server.scale_job(request).await?;
-    let meta = QueryMeta::new(s, r.index);
-    let body = json!({
-        "EvalID": r.eval_id,
-        "EvalCreateIndex": r.eval_create_index,
-        "JobModifyIndex": r.job_modify_index,
-        "Warnings": r.warnings,
-        "Index": meta.index,
-        "LastContact": 0,
-        "KnownLeader": meta.known_leader,
-    });
-    respond_json(&body, Some(meta), opts.pretty)
+    crate::jobs::register_response(s, &r, opts.pretty)
 }
 
 /// Every group policy of `jobs`, completed as Nomad stores it (its indexes are its job's).

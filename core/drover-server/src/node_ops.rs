@@ -37,14 +37,8 @@ pub(crate) fn node_evals(
         .map(|a| (a.namespace.clone(), a.job_id.clone()))
         .collect();
     jobs.extend(
-        snap.jobs(None)
+        running_system_jobs(snap)
             .iter()
-            .filter(|j| {
-                !j.stop
-                    && (j.job_type == JOB_TYPE_SYSTEM || j.job_type == JOB_TYPE_SYSBATCH)
-                    && !j.is_periodic()
-                    && !j.is_parameterized()
-            })
             .map(|j| (j.namespace.clone(), j.id.clone())),
     );
     jobs.iter()
@@ -75,6 +69,22 @@ pub(crate) fn feasibility_changed(old: &Node, new: &Node) -> bool {
         || old.meta != new.meta
         || old.host_volumes != new.host_volumes
         || drivers(old) != drivers(new)
+}
+
+/// The system and sysbatch jobs that place on every node they fit: running, neither periodic
+/// nor parameterized parents.
+pub(crate) fn running_system_jobs(
+    snap: &StateSnapshot,
+) -> Vec<std::sync::Arc<drover_structs::Job>> {
+    snap.jobs(None)
+        .into_iter()
+        .filter(|j| {
+            !j.stop
+                && (j.job_type == JOB_TYPE_SYSTEM || j.job_type == JOB_TYPE_SYSBATCH)
+                && !j.is_periodic()
+                && !j.is_parameterized()
+        })
+        .collect()
 }
 
 impl Server {

@@ -868,15 +868,8 @@ impl Server {
     /// so the system scheduler places them on a node that joined or became usable.
     pub(crate) async fn evaluate_system_jobs_for(&self, node_id: &str) -> Result<(), ServerError> {
         let snap = self.snapshot();
-        let evals: Vec<Evaluation> = snap
-            .jobs(None)
+        let evals: Vec<Evaluation> = crate::node_ops::running_system_jobs(&snap)
             .iter()
-            .filter(|j| {
-                !j.stop
-                    && (j.job_type == JOB_TYPE_SYSTEM || j.job_type == JOB_TYPE_SYSBATCH)
-                    && !j.is_periodic()
-                    && !j.is_parameterized()
-            })
             .map(|job| {
                 let mut e = Evaluation::for_job(job, TRIGGER_NODE_UPDATE);
                 e.node_id = node_id.to_string();
