@@ -157,7 +157,7 @@ pub(crate) async fn agent_self(
             "leader": leader.to_string(),
             "leader_addr": leader_addr(&s),
             "bootstrap": "true",
-            "known_regions": "1",
+            "known_regions": s.server.regions().len().to_string(),
         },
         "raft": {
             "state": if leader { "Leader" } else if raft.leader_id.is_some() { "Follower" } else { "Candidate" },
@@ -332,9 +332,9 @@ pub(crate) async fn peers(State(s): State<AppState>) -> Result<Response, ApiErro
     respond_json(&s.server.peer_addresses(), None, false)
 }
 
-/// `GET /v1/regions`.
+/// `GET /v1/regions`: this region and every region joined to it, sorted.
 pub(crate) async fn regions(State(s): State<AppState>) -> Result<Response, ApiError> {
-    respond_json(&[&s.agent.region], None, false)
+    respond_json(&s.server.regions(), None, false)
 }
 
 #[cfg(test)]

@@ -41,6 +41,20 @@ pub(crate) struct JobRequest {
     pub job_modify_index: u64,
 }
 
+/// Nomad's `JobPlanRequest`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct JobPlanRequest {
+    #[serde(rename = "Job")]
+    pub job: Option<Value>,
+    #[serde(rename = "Diff")]
+    pub diff: bool,
+    /// Sentinel policies are an Enterprise feature Drover has no counterpart of; accepted and
+    /// without effect, as in Nomad's open-source edition.
+    #[serde(rename = "PolicyOverride")]
+    pub policy_override: bool,
+}
+
 /// Fills a job's namespace and region from the request when the job names none, as Nomad fills
 /// them from the write request. The job must be a JSON object, else it is left for decoding to
 /// report.

@@ -35,6 +35,9 @@ pub enum Upstream {
     Node(String),
     /// A server's HTTP API (from a client-only agent).
     Server,
+    /// The HTTP API of a server of this region (a request with `?region=` naming another
+    /// region than the server's own).
+    Region(String),
 }
 
 /// A boxed future, as [`TunnelOpener`] returns them.
@@ -56,6 +59,7 @@ impl TunnelOpener for NoTunnels {
             Err(match to {
                 Upstream::Node(node_id) => format!("No path to node {node_id}"),
                 Upstream::Server => "no server to forward to".to_string(),
+                Upstream::Region(_) => drover_server::federation::NO_REGION_PATH.to_string(),
             })
         })
     }

@@ -32,6 +32,7 @@ mod nodes;
 mod operator;
 mod proxy;
 mod query;
+mod region;
 mod response;
 mod scaling;
 mod search;
@@ -174,6 +175,10 @@ pub fn router(
     agent: AgentInfo,
     tunnels: Arc<dyn TunnelOpener>,
 ) -> Router {
+    let regions = region::RegionRouting {
+        server: server.clone(),
+        tunnels: tunnels.clone(),
+    };
     let routing = client_api::ClientRouting::Server {
         server: server.clone(),
         tunnels,
@@ -296,6 +301,8 @@ pub fn router(
             state,
             consistency::layer,
         ))
+        // Outermost: a request for another region is not this server's to answer at all.
+        .layer(axum::middleware::from_fn_with_state(regions, region::layer))
 }
 
 /// The API of a client-only agent: its client endpoints for its own allocations, `local`

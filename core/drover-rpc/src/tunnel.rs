@@ -193,6 +193,12 @@ impl TunnelHub {
 
     /// A tunnel to node `node_id`'s client API: through its session with this server, else
     /// (when `relay`) through the first peer that holds one.
+    /// A connection to the HTTP API of the server at `addr` (RPC address): how a request for
+    /// another region reaches one of its servers.
+    pub async fn to_server_api(&self, addr: &str) -> Result<TunnelIo, TunnelError> {
+        Ok(self.client.open_tunnel(addr, &TunnelTarget::Api).await?)
+    }
+
     pub async fn to_node(&self, node_id: &str, relay: bool) -> Result<TunnelIo, TunnelError> {
         if let Some(io) = self.through_session(node_id).await? {
             return Ok(io);

@@ -15,7 +15,8 @@ use drover_structs::{
 use crate::context::EvalContext;
 use crate::feasible::{ready_nodes_in_dcs, schedulable, tainted};
 use crate::reconcile::{
-    ALLOC_IN_PLACE, ALLOC_LOST, ALLOC_UPDATING, Placement, Reconciler, UpdateDecision,
+    ALLOC_IN_PLACE, ALLOC_LOST, ALLOC_UPDATING, Placement, ReconcileResults, Reconciler,
+    UpdateDecision,
 };
 use crate::reschedule::{next_tracker, policy};
 use crate::stack::{SelectOptions, Selected, Stack, StackKind};
@@ -136,7 +137,8 @@ impl GenericScheduler<'_> {
         }
 
         let plan = ctx.into_plan();
-        if plan.is_no_op() {
+        // A dry run submits even an empty plan: its annotations are the answer.
+        if plan.is_no_op() && !eval.annotate_plan {
             return Ok(Attempt::Done);
         }
         // Nomad creates the follow-ups only when this evaluation was not itself delayed, which
@@ -218,6 +220,12 @@ impl GenericScheduler<'_> {
             reconciler.compute(&allocs, &mut update)
         };
 
+        if eval.annotate_plan {
+            ctx.plan.annotations = Some(drover_structs::PlanAnnotations {
+                desired_tg_updates: desired_updates(&results, &allocs, job),
+                preempted_allocs: None,
+            });
+        }
         self.followups = results.followup_evals;
         for a in results.attribute_updates {
             ctx.append_alloc(a);
@@ -493,6 +501,57 @@ pub(crate) fn new_allocation(
     };
     alloc.set_allocated_resources(allocated);
     alloc
+}
+
+/// Nomad's `DesiredTGUpdates` for a dry run: per task group of the job, what the reconciler
+/// decided. A placement that replaces an allocation of a draining or lost node is a
+/// migration; live allocations of the job nothing touches are ignored.
+fn desired_updates(
+    results: &ReconcileResults,
+    allocs: &[Arc<Allocation>],
+    job: Option<&Arc<Job>>,
+) -> BTreeMap<String, drover_structs::DesiredUpdates> {
+    let mut out: BTreeMap<String, drover_structs::DesiredUpdates> = BTreeMap::new();
+    for tg in job.iter().flat_map(|j| &j.task_groups) {
+        out.insert(tg.name.clone(), Default::default());
+    }
+    let mut touched: HashSet<&str> = HashSet::new();
+    for p in &results.place {
+        let u = out.entry(p.task_group.clone()).or_default();
+        if p.canary {
+            u.canary += 1;
+        } else if p.previous.is_some() && !p.reschedule {
+            u.migrate += 1;
+        } else {
+            u.place += 1;
+        }
+        if let Some(prev) = &p.previous {
+            touched.insert(&prev.id);
+        }
+    }
+    for p in &results.destructive {
+        out.entry(p.task_group.clone())
+            .or_default()
+            .destructive_update += 1;
+        if let Some(prev) = &p.previous {
+            touched.insert(&prev.id);
+        }
+    }
+    for s in &results.stop {
+        if touched.insert(&s.alloc.id) {
+            out.entry(s.alloc.task_group.clone()).or_default().stop += 1;
+        }
+    }
+    for a in &results.inplace {
+        out.entry(a.task_group.clone()).or_default().in_place_update += 1;
+        touched.insert(&a.id);
+    }
+    for a in allocs {
+        if !a.terminal() && !touched.contains(a.id.as_str()) {
+            out.entry(a.task_group.clone()).or_default().ignore += 1;
+        }
+    }
+    out
 }
 
 /// Adds a placement and the preemptions it needs to the plan.

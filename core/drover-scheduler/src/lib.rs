@@ -16,6 +16,7 @@ use drover_structs::{
     JOB_TYPE_SYSBATCH, JOB_TYPE_SYSTEM, Job, Node, Plan, PlanResult,
 };
 
+pub mod annotate;
 pub mod fit;
 pub mod harness;
 

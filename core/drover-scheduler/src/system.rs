@@ -181,7 +181,8 @@ impl SystemScheduler<'_> {
             self.create_blocked_eval(planner, escaped, classes, false)?;
         }
         let plan = ctx.into_plan();
-        if plan.is_no_op() {
+        // A dry run submits even an empty plan: its annotations are the answer.
+        if plan.is_no_op() && !self.eval.annotate_plan {
             return Ok(None);
         }
         if outcome.limit_reached
@@ -268,6 +269,12 @@ impl SystemScheduler<'_> {
         let mut stops: Vec<(Arc<Allocation>, &'static str, bool)> = Vec::new();
         let mut updates: Vec<(Arc<Allocation>, &TaskGroup)> = Vec::new();
         let mut place: Vec<SysPlacement<'_>> = Vec::new();
+        // Nomad's `DesiredTGUpdates`, kept for a dry run.
+        let mut desired: BTreeMap<String, drover_structs::DesiredUpdates> = job
+            .task_groups
+            .iter()
+            .map(|tg| (tg.name.clone(), Default::default()))
+            .collect();
         for node_id in node_ids {
             let live = existing
                 .live
@@ -315,7 +322,8 @@ impl SystemScheduler<'_> {
                     },
                 };
                 match verdict {
-                    Verdict::Keep | Verdict::Update => {}
+                    Verdict::Keep => desired.entry(a.task_group.clone()).or_default().ignore += 1,
+                    Verdict::Update => {}
                     Verdict::Stop(desc) => stops.push((a.clone(), desc, false)),
                     Verdict::Lost => stops.push((a.clone(), ALLOC_LOST, true)),
                 }
@@ -347,14 +355,18 @@ impl SystemScheduler<'_> {
         }
 
         for (a, desc, lost) in &stops {
+            desired.entry(a.task_group.clone()).or_default().stop += 1;
             let client_status = lost.then_some(ALLOC_CLIENT_LOST);
             ctx.append_stop(a, desc, client_status, None);
         }
         let mut destructive = Vec::new();
         for (a, tg) in updates {
             match in_place_decision(ctx, &mut stack, self.config, &eval.id, &a, job, tg) {
-                UpdateDecision::Ignore => {}
-                UpdateDecision::InPlace(updated) => ctx.append_alloc(*updated),
+                UpdateDecision::Ignore => desired.entry(tg.name.clone()).or_default().ignore += 1,
+                UpdateDecision::InPlace(updated) => {
+                    desired.entry(tg.name.clone()).or_default().in_place_update += 1;
+                    ctx.append_alloc(*updated)
+                }
                 UpdateDecision::Destructive => destructive.push((a, tg)),
             }
         }
@@ -366,6 +378,23 @@ impl SystemScheduler<'_> {
             usize::MAX
         };
         out.limit_reached = destructive.len() > limit;
+        for p in &place {
+            desired.entry(p.tg.name.clone()).or_default().place += 1;
+        }
+        for (i, (_, tg)) in destructive.iter().enumerate() {
+            let u = desired.entry(tg.name.clone()).or_default();
+            if i < limit {
+                u.destructive_update += 1;
+            } else {
+                u.ignore += 1;
+            }
+        }
+        if eval.annotate_plan {
+            ctx.plan.annotations = Some(drover_structs::PlanAnnotations {
+                desired_tg_updates: desired,
+                preempted_allocs: None,
+            });
+        }
         for (a, tg) in destructive.into_iter().take(limit) {
             ctx.append_stop(&a, ALLOC_UPDATING, None, None);
             place.push(SysPlacement {

@@ -134,6 +134,13 @@ impl Handler for RpcEndpoint {
                 let reply = encode(&self.status());
                 Box::pin(async move { Ok(reply) })
             }
+            crate::federation::METHOD_FEDERATION => {
+                let Some(server) = self.server.get() else {
+                    return refused("the server is starting: no raft yet");
+                };
+                let reply = server.serve_federation(&body);
+                Box::pin(async move { reply.map_err(|e| HandlerError::Refused(e.to_string())) })
+            }
             crate::members::METHOD_MEMBER => {
                 let Some(server) = self.server.get() else {
                     return refused("the server is starting: no raft yet");

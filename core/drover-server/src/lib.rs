@@ -19,12 +19,14 @@ pub mod deployments;
 mod dispatch;
 pub mod drainer;
 pub mod events;
+pub mod federation;
 pub mod fsm;
 pub mod garbage;
 mod heartbeat;
 #[cfg(test)]
 mod heartbeat_tests;
 mod identity;
+pub mod job_plan;
 pub mod job_versions;
 mod leader_task;
 mod leadership;

@@ -136,14 +136,66 @@ impl Server {
             }
         });
         let mut members = futures_join_all(asks).await;
+        members.extend(self.other_regions_members().await);
         members.sort_by(|a, b| a.report.name.cmp(&b.report.name));
         members
+    }
+
+    /// The servers of the other regions this server knows (Nomad's WAN members), each as it
+    /// reports itself; one that does not answer is `failed` with what is known of it.
+    async fn other_regions_members(&self) -> Vec<Member> {
+        let remote: Vec<(String, String)> = self
+            .regions()
+            .into_iter()
+            .filter(|r| r != self.region())
+            .flat_map(|r| {
+                self.region_servers(&r)
+                    .into_iter()
+                    .map(move |a| (r.clone(), a))
+            })
+            .collect();
+        let asks = remote.into_iter().map(|(region, address)| async move {
+            let answer = self
+                .inner
+                .net
+                .call(&address, METHOD_MEMBER, Vec::new(), MEMBER_TIMEOUT)
+                .await
+                .ok()
+                .and_then(|body| decode::<MemberReport>("member", &body).ok());
+            match answer {
+                Some(report) => Member {
+                    report,
+                    status: "alive",
+                    voter: true,
+                },
+                None => Member {
+                    report: MemberReport {
+                        id: 0,
+                        name: address.clone(),
+                        address,
+                        region,
+                        datacenter: String::new(),
+                        build: String::new(),
+                        bootstrap_expect: 0,
+                        leader: false,
+                    },
+                    status: "failed",
+                    voter: false,
+                },
+            }
+        });
+        futures_join_all(asks).await
     }
 
     /// Nomad's `agent join`: makes the server at `address` (RPC, `host:port`) and this one
     /// know each other, so a server that waits to be joined (`bootstrap_expect = 0`) finds
     /// this cluster and asks to be added. Errors when it does not answer.
     pub async fn join_server(&self, address: &str) -> Result<(), ServerError> {
+        // A server of another region joins the federation, not this Raft cluster.
+        if let Some(region) = crate::federation::join_other_region(self, address).await {
+            tracing::info!(%address, %region, "joined a server of another region");
+            return Ok(());
+        }
         let hello = encode(&StatusRequest {
             id: self.inner.id,
             address: self.inner.own.address.clone(),

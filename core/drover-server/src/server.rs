@@ -136,6 +136,8 @@ pub(crate) struct Inner {
     /// Moves allocations off draining nodes; runs while leading.
     pub drainer: crate::drainer::NodeDrainer,
     pub deployment_watcher: crate::deployment_watcher::DeploymentWatcher,
+    /// The other regions' servers (not replicated: each server keeps its own view).
+    pub federation: crate::federation::Federation,
     /// The changes the FSM applied, for `/v1/event/stream` (on every server, not only the
     /// leader).
     pub events: Arc<crate::events::EventBroker>,
@@ -414,6 +416,7 @@ impl Server {
             garbage: Default::default(),
             drainer: Default::default(),
             deployment_watcher: Default::default(),
+            federation: Default::default(),
             events,
         });
         tokio::spawn(run_plan_applier(inner.clone(), plan_rx));
@@ -423,6 +426,7 @@ impl Server {
         tokio::spawn(leader_loop(inner.clone()));
         tokio::spawn(crate::csi::run_plugin_gc(inner.clone()));
         let server = Server { inner };
+        tokio::spawn(crate::federation::keep_federation(server.clone()));
         endpoint.attach(server.clone());
         // A joining server asks to be added; a restarted one whose address changed (or whose
         // log predates addresses) has the cluster learn the new one.

@@ -120,25 +120,7 @@ impl StateStore {
             ],
             |t| {
                 let k = key(&job.namespace, &job.id);
-                match t.jobs.get(&k) {
-                    Some(existing) => {
-                        job.create_index = existing.create_index;
-                        if existing.spec_changed(&job) || existing.stop != job.stop {
-                            job.version = existing.version + 1;
-                            job.job_modify_index = index;
-                        } else {
-                            job.version = existing.version;
-                            job.job_modify_index = existing.job_modify_index;
-                            job.stable = existing.stable;
-                        }
-                    }
-                    None => {
-                        job.create_index = index;
-                        job.version = 0;
-                        job.job_modify_index = index;
-                    }
-                }
-                job.modify_index = index;
+                job.registered_over(t.jobs.get(&k).map(|j| &**j), index);
                 crate::periodic::record_launch(t, &job, index);
                 crate::csi::job_written(t, &job, index);
                 ensure_summary(t, &job, index);

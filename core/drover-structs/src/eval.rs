@@ -82,6 +82,14 @@ pub struct Evaluation {
     pub escaped_computed_class: bool,
     #[serde(rename = "QueuedAllocations", skip_serializing_if = "Option::is_none")]
     pub queued_allocations: Option<BTreeMap<String, i64>>,
+    /// Nomad's `AnnotatePlan`: the scheduler records its decisions per task group in the
+    /// plan (`job plan`'s dry run). Never set on an evaluation that is stored.
+    #[serde(
+        rename = "AnnotatePlan",
+        default,
+        skip_serializing_if = "std::ops::Not::not"
+    )]
+    pub annotate_plan: bool,
     #[serde(rename = "SnapshotIndex", skip_serializing_if = "is_zero_u64")]
     pub snapshot_index: u64,
     #[serde(rename = "CreateIndex")]

@@ -126,6 +126,32 @@ impl Job {
 
     /// Whether two versions of a job differ in anything that needs new allocations (Nomad's
     /// "destructive update" test, simplified to the task groups and the job's constraints).
+    /// Sets the version and indexes this job takes when it is registered at `index` over
+    /// `existing` (the stored job, if any): a new version only when the spec or the stop flag
+    /// changed, so that re-registering the same job keeps its version, stability and
+    /// `JobModifyIndex`.
+    pub fn registered_over(&mut self, existing: Option<&Job>, index: u64) {
+        match existing {
+            Some(existing) => {
+                self.create_index = existing.create_index;
+                if existing.spec_changed(self) || existing.stop != self.stop {
+                    self.version = existing.version + 1;
+                    self.job_modify_index = index;
+                } else {
+                    self.version = existing.version;
+                    self.job_modify_index = existing.job_modify_index;
+                    self.stable = existing.stable;
+                }
+            }
+            None => {
+                self.create_index = index;
+                self.version = 0;
+                self.job_modify_index = index;
+            }
+        }
+        self.modify_index = index;
+    }
+
     pub fn spec_changed(&self, other: &Job) -> bool {
         self.task_groups != other.task_groups
             || self.constraints != other.constraints

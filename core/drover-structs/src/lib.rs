@@ -10,6 +10,7 @@ pub mod cron;
 pub mod csi;
 pub mod decode;
 pub mod deployment;
+pub mod diff;
 pub mod disconnect;
 pub mod dispatch;
 pub mod eval;

@@ -36,6 +36,41 @@ pub struct Plan {
     /// Deployment status changes (cancelled, successful).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub deployment_updates: Vec<crate::deployment::DeploymentStatusUpdate>,
+    /// What the scheduler decided per task group, filled only for an evaluation that asks
+    /// for it (`AnnotatePlan`: a `job plan` dry run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<PlanAnnotations>,
+}
+
+/// Nomad's `PlanAnnotations`: the scheduler's decisions for a dry run, shown by `job plan`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanAnnotations {
+    #[serde(rename = "DesiredTGUpdates")]
+    pub desired_tg_updates: BTreeMap<String, DesiredUpdates>,
+    /// Allocations the plan would preempt (Nomad's `PreemptedAllocs`, allocation stubs).
+    #[serde(rename = "PreemptedAllocs")]
+    pub preempted_allocs: Option<Vec<serde_json::Value>>,
+}
+
+/// Nomad's `DesiredUpdates`: how many allocations of one task group the plan would touch, and how.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DesiredUpdates {
+    #[serde(rename = "Ignore")]
+    pub ignore: u64,
+    #[serde(rename = "Place")]
+    pub place: u64,
+    #[serde(rename = "Migrate")]
+    pub migrate: u64,
+    #[serde(rename = "Stop")]
+    pub stop: u64,
+    #[serde(rename = "InPlaceUpdate")]
+    pub in_place_update: u64,
+    #[serde(rename = "DestructiveUpdate")]
+    pub destructive_update: u64,
+    #[serde(rename = "Canary")]
+    pub canary: u64,
+    #[serde(rename = "Preemptions")]
+    pub preemptions: u64,
 }
 
 impl Plan {

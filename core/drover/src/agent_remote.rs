@@ -116,7 +116,10 @@ impl drover_http::TunnelOpener for RemoteServers {
     ) -> drover_http::BoxFuture<'_, Result<drover_rpc::TunnelIo, String>> {
         Box::pin(async move {
             match to {
-                drover_http::Upstream::Server => self.api_tunnel().await,
+                // Requests for another region go to a server, which forwards them.
+                drover_http::Upstream::Server | drover_http::Upstream::Region(_) => {
+                    self.api_tunnel().await
+                }
                 // A client agent reaches other nodes through a server only.
                 drover_http::Upstream::Node(node_id) => Err(format!("No path to node {node_id}")),
             }

@@ -9,19 +9,43 @@ use drover_http::{BoxFuture, NodeClient, TunnelOpener, Upstream};
 use drover_rpc::{RpcClient, TunnelAcceptor, TunnelHub, TunnelIo};
 use drover_server::Server;
 
-/// A server agent's side: tunnels to nodes, and its API for tunnels that end here.
+/// A server agent's side: tunnels to nodes and to other regions' servers, and its API for
+/// tunnels that end here.
 pub struct ServerTunnels {
     hub: Arc<TunnelHub>,
+    /// Knows the other regions' servers; set with the API (the server starts after this).
+    server: std::sync::OnceLock<Server>,
 }
 
 impl ServerTunnels {
     pub fn new(hub: Arc<TunnelHub>) -> ServerTunnels {
-        ServerTunnels { hub }
+        ServerTunnels {
+            hub,
+            server: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The API of one of `region`'s servers, trying them in turn.
+    async fn region_api(&self, region: &str) -> Result<TunnelIo, String> {
+        let servers = self
+            .server
+            .get()
+            .map(|s| s.region_servers(region))
+            .unwrap_or_default();
+        let mut last = drover_server::federation::NO_REGION_PATH.to_string();
+        for addr in servers {
+            match self.hub.to_server_api(&addr).await {
+                Ok(io) => return Ok(io),
+                Err(e) => last = format!("region {region:?} server {addr}: {e}"),
+            }
+        }
+        Err(last)
     }
 
     /// Serves `router` (this server's whole API) on the tunnels client agents open to it;
     /// `own_rpc` is this server's RPC address, left out of the peers asked for a node.
     pub fn serve_api(&self, server: Server, own_rpc: String, router: axum::Router) {
+        let _ = self.server.set(server.clone());
         self.hub.set_acceptor(Arc::new(ApiAcceptor {
             server,
             own_rpc,
@@ -40,6 +64,7 @@ impl TunnelOpener for ServerTunnels {
                     .await
                     .map_err(|e| e.to_string()),
                 Upstream::Server => Err("a server forwards client calls to nodes only".into()),
+                Upstream::Region(region) => self.region_api(&region).await,
             }
         })
     }

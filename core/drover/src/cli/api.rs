@@ -157,6 +157,17 @@ impl Client {
         }
     }
 
+    /// A client for the same agent whose requests go to `region` (a job file's own region).
+    pub fn in_region(&self, region: &str) -> Client {
+        let mut conn = self.conn.clone();
+        conn.region = Some(region.to_string());
+        Client {
+            conn,
+            agent: self.agent.clone(),
+            headers: self.headers.clone(),
+        }
+    }
+
     /// A client for the same agent that sends header `name` with every request.
     pub fn with_header(&self, name: &str, value: &str) -> Client {
         let mut headers = self.headers.clone();

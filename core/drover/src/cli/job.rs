@@ -46,6 +46,8 @@ pub enum JobCommand {
     Scale(super::job_scale::ScaleArgs),
     /// Display the versions of a job
     History(super::job_history::HistoryArgs),
+    /// Dry-run a job update to determine its effects
+    Plan(super::job_plan::PlanArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -147,6 +149,7 @@ pub fn run(cli: JobCli) -> anyhow::Result<Exit> {
         JobCommand::Eval(args) => super::job_versions::eval(&client, args),
         JobCommand::Scale(args) => super::job_scale::run(&client, args),
         JobCommand::History(args) => super::job_history::run(&client, args),
+        JobCommand::Plan(args) => super::job_plan::run(&client, args),
     }
 }
 
@@ -192,6 +195,15 @@ fn job_run(client: &Client, args: RunArgs) -> anyhow::Result<Exit> {
                 .namespace()
                 .unwrap_or(drover_structs::DEFAULT_NAMESPACE),
         ),
+    };
+    // As Nomad: a job file that names its region is sent to that region.
+    let client = match job
+        .get("Region")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+    {
+        Some(region) => client.in_region(region),
+        None => client,
     };
     let mut request = json!({ "Job": job });
     if let Some(index) = args.check_index {

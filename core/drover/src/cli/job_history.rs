@@ -1,8 +1,9 @@
 //! `drover job history JOB`: the job's versions, newest first, as Nomad's `job history`
-//! prints them (`-version N` one of them, `-json` as JSON). Diffs between versions (`-p`) are
-//! not computed yet and are refused.
+//! prints them (`-version N` one of them, `-json` as JSON, `-p` with each version's diff to
+//! the one before it).
 
 use drover_structs::Job;
+use drover_structs::diff::JobDiff;
 use serde_json::Value;
 
 use super::api::{Client, escape_segment};
@@ -12,7 +13,7 @@ use super::{Exit, ui};
 
 #[derive(Debug, clap::Args)]
 pub struct HistoryArgs {
-    /// Show the differences between versions (not supported yet)
+    /// Show the differences between each version and the one before it
     #[arg(short = 'p')]
     pub diffs: bool,
     /// Print each version's full job as JSON
@@ -28,13 +29,19 @@ pub struct HistoryArgs {
     pub job: String,
 }
 
-/// Nomad's `formatJobVersion` (without the diff).
-fn format_version(job: &Job, full: bool) -> String {
+/// Nomad's `formatJobVersion`.
+fn format_version(job: &Job, diff: Option<&JobDiff>, full: bool) -> String {
     let mut rows = vec![
         format!("Version|{}", job.version),
         format!("Stable|{}", job.stable),
         format!("Submit Date|{}", format_time(job.submit_time)),
     ];
+    // Nomad's columnize keeps the cell untrimmed: the diff starts on the line after
+    // "Diff        = ". Ours trims cells, so the diff goes in after the table is made.
+    const DIFF_SLOT: &str = "\u{0}";
+    if diff.is_some() {
+        rows.push(format!("Diff|{DIFF_SLOT}"));
+    }
     if full {
         let json = serde_json::to_value(job).unwrap_or(Value::Null);
         rows.push(format!(
@@ -42,27 +49,42 @@ fn format_version(job: &Job, full: bool) -> String {
             super::job::to_indented_json(&json)
         ));
     }
-    format_kv(&rows)
+    let table = format_kv(&rows);
+    match diff {
+        Some(diff) => table.replacen(
+            DIFF_SLOT,
+            &format!("\n{}", super::job_diff::format_job_diff(diff, false).trim()),
+            1,
+        ),
+        None => table,
+    }
 }
 
 pub fn run(client: &Client, args: HistoryArgs) -> anyhow::Result<Exit> {
-    if args.diffs {
-        ui::err("Error: job history -p (diffs between versions) is not supported yet");
-        return Ok(1);
-    }
     let path = format!("/v1/job/{}/versions", escape_segment(&args.job));
-    let body: Value = match client.get_json(&path, &[]) {
+    let query: &[(&str, &str)] = if args.diffs {
+        &[("diffs", "true")]
+    } else {
+        &[]
+    };
+    let body: Value = match client.get_json(&path, query) {
         Ok((b, _)) => b,
         Err(e) => {
             ui::err(&format!("Error retrieving job versions: {e}"));
             return Ok(1);
         }
     };
-    let mut versions: Vec<Job> =
-        serde_json::from_value(body["Versions"].clone()).unwrap_or_default();
-    versions.sort_by_key(|j| std::cmp::Reverse(j.version));
+    let versions: Vec<Job> = serde_json::from_value(body["Versions"].clone()).unwrap_or_default();
+    let diffs: Vec<JobDiff> = serde_json::from_value(body["Diffs"].clone()).unwrap_or_default();
+    // Both come newest first; the diff at i is version i against version i+1.
+    let mut versions: Vec<(Job, Option<JobDiff>)> = versions
+        .into_iter()
+        .enumerate()
+        .map(|(i, j)| (j, diffs.get(i).cloned()))
+        .collect();
+    versions.sort_by_key(|(j, _)| std::cmp::Reverse(j.version));
     if let Some(v) = args.version {
-        versions.retain(|j| j.version == v);
+        versions.retain(|(j, _)| j.version == v);
         if versions.is_empty() {
             ui::err(&format!(
                 "Could not find version {v:?} of job {:?}",
@@ -72,14 +94,13 @@ pub fn run(client: &Client, args: HistoryArgs) -> anyhow::Result<Exit> {
         }
     }
     if args.json {
-        ui::out(&super::job::to_indented_json(&serde_json::to_value(
-            &versions,
-        )?));
+        let jobs: Vec<&Job> = versions.iter().map(|(j, _)| j).collect();
+        ui::out(&super::job::to_indented_json(&serde_json::to_value(&jobs)?));
         return Ok(0);
     }
     let blocks: Vec<String> = versions
         .iter()
-        .map(|j| format_version(j, args.full))
+        .map(|(j, d)| format_version(j, d.as_ref(), args.full))
         .collect();
     ui::out(&blocks.join("\n\n"));
     Ok(0)
@@ -97,7 +118,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            format_version(&job, false),
+            format_version(&job, None, false),
             "Version     = 2\nStable      = true\nSubmit Date = <none>"
         );
     }
