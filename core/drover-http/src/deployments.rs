@@ -107,7 +107,7 @@ struct AllocHealthBody {
     unhealthy: Vec<String>,
 }
 
-/// `PUT|POST /v1/deployment/{fail,pause,promote,allocation-health}/:id`.
+/// `PUT|POST /v1/deployment/{fail,pause,promote,allocation-health,unblock}/:id`.
 pub(crate) async fn operate(
     State(s): State<AppState>,
     Path((op, id)): Path<(String, String)>,
@@ -117,6 +117,7 @@ pub(crate) async fn operate(
     let opts = QueryOptions::parse(&params)?;
     let request = match op.as_str() {
         "fail" => DeploymentRequest::Fail { id },
+        "unblock" => DeploymentRequest::Unblock { id },
         "pause" => {
             let b: PauseBody = decode_body(&body, "request")?;
             DeploymentRequest::Pause { id, pause: b.pause }

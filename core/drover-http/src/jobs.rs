@@ -266,7 +266,8 @@ pub(crate) async fn job_write(
     }
 }
 
-/// `DELETE /v1/job/:id[?purge=true]`: stops the job, or with `purge` removes it.
+/// `DELETE /v1/job/:id[?purge=true][&global=true]`: stops the job, or with `purge` removes
+/// it; with `global`, a multiregion job in every region of its block.
 pub(crate) async fn job_delete(
     State(s): State<AppState>,
     Path(rest): Path<String>,
@@ -277,10 +278,15 @@ pub(crate) async fn job_delete(
     };
     let opts = QueryOptions::parse(&params)?;
     let purge = flag(&params, "purge")?;
-    let (eval_id, index) = s
-        .server
-        .deregister_job(opts.write_namespace(), id, purge)
-        .await?;
+    let (eval_id, index) = if flag(&params, "global")? {
+        s.server
+            .deregister_job_global(opts.write_namespace(), id, purge)
+            .await?
+    } else {
+        s.server
+            .deregister_job(opts.write_namespace(), id, purge)
+            .await?
+    };
     let meta = QueryMeta::new(&s, index);
     // Nomad's JobDeregisterResponse.
     let body = json!({

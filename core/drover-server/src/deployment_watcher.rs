@@ -124,6 +124,7 @@ impl DeploymentWatcher {
             let watched = [Table::Deployments, Table::Allocs];
             let mut after = 0;
             let mut seen = Seen::new();
+            let mut multiregion = crate::multiregion::SeenStatus::new();
             loop {
                 let snap = server
                     .inner
@@ -138,6 +139,7 @@ impl DeploymentWatcher {
                         seen.clear();
                     }
                 }
+                crate::multiregion::coordinate(&server, &snap, &mut multiregion).await;
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         });

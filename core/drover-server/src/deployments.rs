@@ -90,6 +90,10 @@ pub enum DeploymentRequest {
         healthy: Vec<String>,
         unhealthy: Vec<String>,
     },
+    /// Nomad's `Deployment.Unblock`: a blocked multiregion deployment is successful.
+    Unblock {
+        id: String,
+    },
 }
 
 /// The status update that fails `d` with `base` as the reason, and the job a rollback
@@ -296,6 +300,10 @@ impl Server {
                 }
                 let groups = if all { Vec::new() } else { groups };
                 promote_write(&snap, &d, groups)?
+            }
+            DeploymentRequest::Unblock { id } => {
+                let (_, d) = self.known_deployment(&id)?;
+                crate::multiregion::unblock_write(&d)?
             }
             DeploymentRequest::AllocHealth {
                 id,

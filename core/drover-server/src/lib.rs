@@ -32,6 +32,7 @@ mod leader_task;
 mod leadership;
 mod members;
 pub mod metrics;
+pub mod multiregion;
 mod node_ops;
 mod operator;
 mod periodic;

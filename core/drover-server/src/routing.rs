@@ -43,6 +43,9 @@ impl Server {
         validate::validate_job(&job).map_err(ServerError::Validation)?;
         crate::periodic::validate_time_zone(&job)?;
         crate::unsupported::refuse_unacted(&job).map_err(ServerError::Validation)?;
+        if let Some(spec) = job.multiregion_spec() {
+            return self.register_multiregion(job, &spec, enforce_index).await;
+        }
         match self
             .route(Request::RegisterJob { job, enforce_index })
             .await?
@@ -375,6 +378,7 @@ impl Server {
                 Ok(Reply::NodeAllocs { allocs, index })
             }
             Request::Deployment(request) => self.execute_deployment(request).await,
+            Request::Multiregion(request) => self.execute_peer(request).await,
             Request::JobVersion(request) => self.execute_job_version(request).await,
             Request::Scale(request) => self.scale_job_here(request).await,
             Request::Csi(request) => self.execute_csi(request).await,

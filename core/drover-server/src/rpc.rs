@@ -107,12 +107,21 @@ pub enum Request {
     Csi(crate::csi::CsiRequest),
     /// CSI snapshot endpoints (see `crate::csi::snapshot`).
     CsiSnapshot(crate::csi::CsiSnapshotRequest),
+    /// A peer region's call in a multiregion rollout (see `crate::multiregion`).
+    Multiregion(crate::multiregion::PeerRequest),
 }
 
 impl Request {
     /// Reads can be answered by any server; everything else is executed by the leader.
     pub fn is_read(&self) -> bool {
-        matches!(self, Request::NodeAllocs { .. })
+        matches!(
+            self,
+            Request::NodeAllocs { .. }
+                | Request::Multiregion(crate::multiregion::PeerRequest {
+                    op: crate::multiregion::PeerOp::Latest,
+                    ..
+                })
+        )
     }
 }
 
@@ -145,6 +154,8 @@ pub enum Reply {
     Deployment(crate::deployments::DeploymentUpdateResult),
     Csi(crate::csi::CsiReply),
     CsiSnapshot(crate::csi::CsiSnapshotReply),
+    /// A job's latest deployment in the answering region.
+    Peer(Option<drover_structs::Deployment>),
 }
 
 /// Kinds of endpoint errors, so the caller rebuilds the same `ServerError` (and HTTP status).

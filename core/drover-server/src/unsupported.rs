@@ -12,12 +12,17 @@ use serde_json::Value;
 pub fn refuse_unacted(job: &Job) -> Result<(), MultiError> {
     let mut m = MultiError::new();
     refuse_system_disconnect(job, &mut m);
-    if is_set(&job.multiregion) {
-        m.push(refusal(
-            "Job.Multiregion",
-            "multiregion",
-            "multiregion jobs are not supported yet",
-        ));
+    // Node pools do not exist in Drover: a region that names one is refused.
+    if let Some(spec) = job.multiregion_spec() {
+        for (i, r) in spec.regions().iter().enumerate() {
+            if r.node_pool.as_deref().is_some_and(|p| !p.is_empty()) {
+                m.push(refusal(
+                    &format!("Job.Multiregion.Regions[{i}].NodePool"),
+                    "node_pool",
+                    "node pools are not supported yet",
+                ));
+            }
+        }
     }
     for (g, tg) in job.task_groups.iter().enumerate() {
         let at = format!("Job.TaskGroups[{g}]");
@@ -254,10 +259,12 @@ mod tests {
     }
 
     #[test]
-    fn multiregion_is_refused() {
-        let mut job = job_with(group(task()));
-        job.multiregion = Some(json!({"Regions": [{"Name": "east"}]}));
+    fn a_multiregion_region_with_a_node_pool_is_refused() {
+        let mut job = job_with(TaskGroup::default());
+        job.multiregion = Some(json!({"Regions": [{"Name": "east", "NodePool": "gpu"}]}));
         let e = refuse_unacted(&job).unwrap_err().to_string();
-        assert!(e.contains("(Job.Multiregion)"), "{e}");
+        assert!(e.contains("(Job.Multiregion.Regions[0].NodePool)"), "{e}");
+        job.multiregion = Some(json!({"Regions": [{"Name": "east"}]}));
+        assert!(refuse_unacted(&job).is_ok());
     }
 }

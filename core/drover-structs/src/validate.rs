@@ -128,6 +128,9 @@ pub fn validate_job(j: &Job) -> Result<(), MultiError> {
             m.push(e.to_string());
         }
     }
+    if let Some(spec) = j.multiregion_spec() {
+        spec.validate(j, &mut m);
+    }
     m.into_result()
 }
 

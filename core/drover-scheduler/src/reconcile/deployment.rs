@@ -8,10 +8,12 @@
 use std::sync::Arc;
 
 use drover_structs::{
-    Allocation, DEPLOYMENT_DESC_NEWER_JOB, DEPLOYMENT_DESC_STOPPED_JOB, DEPLOYMENT_DESC_SUCCESSFUL,
-    DEPLOYMENT_STATUS_CANCELLED, DEPLOYMENT_STATUS_FAILED, DEPLOYMENT_STATUS_PAUSED,
-    DEPLOYMENT_STATUS_PENDING, DEPLOYMENT_STATUS_SUCCESSFUL, Deployment, DeploymentState,
-    DeploymentStatusUpdate, Job, TaskGroup, UpdateStrategy,
+    Allocation, DEPLOYMENT_DESC_BLOCKED, DEPLOYMENT_DESC_NEWER_JOB,
+    DEPLOYMENT_DESC_PENDING_FOR_PEER, DEPLOYMENT_DESC_STOPPED_JOB, DEPLOYMENT_DESC_SUCCESSFUL,
+    DEPLOYMENT_STATUS_BLOCKED, DEPLOYMENT_STATUS_CANCELLED, DEPLOYMENT_STATUS_FAILED,
+    DEPLOYMENT_STATUS_PAUSED, DEPLOYMENT_STATUS_PENDING, DEPLOYMENT_STATUS_RUNNING,
+    DEPLOYMENT_STATUS_SUCCESSFUL, Deployment, DeploymentState, DeploymentStatusUpdate, Job,
+    TaskGroup, UpdateStrategy,
 };
 
 /// A group's update strategy when it asks for deployments (Nomad's `!IsEmpty()`).
@@ -31,6 +33,11 @@ pub(crate) struct DeploymentTrack {
     pub updates: Vec<DeploymentStatusUpdate>,
     now: i64,
     eval_priority: i64,
+    /// The job is multiregion: its deployments are marked so, wait as `blocked` when
+    /// complete, and (`pending_start`) start `pending` in a region that is not among the
+    /// first `max_parallel` of the rollout.
+    multiregion: bool,
+    pending_start: bool,
 }
 
 fn status_update(d: &Deployment, status: &str, description: &str) -> DeploymentStatusUpdate {
@@ -59,7 +66,20 @@ impl DeploymentTrack {
             updates: Vec::new(),
             now,
             eval_priority,
+            multiregion: false,
+            pending_start: false,
         };
+        if let Some(spec) = job.and_then(Job::multiregion_spec)
+            && let Some(job) = job
+        {
+            t.multiregion = true;
+            t.pending_start = !spec.starts_at_once(&job.region);
+            // This version's deployment is yet to be created: it will be pending, so nothing
+            // is placed before a peer region starts it.
+            if t.pending_start && !latest.is_some_and(|d| d.is_for(job)) {
+                t.paused = true;
+            }
+        }
         let Some(d) = latest else { return t };
         t.old = Some(d.clone());
         match job {
@@ -209,7 +229,13 @@ impl DeploymentTrack {
             return;
         }
         if self.current.is_none() {
-            self.current = Some(Deployment::for_job(job, self.eval_priority, self.now));
+            let mut d = Deployment::for_job(job, self.eval_priority, self.now);
+            d.is_multiregion = self.multiregion;
+            if self.pending_start {
+                d.status = DEPLOYMENT_STATUS_PENDING.into();
+                d.status_description = DEPLOYMENT_DESC_PENDING_FOR_PEER.into();
+            }
+            self.current = Some(d);
             self.created = true;
         }
         if let Some(d) = self.current.as_mut() {
@@ -234,12 +260,14 @@ impl DeploymentTrack {
         }
     }
 
-    /// Nomad's `computeDeploymentUpdates`: a complete deployment is marked successful; a new
-    /// one whose canaries wait says for what.
+    /// Nomad's `computeDeploymentUpdates`: a complete deployment is marked successful (a
+    /// multiregion one `blocked`, until its peers are done); a new one whose canaries wait
+    /// says for what.
     pub(crate) fn finish(&mut self, complete: bool) {
         if self.created
             && let Some(d) = self.current.as_mut()
             && d.requires_promotion()
+            && d.status != DEPLOYMENT_STATUS_PENDING
         {
             let auto = d.task_groups.values().any(|g| g.auto_promote);
             d.status_description = if auto {
@@ -252,10 +280,20 @@ impl DeploymentTrack {
         if !complete {
             return;
         }
-        if let Some(d) = &self.current
-            && d.status != DEPLOYMENT_STATUS_SUCCESSFUL
-            && !self.created
-        {
+        let Some(d) = self.current.as_ref().filter(|_| !self.created) else {
+            return;
+        };
+        if d.is_multiregion {
+            // Blocked, unblocking and successful come after a multiregion completion; a
+            // paused or pending one waits for whoever holds it.
+            if d.status == DEPLOYMENT_STATUS_RUNNING {
+                self.updates.push(status_update(
+                    d,
+                    DEPLOYMENT_STATUS_BLOCKED,
+                    DEPLOYMENT_DESC_BLOCKED,
+                ));
+            }
+        } else if d.status != DEPLOYMENT_STATUS_SUCCESSFUL {
             self.updates.push(status_update(
                 d,
                 DEPLOYMENT_STATUS_SUCCESSFUL,

@@ -363,10 +363,11 @@ fn operate(client: &Client, op: Op, args: OpArgs) -> anyhow::Result<Exit> {
             json!({"DeploymentID": d.id, "All": true}),
             "promoting",
         ),
-        Op::Unblock => {
-            ui::err("Error unblocking deployment: multiregion deployments are not supported yet");
-            return Ok(1);
-        }
+        Op::Unblock => (
+            format!("/v1/deployment/unblock/{id}"),
+            json!({"DeploymentID": d.id}),
+            "unblocking",
+        ),
     };
     let reply: Value = match client.put_json(&path, &[], &body) {
         Ok(r) => r,
@@ -388,7 +389,8 @@ fn operate(client: &Client, op: Op, args: OpArgs) -> anyhow::Result<Exit> {
             return Ok(0);
         }
         Op::Resume => ui::out(&format!("Deployment {:?} resumed", d.id)),
-        Op::Promote | Op::Unblock => {}
+        Op::Unblock => ui::out(&format!("Deployment {:?} unblocked", d.id)),
+        Op::Promote => {}
     }
     let eval = reply["EvalID"].as_str().unwrap_or_default();
     if args.detach || eval.is_empty() {

@@ -77,6 +77,9 @@ pub struct StopArgs {
     /// Remove the job from the state store instead of only stopping it
     #[arg(long)]
     pub purge: bool,
+    /// Stop a multiregion job in every region of its multiregion block
+    #[arg(long)]
+    pub global: bool,
     /// Return right after the stop request instead of monitoring the evaluation
     #[arg(long)]
     pub detach: bool,
@@ -183,6 +186,11 @@ fn job_run(client: &Client, args: RunArgs) -> anyhow::Result<Exit> {
     }
     let periodic = is_set(&job, "Periodic");
     let parameterized = is_set(&job, "ParameterizedJob");
+    let multiregion = job
+        .get("Multiregion")
+        .and_then(|m| m.get("Regions"))
+        .and_then(Value::as_array)
+        .is_some_and(|r| !r.is_empty());
     // Nomad sends the job to its own namespace.
     let client = match job
         .get("Namespace")
@@ -228,7 +236,7 @@ fn job_run(client: &Client, args: RunArgs) -> anyhow::Result<Exit> {
     if !resp.warnings.is_empty() {
         ui::out(&format!("Job Warnings:\n{}\n", resp.warnings));
     }
-    if args.detach || periodic || parameterized {
+    if args.detach || periodic || parameterized || multiregion {
         ui::out("Job registration successful");
         if !parameterized && !periodic && !resp.eval_id.is_empty() {
             ui::out(&format!("Evaluation ID: {}", resp.eval_id));
@@ -281,23 +289,31 @@ fn job_stop(client: &Client, args: StopArgs) -> anyhow::Result<Exit> {
     };
     let client = client.in_namespace(&stub.namespace);
     let path = format!("/v1/job/{}", escape_segment(&stub.id));
-    let query: &[(&str, &str)] = if args.purge {
-        &[("purge", "true")]
-    } else {
-        &[]
-    };
-    let resp: DeregisterResponse = match client.delete_json(&path, query) {
+    let mut query: Vec<(&str, &str)> = Vec::new();
+    if args.purge {
+        query.push(("purge", "true"));
+    }
+    if args.global {
+        query.push(("global", "true"));
+    }
+    let multiregion = stub.multiregion.as_ref().is_some_and(|m| {
+        m.get("Regions")
+            .and_then(Value::as_array)
+            .is_some_and(|r| !r.is_empty())
+    });
+    let resp: DeregisterResponse = match client.delete_json(&path, &query) {
         Ok(r) => r,
         Err(e) => {
             ui::err(&format!("Error deregistering job: {e}"));
             return Ok(1);
         }
     };
-    // Periodic and parameterized jobs have no evaluation to follow.
+    // Periodic and parameterized jobs have no evaluation to follow; multiregion jobs are
+    // not monitored (as in Nomad: their regions stop on their own).
     if resp.eval_id.is_empty() {
         return Ok(0);
     }
-    if args.detach {
+    if args.detach || multiregion {
         ui::out(&resp.eval_id);
         return Ok(0);
     }

@@ -472,6 +472,32 @@ fn deployment_text(d: &Value, length: usize) -> String {
     text
 }
 
+/// Nomad's "Multiregion Deployment" table: each region's latest deployment of the job.
+fn multiregion_text(client: &Client, job: &Job, base: &str, length: usize) -> String {
+    let mut regions: Vec<String> = job
+        .multiregion_spec()
+        .map(|s| s.regions().iter().map(|r| r.name.clone()).collect())
+        .unwrap_or_default();
+    regions.sort();
+    let mut rows = vec!["Region|ID|Status".to_string()];
+    for region in regions {
+        let d: Option<Value> = client
+            .in_region(&region)
+            .get_json(&format!("{base}/deployment"), &[])
+            .ok()
+            .and_then(|(d, _)| d);
+        match d.filter(Value::is_object) {
+            Some(d) => rows.push(format!(
+                "{region}|{}|{}",
+                limit(d["ID"].as_str().unwrap_or_default(), length),
+                d["Status"].as_str().unwrap_or_default()
+            )),
+            None => rows.push(format!("{region} (error)||")),
+        }
+    }
+    format!("\nMultiregion Deployment\n{}", format_list(&rows))
+}
+
 fn job_info(
     client: &Client,
     job: &Job,
@@ -528,6 +554,9 @@ fn job_info(
     if let Some(d) = deployment {
         ui::out("\nLatest Deployment");
         ui::out(&deployment_text(&d, length));
+        if d["IsMultiregion"] == true {
+            ui::out(&multiregion_text(client, job, base, length));
+        }
     }
 
     ui::out("\nAllocations");
