@@ -4,7 +4,7 @@
 //! the first is done (`blocked`), and when it is done too both end `successful`. An operator's
 //! pause of the first region keeps the second pending until the operator resumes. With
 //! `on_failure = "fail_all"`, a failure in the second region fails the first region's
-//! deployment as well.
+//! deployment as well. `job plan` plans each region's copy; `job stop -global` stops both.
 
 use std::time::Duration;
 
@@ -19,8 +19,9 @@ fn agent_in_region(dir: &TempDir, region: &str) -> Agent {
     Agent::start_dev(&sub, &["--config", config.to_str().expect("utf-8 path")])
 }
 
-/// The job, version `tag`; in region west the task exits 1 when `west_fails`.
-fn job(dir: &TempDir, tag: &str, west_fails: bool) -> String {
+/// The job, version `tag`; in region west the task exits 1 when `west_fails`; allocations
+/// are healthy after `min_healthy`.
+fn job(dir: &TempDir, tag: &str, west_fails: bool, min_healthy: &str) -> String {
     let west = if west_fails { "yes" } else { "no" };
     write_job(
         dir,
@@ -52,7 +53,7 @@ job "mr" {{
   }}
   update {{
     max_parallel     = 1
-    min_healthy_time = "1s"
+    min_healthy_time = "{min_healthy}"
     healthy_deadline = "30s"
   }}
   group "g" {{
@@ -121,7 +122,7 @@ fn a_multiregion_rollout_goes_region_by_region_waits_for_operators_and_fails_all
     });
 
     // Version 0: registered in both regions from east; east deploys, west waits.
-    let out = east.cli(&["job", "run", &job(&dir, "a", false)]);
+    let out = east.cli(&["job", "run", &job(&dir, "a", false, "1s")]);
     let text = output_text(&out);
     assert!(out.status.success(), "{text}");
     assert!(
@@ -166,14 +167,32 @@ fn a_multiregion_rollout_goes_region_by_region_waits_for_operators_and_fails_all
         "{text}"
     );
 
+    // A plan asks every region about its own copy.
+    let v1 = job(&dir, "b", false, "6s");
+    let out = east.cli(&["job", "plan", &v1]);
+    let text = output_text(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    for region in ["east", "west"] {
+        assert!(
+            text.contains(&format!(
+                "Region: \"{region}\"\n+/- Job: \"mr\"\n+/- Meta[tag]: \"a\" => \"b\""
+            )),
+            "{text}"
+        );
+    }
+    assert!(!text.contains("Job Modify Index"), "{text}");
+
     // Version 1: the operator pauses east; west stays pending until east is resumed.
-    let out = east.cli(&["job", "run", &job(&dir, "b", false)]);
+    let out = east.cli(&["job", "run", &v1]);
     assert!(out.status.success(), "{}", output_text(&out));
     west.eventually("west's v1 pending", Duration::from_secs(10), || {
         latest(&west)["JobVersion"] == 1 && status(&west) == "pending"
     });
+    // East's takes 6 s to be healthy: paused well before it could finish.
+    east.eventually("east's v1 running", Duration::from_secs(10), || {
+        latest(&east)["JobVersion"] == 1 && status(&east) == "running"
+    });
     let east_d = latest(&east);
-    assert_eq!(east_d["JobVersion"], 1);
     let id = east_d["ID"].as_str().expect("id").to_string();
     let out = east.cli(&["deployment", "pause", &id]);
     assert!(out.status.success(), "{}", output_text(&out));
@@ -190,7 +209,7 @@ fn a_multiregion_rollout_goes_region_by_region_waits_for_operators_and_fails_all
     wait_status(&east, "successful", 1);
 
     // Version 2 fails in west: fail_all fails east's deployment too.
-    let out = east.cli(&["job", "run", &job(&dir, "c", true)]);
+    let out = east.cli(&["job", "run", &job(&dir, "c", true, "1s")]);
     assert!(out.status.success(), "{}", output_text(&out));
     wait_status(&west, "failed", 2);
     wait_status(&east, "failed", 2);

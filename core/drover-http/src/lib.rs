@@ -21,6 +21,7 @@ mod deployments;
 mod error;
 mod evals;
 mod events;
+mod job_plan;
 mod job_versions;
 mod jobs;
 mod jobspec;

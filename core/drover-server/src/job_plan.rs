@@ -39,7 +39,16 @@ pub struct JobPlanResult {
 impl Server {
     /// Plans `job` (canonicalised) against the current state: validated as a registration
     /// would be, then scheduled dry. Nothing is written.
+    /// A multiregion job is planned as its copy for this region (Nomad's
+    /// `interpolateMultiregionFields`).
     pub async fn plan_job(&self, job: Job, diff: bool) -> Result<JobPlanResult, ServerError> {
+        let job = match job.multiregion_spec() {
+            Some(spec) => match spec.regions().iter().find(|r| r.name == self.region()) {
+                Some(region) => job.regional_copy(region),
+                None => job,
+            },
+            None => job,
+        };
         validate::validate_job(&job).map_err(ServerError::Validation)?;
         crate::periodic::validate_time_zone(&job)?;
         crate::unsupported::refuse_unacted(&job).map_err(ServerError::Validation)?;

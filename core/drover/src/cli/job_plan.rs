@@ -93,6 +93,40 @@ pub fn run(client: &Client, args: PlanArgs) -> anyhow::Result<Exit> {
     }
     let request = json!({ "Job": job, "Diff": true, "PolicyOverride": args.policy_override });
     let path = format!("/v1/job/{}/plan", escape_segment(&id));
+    let regions: Vec<String> = job
+        .get("Multiregion")
+        .and_then(|m| m.get("Regions"))
+        .and_then(Value::as_array)
+        .map(|r| {
+            r.iter()
+                .filter_map(|r| r.get("Name").and_then(Value::as_str))
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    if !regions.is_empty() {
+        // Nomad's multiregion plan: every region plans its own copy; all are asked before
+        // anything is printed, and no job modify index is given.
+        let mut plans = Vec::new();
+        for region in &regions {
+            match client
+                .in_region(region)
+                .put_json::<PlanResponse>(&path, &[], &request)
+            {
+                Ok(r) => plans.push((region, r)),
+                Err(e) => {
+                    ui::err(&format!("Error during plan for region {region:?}: {e}"));
+                    return Ok(PLAN_ERROR);
+                }
+            }
+        }
+        let mut exit = 0;
+        for (region, resp) in plans {
+            ui::out(&format!("Region: {region:?}"));
+            exit = exit.max(output_planned_job(&job, &resp, &args));
+        }
+        return Ok(exit);
+    }
     let resp: PlanResponse = match client.put_json(&path, &[], &request) {
         Ok(r) => r,
         Err(e) => {
@@ -100,22 +134,7 @@ pub fn run(client: &Client, args: PlanArgs) -> anyhow::Result<Exit> {
             return Ok(PLAN_ERROR);
         }
     };
-    let job_type = job.get("Type").and_then(Value::as_str).unwrap_or("service");
-    let parameterized = job.get("ParameterizedJob").is_some_and(|v| !v.is_null());
-    if args.diff
-        && let Some(diff) = &resp.diff
-    {
-        ui::out(&format!(
-            "{}\n",
-            job_diff::format_job_diff(diff, args.verbose).trim()
-        ));
-    }
-    ui::out("Scheduler dry-run:");
-    ui::out(&format_dry_run(&resp, job_type, parameterized));
-    ui::out("");
-    if !resp.warnings.is_empty() {
-        ui::out(&format!("Job Warnings:\n{}\n", resp.warnings));
-    }
+    let exit = output_planned_job(&job, &resp, &args);
     let mut run_args = String::new();
     for v in &args.file_args.vars {
         run_args.push_str(&format!("-var={v:?} "));
@@ -129,7 +148,28 @@ pub fn run(client: &Client, args: PlanArgs) -> anyhow::Result<Exit> {
         index = resp.job_modify_index,
         file = args.file,
     ));
-    Ok(exit_code(&resp))
+    Ok(exit)
+}
+
+/// Nomad's `outputPlannedJob`: the diff, the dry run and the warnings; the exit code.
+fn output_planned_job(job: &Value, resp: &PlanResponse, args: &PlanArgs) -> Exit {
+    let job_type = job.get("Type").and_then(Value::as_str).unwrap_or("service");
+    let parameterized = job.get("ParameterizedJob").is_some_and(|v| !v.is_null());
+    if args.diff
+        && let Some(diff) = &resp.diff
+    {
+        ui::out(&format!(
+            "{}\n",
+            job_diff::format_job_diff(diff, args.verbose).trim()
+        ));
+    }
+    ui::out("Scheduler dry-run:");
+    ui::out(&format_dry_run(resp, job_type, parameterized));
+    ui::out("");
+    if !resp.warnings.is_empty() {
+        ui::out(&format!("Job Warnings:\n{}\n", resp.warnings));
+    }
+    exit_code(resp)
 }
 
 /// Nomad's `getExitCode`: 1 when the plan would create, stop, migrate or replace something.
