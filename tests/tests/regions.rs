@@ -2,17 +2,32 @@
 //! `server join`. Both list both regions, `server members` shows the other region's server,
 //! and a request with `-region` (`?region=`) is answered by the other region's server: a job
 //! registered there lives only there. A region nobody knows gets Nomad's "No path to region".
+//! A restarted server still knows the other regions.
 
 use std::time::Duration;
 
 use drover_tests::{Agent, TempDir, output_text, write_job};
 
 fn agent_in_region(dir: &TempDir, region: &str) -> Agent {
+    agent_in_region_on(
+        dir,
+        region,
+        drover_tests::free_port(),
+        drover_tests::free_port(),
+    )
+}
+
+fn agent_in_region_on(dir: &TempDir, region: &str, http: u16, rpc: u16) -> Agent {
     let sub = dir.path().join(region);
     std::fs::create_dir_all(&sub).expect("agent dir");
     let config = sub.join("region.hcl");
     std::fs::write(&config, format!("region = \"{region}\"\n")).expect("config");
-    Agent::start_dev(&sub, &["--config", config.to_str().expect("utf-8 path")])
+    Agent::start_on_ports(
+        &sub,
+        http,
+        rpc,
+        &["--config", config.to_str().expect("utf-8 path")],
+    )
 }
 
 #[test]
@@ -81,5 +96,17 @@ job "web" {
         output_text(&out).contains("No path to region"),
         "{}",
         output_text(&out)
+    );
+
+    // A restarted server remembers the other regions by itself (west is down meanwhile).
+    let (http, rpc) = (east.http_port, east.rpc_port);
+    let mut west = west;
+    west.terminate();
+    let mut east = east;
+    east.terminate();
+    let east = agent_in_region_on(&dir, "east", http, rpc);
+    assert_eq!(
+        east.get("/v1/regions").expect("regions"),
+        serde_json::json!(["east", "west"])
     );
 }

@@ -6,7 +6,9 @@
 //! so what one server learns reaches every server of every region.
 //!
 //! Nothing here is in the Raft log: like Nomad's serf, the view is per server and rebuilt by
-//! the exchanges.
+//! the exchanges. Each server keeps its view of the other regions in `federation.json` in its
+//! data dir (serf's `remote.snapshot`), so a restarted server finds the other regions again
+//! even if none of them remembers it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
@@ -42,6 +44,8 @@ pub struct FederationView {
 #[derive(Debug, Default)]
 pub struct Federation {
     remote: Mutex<BTreeMap<String, Vec<String>>>,
+    /// Where the view is kept (`None`: nowhere, in tests).
+    file: Option<std::path::PathBuf>,
 }
 
 impl Federation {
@@ -50,6 +54,7 @@ impl Federation {
     /// server's region, never stored as remote.
     pub fn merge(&self, own: &str, view: &FederationView) {
         let mut remote = self.remote.lock().unwrap_or_else(|p| p.into_inner());
+        let before = known(&remote);
         for (region, servers) in &view.regions {
             if region == own || servers.is_empty() {
                 continue;
@@ -64,6 +69,25 @@ impl Federation {
                     }
                 }
             }
+        }
+        if known(&remote) != before
+            && let Some(file) = &self.file
+            && let Err(e) = save(file, &remote)
+        {
+            tracing::warn!(path = %file.display(), error = %e, "keeping the regions' servers failed");
+        }
+    }
+
+    /// The view kept at `path`, or an empty one (a missing or unreadable file: the exchanges
+    /// rebuild it).
+    pub fn load(path: &std::path::Path) -> Federation {
+        let remote = std::fs::read(path)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+            .unwrap_or_default();
+        Federation {
+            remote: Mutex::new(remote),
+            file: Some(path.to_path_buf()),
         }
     }
 
@@ -91,6 +115,22 @@ impl Federation {
             .unwrap_or_else(|p| p.into_inner())
             .clone()
     }
+}
+
+/// What is known, whatever the order a region's servers are tried in (it moves with
+/// failures).
+fn known(v: &BTreeMap<String, Vec<String>>) -> BTreeMap<String, BTreeSet<String>> {
+    v.iter()
+        .map(|(r, s)| (r.clone(), s.iter().cloned().collect()))
+        .collect()
+}
+
+/// Writes the view to `path` (through a temporary file, so a crash leaves the old one).
+fn save(path: &std::path::Path, view: &BTreeMap<String, Vec<String>>) -> std::io::Result<()> {
+    let bytes = serde_json::to_vec_pretty(view)?;
+    let tmp = path.with_extension("json.tmp");
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path)
 }
 
 impl Server {
@@ -237,6 +277,11 @@ pub(crate) async fn keep_federation(server: Server) {
     }
 }
 
+/// Where a server keeps its view of the other regions.
+pub(crate) fn federation_file(data_dir: &std::path::Path) -> std::path::PathBuf {
+    data_dir.join("federation.json")
+}
+
 /// The join of two regions' servers, for `Server::join_server`: `Some(region)` when the server
 /// at `address` is in another region (the views were swapped and nothing else is to do).
 /// `None` when it is in this region, or does not swap views yet (a server still discovering
@@ -278,6 +323,19 @@ mod tests {
         // b itself says it is b2 alone now.
         f.merge("a", &view("b", &[("b", &["b2"])]));
         assert_eq!(f.servers_of("b"), ["b2"]);
+    }
+
+    #[test]
+    fn the_view_is_kept_on_disk_and_read_back() {
+        let dir = std::env::temp_dir().join(format!("federation-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = federation_file(&dir);
+        let f = Federation::load(&path);
+        f.merge("a", &view("b", &[("b", &["b1"])]));
+        assert_eq!(Federation::load(&path).servers_of("b"), ["b1"]);
+        std::fs::write(&path, b"not json").unwrap();
+        assert!(Federation::load(&path).remote_regions().is_empty());
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]

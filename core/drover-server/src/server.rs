@@ -394,6 +394,9 @@ impl Server {
         let raft = RaftNode::start(raft_config, fsm, net.raft_transport())?;
         net.attach(raft.clone());
         let (plan_tx, plan_rx) = mpsc::channel(64);
+        let federation = crate::federation::Federation::load(&crate::federation::federation_file(
+            &config.data_dir,
+        ));
         let inner = Arc::new(Inner {
             broker: EvalBroker::new(config.eval_nack_timeout, config.eval_delivery_limit),
             id,
@@ -416,7 +419,7 @@ impl Server {
             garbage: Default::default(),
             drainer: Default::default(),
             deployment_watcher: Default::default(),
-            federation: Default::default(),
+            federation,
             events,
         });
         tokio::spawn(run_plan_applier(inner.clone(), plan_rx));
