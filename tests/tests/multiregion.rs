@@ -4,7 +4,8 @@
 //! the first is done (`blocked`), and when it is done too both end `successful`. An operator's
 //! pause of the first region keeps the second pending until the operator resumes. With
 //! `on_failure = "fail_all"`, a failure in the second region fails the first region's
-//! deployment as well. `job plan` plans each region's copy; `job stop -global` stops both.
+//! deployment as well. `job plan` plans each region's copy; `job stop -global` stops both; a
+//! version that no longer lists a region stops the job there.
 
 use std::time::Duration;
 
@@ -224,4 +225,22 @@ fn a_multiregion_rollout_goes_region_by_region_waits_for_operators_and_fails_all
     for agent in [&east, &west] {
         assert_eq!(agent.get("/v1/job/mr").expect("job")["Stop"], true);
     }
+
+    // A version that drops a region stops the job there.
+    let out = east.cli(&["job", "run", &job(&dir, "d", false, "1s")]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    assert_eq!(west.get("/v1/job/mr").expect("job")["Stop"], false);
+    let only_east = job(&dir, "e", false, "1s");
+    let text = std::fs::read_to_string(&only_east).expect("job file");
+    let start = text.find("    region \"west\"").expect("west block");
+    let end = start + text[start..].find("\n    }\n").expect("end of west") + 7;
+    std::fs::write(&only_east, format!("{}{}", &text[..start], &text[end..])).expect("write");
+    let out = east.cli(&["job", "run", &only_east]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    assert_eq!(
+        west.get("/v1/job/mr").expect("job")["Stop"],
+        true,
+        "dropped"
+    );
+    assert_eq!(east.get("/v1/job/mr").expect("job")["Stop"], false);
 }

@@ -94,6 +94,8 @@ impl Server {
     /// Registers `job`'s regional copy in every region of its `multiregion` block, in the
     /// block's order; answers with this region's registration (or the first region's when
     /// this one is not listed). Every region must be known before anything is written.
+    /// Regions the registered version listed and this one does not are stopped there (Nomad's
+    /// `multiregionDrop`).
     pub(crate) async fn register_multiregion(
         &self,
         job: Job,
@@ -111,6 +113,20 @@ impl Server {
                 )));
             }
         }
+        self.read_barrier().await?;
+        let dropped: Vec<String> = self
+            .snapshot()
+            .job(&job.namespace, &job.id)
+            .and_then(|j| j.multiregion_spec())
+            .map(|before| {
+                before
+                    .regions()
+                    .iter()
+                    .filter(|r| spec.position(&r.name).is_none())
+                    .map(|r| r.name.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
         let mut own_result = None;
         let mut first = None;
         let mut warnings = Vec::new();
@@ -148,6 +164,24 @@ impl Server {
                 own_result = Some(result);
             } else if first.is_none() {
                 first = Some(result);
+            }
+        }
+        for region in dropped {
+            let request = Request::DeregisterJob {
+                namespace: job.namespace.clone(),
+                job_id: job.id.clone(),
+                purge: false,
+            };
+            let outcome = if region == own {
+                self.route(request).await
+            } else {
+                self.call_region(&region, &request).await
+            };
+            if let Err(e) = outcome {
+                warnings.push(format!(
+                    "could not stop job {:?} in dropped region {region:?}: {e}",
+                    job.id
+                ));
             }
         }
         let mut result = own_result
