@@ -28,6 +28,7 @@ mod jobspec;
 mod logs;
 mod metrics;
 mod monitor;
+mod namespaces;
 mod node_meta;
 mod nodes;
 mod operator;
@@ -271,6 +272,18 @@ pub fn router(
         .route("/v1/status/leader", get(agent::leader))
         .route("/v1/status/peers", get(agent::peers))
         .route("/v1/regions", get(agent::regions))
+        .route("/v1/namespaces", get(namespaces::list))
+        .route(
+            "/v1/namespace",
+            put(namespaces::upsert).post(namespaces::upsert),
+        )
+        .route(
+            "/v1/namespace/{name}",
+            get(namespaces::get_one)
+                .put(namespaces::upsert_named)
+                .post(namespaces::upsert_named)
+                .delete(namespaces::delete),
+        )
         .route(
             "/v1/operator/raft/configuration",
             get(operator::raft_configuration),

@@ -463,9 +463,11 @@ impl Server {
     pub(crate) async fn execute_csi(&self, request: CsiRequest) -> Result<Reply, ServerError> {
         let reply = match request {
             CsiRequest::Register { namespace, volumes } => {
+                crate::namespaces::check_volumes(&self.snapshot(), &namespace, &volumes)?;
                 CsiReply::Index(self.register_csi_volumes_here(&namespace, volumes).await?)
             }
             CsiRequest::Create { namespace, volumes } => {
+                crate::namespaces::check_volumes(&self.snapshot(), &namespace, &volumes)?;
                 let (volumes, index) = self.create_csi_volumes_here(&namespace, volumes).await?;
                 CsiReply::Volumes { volumes, index }
             }

@@ -156,6 +156,14 @@ pub enum LogEntry {
     Deployment(crate::deployments::DeploymentWrite),
     /// CSI volumes and plugins (see `crate::csi`).
     Csi(crate::csi::CsiEntry),
+    /// Namespaces created or updated (validated by the leader).
+    NamespaceUpsert {
+        namespaces: Vec<drover_structs::Namespace>,
+    },
+    /// Namespaces deleted (the leader checked that nothing live is left in them).
+    NamespaceDelete {
+        names: Vec<String>,
+    },
 }
 
 /// On the wire: `{"V":1,"E":{"JobRegister":{...}}}`. The entry is externally tagged so that
@@ -426,6 +434,8 @@ pub fn apply_entry(state: &StateStore, index: u64, entry: LogEntry) -> Result<()
             }
         }
         LogEntry::DeploymentDelete { ids } => state.delete_deployments(index, &ids),
+        LogEntry::NamespaceUpsert { namespaces } => state.upsert_namespaces(index, namespaces),
+        LogEntry::NamespaceDelete { names } => state.delete_namespaces(index, &names),
         LogEntry::ScalingEvent {
             namespace,
             job_id,

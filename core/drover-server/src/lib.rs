@@ -33,6 +33,7 @@ mod leadership;
 mod members;
 pub mod metrics;
 pub mod multiregion;
+pub mod namespaces;
 mod node_ops;
 mod operator;
 mod periodic;

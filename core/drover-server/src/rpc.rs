@@ -109,6 +109,8 @@ pub enum Request {
     CsiSnapshot(crate::csi::CsiSnapshotRequest),
     /// A peer region's call in a multiregion rollout (see `crate::multiregion`).
     Multiregion(crate::multiregion::PeerRequest),
+    /// Namespace writes (see `crate::namespaces`).
+    Namespace(crate::namespaces::NamespaceRequest),
 }
 
 impl Request {

@@ -501,6 +501,7 @@ impl Server {
         enforce_index: Option<u64>,
     ) -> Result<RegisterResult, ServerError> {
         validate::validate_job(&job).map_err(ServerError::Validation)?;
+        crate::namespaces::check_job(&self.snapshot(), &job)?;
         let existing = self.snapshot().job(&job.namespace, &job.id);
         crate::periodic::check_update(existing.as_deref(), &job)?;
         crate::scaling::assign_policy_ids(&mut job, existing.as_deref());

@@ -11,6 +11,7 @@
 mod children;
 mod csi;
 mod deployments;
+mod namespaces;
 mod periodic;
 mod scheduler_config;
 mod snapshot_codec;

@@ -47,6 +47,8 @@ struct Encoded {
     deployments: Vec<drover_structs::Deployment>,
     #[serde(default)]
     scaling_events: Vec<(String, String, drover_structs::ScalingEvents)>,
+    #[serde(default)]
+    namespaces: Vec<drover_structs::Namespace>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -140,6 +142,7 @@ pub(crate) fn encode(s: &StateSnapshot) -> Vec<u8> {
             .iter()
             .map(|((ns, id), e)| (ns.clone(), id.clone(), (**e).clone()))
             .collect(),
+        namespaces: t.namespaces.values().map(|n| (**n).clone()).collect(),
     };
     // Serialising plain data structs into a Vec cannot fail.
     serde_json::to_vec(&enc).unwrap_or_default()
@@ -239,6 +242,9 @@ fn decode(data: &[u8]) -> Result<Tables, SnapshotError> {
     }
     for (ns, id, events) in enc.scaling_events {
         t.scaling_events.insert((ns, id), Arc::new(events));
+    }
+    for n in enc.namespaces {
+        t.namespaces.insert(n.name.clone(), Arc::new(n));
     }
     Ok(t)
 }

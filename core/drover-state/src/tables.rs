@@ -25,10 +25,11 @@ pub enum Table {
     CsiPlugins,
     Deployments,
     ScalingEvents,
+    Namespaces,
 }
 
 impl Table {
-    pub const ALL: [Table; 12] = [
+    pub const ALL: [Table; 13] = [
         Table::Jobs,
         Table::JobVersions,
         Table::JobSummary,
@@ -41,6 +42,7 @@ impl Table {
         Table::CsiPlugins,
         Table::Deployments,
         Table::ScalingEvents,
+        Table::Namespaces,
     ];
 
     pub fn name(self) -> &'static str {
@@ -57,6 +59,7 @@ impl Table {
             Table::CsiPlugins => "csi_plugins",
             Table::Deployments => "deployment",
             Table::ScalingEvents => "scaling_event",
+            Table::Namespaces => "namespaces",
         }
     }
 }
@@ -92,6 +95,8 @@ pub(crate) struct Tables {
     pub deployments_by_job: OrdMap<NsKey, OrdSet<String>>,
     /// Each job's scaling events by group.
     pub scaling_events: OrdMap<NsKey, Arc<drover_structs::ScalingEvents>>,
+    /// Namespaces written by operators, by name (`default` is there only once written).
+    pub namespaces: OrdMap<String, Arc<drover_structs::Namespace>>,
     pub indexes: OrdMap<Table, u64>,
     /// Raft index of the newest applied entry, whatever table it touched.
     pub latest_index: u64,

@@ -184,6 +184,8 @@ impl EntryEvents {
             | LogEntry::ScalingEvent { .. }
             | LogEntry::GcReap { .. }
             | LogEntry::SchedulerConfigUpdate { .. }
+            | LogEntry::NamespaceUpsert { .. }
+            | LogEntry::NamespaceDelete { .. }
             | LogEntry::Csi(_) => return None,
         };
         Some(out)

@@ -30,6 +30,7 @@ mod logs;
 mod lookup;
 mod metrics;
 mod monitor;
+mod namespace;
 mod node;
 mod node_drain;
 mod node_meta;
@@ -105,6 +106,8 @@ enum Command {
     Volume(volume::VolumeCli),
     /// Interact with plugins (CSI)
     Plugin(plugin::PluginCli),
+    /// Interact with namespaces
+    Namespace(namespace::NamespaceCli),
     /// Print the version
     Version,
 }
@@ -214,6 +217,7 @@ fn dispatch(command: Command) -> anyhow::Result<Exit> {
         Command::Status(args) => status::run(args),
         Command::Volume(cmd) => volume::run(cmd),
         Command::Plugin(cmd) => plugin::run(cmd),
+        Command::Namespace(cmd) => namespace::run(cmd),
         Command::Version => {
             print_version();
             Ok(0)

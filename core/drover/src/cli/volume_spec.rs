@@ -85,6 +85,30 @@ pub fn parse(src: &str, file: &str) -> Result<VolumeSpec, String> {
     Ok(VolumeSpec { kind, volume })
 }
 
+/// The text of an HCL file of literal values (`file` names it in errors) as a JSON tree:
+/// attributes as values, blocks as lists of objects (a labelled block keyed by its label).
+/// Shared with other spec files (`namespace apply`); `what` opens error messages.
+pub fn hcl_tree(src: &str, file: &str, what: &str) -> Result<Value, String> {
+    let body = hcl_edit::parser::parse_body(src).map_err(|e| {
+        format!(
+            "{what}: {file}:{}:{}: {}",
+            e.location().line(),
+            e.location().column(),
+            e.message()
+        )
+    })?;
+    let mut positions = Positions {
+        src,
+        spans: BTreeMap::new(),
+    };
+    body_to_json(&body, "", &mut positions).map_err(|(span, message)| {
+        format!(
+            "{what}: {}",
+            positions.located(file, span.as_ref(), &message)
+        )
+    })
+}
+
 /// Where each path of the tree was written (byte spans into the HCL source).
 #[derive(Default)]
 struct Positions<'a> {
