@@ -72,6 +72,7 @@ impl From<ServerError> for ApiError {
             ServerError::Validation(_) | ServerError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ServerError::NotFound(_) => StatusCode::NOT_FOUND,
             ServerError::Conflict(_) => StatusCode::CONFLICT,
+            ServerError::Forbidden(_) => StatusCode::FORBIDDEN,
             ServerError::NoLeader | ServerError::Raft(_) | ServerError::Internal(_) => {
                 StatusCode::INTERNAL_SERVER_ERROR
             }

@@ -92,15 +92,25 @@ fn invalid_method() -> ApiError {
 /// `GET /v1/jobs`: job stubs with their summaries, `?prefix` on the id.
 pub(crate) async fn list(
     State(s): State<AppState>,
+    perms: Option<axum::Extension<drover_server::acl::Permissions>>,
     Query(params): Query<Params>,
 ) -> Result<Response, ApiError> {
     let opts = QueryOptions::parse(&params)?;
     let tables = [Table::Jobs, Table::JobSummary];
+    let perms = perms.map(|axum::Extension(p)| p);
     let (meta, stubs) = blocking(&s, &tables, &opts, |snap| {
         let stubs: Vec<_> = snap
             .jobs(opts.namespace.as_deref())
             .iter()
             .filter(|j| j.id.starts_with(&opts.prefix))
+            // With `namespace=*`, only the namespaces the token may list jobs in.
+            .filter(|j| {
+                crate::authorize::may(
+                    perms.as_ref(),
+                    &j.namespace,
+                    drover_server::acl::policy::CAP_LIST_JOBS,
+                )
+            })
             .map(|j| {
                 let summary = snap
                     .job_summary_with_children(&j.namespace, &j.id)

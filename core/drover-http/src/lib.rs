@@ -6,10 +6,12 @@
 //! state through the server's snapshots and writes only through the server's endpoints; the
 //! client side is reached through the [`NodeClient`] trait so the agent decides what backs it.
 
+mod acl;
 mod agent;
 mod alloc_control;
 mod alloc_exec;
 mod allocs;
+mod authorize;
 mod body;
 mod client_api;
 mod client_fs;
@@ -272,6 +274,30 @@ pub fn router(
         .route("/v1/status/leader", get(agent::leader))
         .route("/v1/status/peers", get(agent::peers))
         .route("/v1/regions", get(agent::regions))
+        .route(
+            "/v1/acl/bootstrap",
+            put(acl::bootstrap).post(acl::bootstrap),
+        )
+        .route("/v1/acl/policies", get(acl::policies))
+        .route(
+            "/v1/acl/policy/{name}",
+            get(acl::policy)
+                .put(acl::policy_write)
+                .post(acl::policy_write)
+                .delete(acl::policy_delete),
+        )
+        .route("/v1/acl/tokens", get(acl::tokens))
+        .route(
+            "/v1/acl/token",
+            put(acl::token_create).post(acl::token_create),
+        )
+        .route(
+            "/v1/acl/token/{accessor}",
+            get(acl::token)
+                .put(acl::token_update)
+                .post(acl::token_update)
+                .delete(acl::token_delete),
+        )
         .route("/v1/namespaces", get(namespaces::list))
         .route(
             "/v1/namespace",
@@ -312,8 +338,13 @@ pub fn router(
         .method_not_allowed_fallback(error::method_not_allowed_fallback)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(axum::middleware::from_fn_with_state(
-            state,
+            state.clone(),
             consistency::layer,
+        ))
+        // Before anything runs: the token's permissions (ACLs on) or none to check.
+        .layer(axum::middleware::from_fn_with_state(
+            state,
+            authorize::layer,
         ))
         // Outermost: a request for another region is not this server's to answer at all.
         .layer(axum::middleware::from_fn_with_state(regions, region::layer))
@@ -332,6 +363,26 @@ pub fn client_agent_router(
     };
     client_api::routes(Some(client), routing)
         .merge(local)
+        .fallback(move |request: axum::extract::Request| {
+            let tunnels = tunnels.clone();
+            async move {
+                use axum::response::IntoResponse;
+                client_api::forward(tunnels.as_ref(), Upstream::Server, request)
+                    .await
+                    .unwrap_or_else(IntoResponse::into_response)
+            }
+        })
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+}
+
+/// The API of a client-only agent in a cluster with ACLs: it cannot check tokens itself, so
+/// everything but its health goes to a server, which checks the token and reaches this node
+/// back through its tunnel for the client calls.
+pub fn client_agent_router_with_acls(
+    local_health: Router,
+    tunnels: Arc<dyn TunnelOpener>,
+) -> Router {
+    local_health
         .fallback(move |request: axum::extract::Request| {
             let tunnels = tunnels.clone();
             async move {

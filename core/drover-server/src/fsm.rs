@@ -164,6 +164,24 @@ pub enum LogEntry {
     NamespaceDelete {
         names: Vec<String>,
     },
+    /// ACL policies created or updated (their rules parsed by the leader).
+    AclPolicyUpsert {
+        policies: Vec<drover_structs::AclPolicy>,
+    },
+    AclPolicyDelete {
+        names: Vec<String>,
+    },
+    /// ACL tokens created or updated (ids, secrets and times set by the leader).
+    AclTokenUpsert {
+        tokens: Vec<drover_structs::AclToken>,
+    },
+    AclTokenDelete {
+        accessors: Vec<String>,
+    },
+    /// The first management token; the bootstrap is done at this entry's index.
+    AclBootstrap {
+        token: drover_structs::AclToken,
+    },
 }
 
 /// On the wire: `{"V":1,"E":{"JobRegister":{...}}}`. The entry is externally tagged so that
@@ -436,6 +454,11 @@ pub fn apply_entry(state: &StateStore, index: u64, entry: LogEntry) -> Result<()
         LogEntry::DeploymentDelete { ids } => state.delete_deployments(index, &ids),
         LogEntry::NamespaceUpsert { namespaces } => state.upsert_namespaces(index, namespaces),
         LogEntry::NamespaceDelete { names } => state.delete_namespaces(index, &names),
+        LogEntry::AclPolicyUpsert { policies } => state.upsert_acl_policies(index, policies),
+        LogEntry::AclPolicyDelete { names } => state.delete_acl_policies(index, &names),
+        LogEntry::AclTokenUpsert { tokens } => state.upsert_acl_tokens(index, tokens),
+        LogEntry::AclTokenDelete { accessors } => state.delete_acl_tokens(index, &accessors),
+        LogEntry::AclBootstrap { token } => state.acl_bootstrap(index, token),
         LogEntry::ScalingEvent {
             namespace,
             job_id,

@@ -9,6 +9,7 @@
 //! Must not depend on: HTTP (axum), the client, drivers or plugins. The HTTP layer and the client
 //! call into [`Server`]; the server never calls out to them.
 
+pub mod acl;
 mod broker;
 mod cluster;
 #[cfg(test)]
@@ -75,6 +76,9 @@ pub enum ServerError {
     NotFound(String),
     #[error("{0}")]
     Conflict(String),
+    /// ACLs refuse the request (Nomad's 403: "Permission denied", "ACL token not found").
+    #[error("{0}")]
+    Forbidden(String),
     #[error("no cluster leader")]
     NoLeader,
     #[error("raft: {0}")]

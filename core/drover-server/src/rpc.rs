@@ -111,6 +111,8 @@ pub enum Request {
     Multiregion(crate::multiregion::PeerRequest),
     /// Namespace writes (see `crate::namespaces`).
     Namespace(crate::namespaces::NamespaceRequest),
+    /// ACL policy and token writes (see `crate::acl`).
+    Acl(crate::acl::AclRequest),
 }
 
 impl Request {
@@ -158,6 +160,8 @@ pub enum Reply {
     CsiSnapshot(crate::csi::CsiSnapshotReply),
     /// A job's latest deployment in the answering region.
     Peer(Option<drover_structs::Deployment>),
+    /// An ACL token as stored (with its secret).
+    AclToken(drover_structs::AclToken),
 }
 
 /// Kinds of endpoint errors, so the caller rebuilds the same `ServerError` (and HTTP status).
@@ -167,6 +171,7 @@ pub enum ErrorKind {
     BadRequest,
     NotFound,
     Conflict,
+    Forbidden,
     NoLeader,
     /// The receiver is not (or no longer) the leader and did not execute the call: the caller
     /// may send it to the leader.
@@ -191,6 +196,7 @@ impl From<&ServerError> for WireError {
             ServerError::BadRequest(_) => ErrorKind::BadRequest,
             ServerError::NotFound(_) => ErrorKind::NotFound,
             ServerError::Conflict(_) => ErrorKind::Conflict,
+            ServerError::Forbidden(_) => ErrorKind::Forbidden,
             ServerError::NoLeader => ErrorKind::NoLeader,
             e if e.not_executed() => ErrorKind::NotLeader,
             _ => ErrorKind::Internal,
@@ -220,6 +226,7 @@ impl From<WireError> for ServerError {
             ErrorKind::BadRequest => ServerError::BadRequest(e.message),
             ErrorKind::NotFound => ServerError::NotFound(e.message),
             ErrorKind::Conflict => ServerError::Conflict(e.message),
+            ErrorKind::Forbidden => ServerError::Forbidden(e.message),
             ErrorKind::NoLeader => ServerError::NoLeader,
             ErrorKind::NotLeader => {
                 tracing::debug!(reason = %e.message, "remote server was not the leader");

@@ -66,6 +66,8 @@ pub struct ServerConfig {
     /// Batches the event broker keeps for `/v1/event/stream` (Nomad's `event_buffer_size`;
     /// 0 turns the broker off, as `enable_event_broker = false` does).
     pub event_buffer_size: usize,
+    /// Nomad's `acl { enabled = true }`: every request is checked against its token.
+    pub acl_enabled: bool,
 }
 
 impl ServerConfig {
@@ -90,6 +92,7 @@ impl ServerConfig {
             eval_nack_timeout: Duration::from_secs(60),
             eval_delivery_limit: 3,
             event_buffer_size: crate::events::DEFAULT_BUFFER_SIZE,
+            acl_enabled: false,
         }
     }
 }

@@ -8,6 +8,7 @@
 //! Must not depend on: Raft, the server, HTTP, drivers. Only drover-structs, imbl, serde and
 //! tokio's `sync` (for change notification).
 
+mod acl;
 mod children;
 mod csi;
 mod deployments;

@@ -49,6 +49,12 @@ struct Encoded {
     scaling_events: Vec<(String, String, drover_structs::ScalingEvents)>,
     #[serde(default)]
     namespaces: Vec<drover_structs::Namespace>,
+    #[serde(default)]
+    acl_policies: Vec<drover_structs::AclPolicy>,
+    #[serde(default)]
+    acl_tokens: Vec<drover_structs::AclToken>,
+    #[serde(default)]
+    acl_bootstrap_index: u64,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -143,6 +149,9 @@ pub(crate) fn encode(s: &StateSnapshot) -> Vec<u8> {
             .map(|((ns, id), e)| (ns.clone(), id.clone(), (**e).clone()))
             .collect(),
         namespaces: t.namespaces.values().map(|n| (**n).clone()).collect(),
+        acl_policies: t.acl_policies.values().map(|p| (**p).clone()).collect(),
+        acl_tokens: t.acl_tokens.values().map(|p| (**p).clone()).collect(),
+        acl_bootstrap_index: t.acl_bootstrap_index,
     };
     // Serialising plain data structs into a Vec cannot fail.
     serde_json::to_vec(&enc).unwrap_or_default()
@@ -246,6 +255,15 @@ fn decode(data: &[u8]) -> Result<Tables, SnapshotError> {
     for n in enc.namespaces {
         t.namespaces.insert(n.name.clone(), Arc::new(n));
     }
+    for p in enc.acl_policies {
+        t.acl_policies.insert(p.name.clone(), Arc::new(p));
+    }
+    for tok in enc.acl_tokens {
+        t.acl_tokens_by_secret
+            .insert(tok.secret_id.clone(), tok.accessor_id.clone());
+        t.acl_tokens.insert(tok.accessor_id.clone(), Arc::new(tok));
+    }
+    t.acl_bootstrap_index = enc.acl_bootstrap_index;
     Ok(t)
 }
 

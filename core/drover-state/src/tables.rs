@@ -26,10 +26,12 @@ pub enum Table {
     Deployments,
     ScalingEvents,
     Namespaces,
+    AclPolicies,
+    AclTokens,
 }
 
 impl Table {
-    pub const ALL: [Table; 13] = [
+    pub const ALL: [Table; 15] = [
         Table::Jobs,
         Table::JobVersions,
         Table::JobSummary,
@@ -43,6 +45,8 @@ impl Table {
         Table::Deployments,
         Table::ScalingEvents,
         Table::Namespaces,
+        Table::AclPolicies,
+        Table::AclTokens,
     ];
 
     pub fn name(self) -> &'static str {
@@ -60,6 +64,8 @@ impl Table {
             Table::Deployments => "deployment",
             Table::ScalingEvents => "scaling_event",
             Table::Namespaces => "namespaces",
+            Table::AclPolicies => "acl_policy",
+            Table::AclTokens => "acl_token",
         }
     }
 }
@@ -97,6 +103,12 @@ pub(crate) struct Tables {
     pub scaling_events: OrdMap<NsKey, Arc<drover_structs::ScalingEvents>>,
     /// Namespaces written by operators, by name (`default` is there only once written).
     pub namespaces: OrdMap<String, Arc<drover_structs::Namespace>>,
+    /// ACL policies by name; tokens by accessor id, and their accessors by secret id.
+    pub acl_policies: OrdMap<String, Arc<drover_structs::AclPolicy>>,
+    pub acl_tokens: OrdMap<String, Arc<drover_structs::AclToken>>,
+    pub acl_tokens_by_secret: OrdMap<String, String>,
+    /// The index of the ACL bootstrap; 0 before it.
+    pub acl_bootstrap_index: u64,
     pub indexes: OrdMap<Table, u64>,
     /// Raft index of the newest applied entry, whatever table it touched.
     pub latest_index: u64,

@@ -4,6 +4,7 @@
 //! Must not depend on: any IO (no tokio, no filesystem, no network), and no other Drover crate. Every
 //! other crate depends on this one, so it stays plain data plus pure functions.
 
+pub mod acl;
 pub mod alloc;
 pub mod canonicalize;
 pub mod cron;
@@ -31,6 +32,7 @@ pub mod usage;
 pub mod validate;
 pub mod vec_map;
 
+pub use acl::*;
 pub use alloc::*;
 pub use csi::*;
 pub use deployment::*;

@@ -24,6 +24,19 @@ fn json_response(status: StatusCode, body: serde_json::Value) -> Response {
         .into_response()
 }
 
+/// `/v1/agent/health` alone (a client agent that forwards everything else).
+pub fn health_router() -> Router {
+    Router::new().route(
+        "/v1/agent/health",
+        get(|| async {
+            json_response(
+                StatusCode::OK,
+                json!({"client": {"ok": true, "message": "ok"}}),
+            )
+        }),
+    )
+}
+
 pub fn router(
     client: Option<Client>,
     agent: drover_http::AgentInfo,
@@ -43,16 +56,7 @@ pub fn router(
             "client": {"node_id": node_id, "known_servers": servers.join(",")},
         },
     });
-    Router::new()
-        .route(
-            "/v1/agent/health",
-            get(|| async {
-                json_response(
-                    StatusCode::OK,
-                    json!({"client": {"ok": true, "message": "ok"}}),
-                )
-            }),
-        )
+    health_router()
         .route(
             "/v1/agent/self",
             get(move || {

@@ -452,8 +452,14 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
                     .map(crate::agent_csi_routes::internal_routes)
                     .unwrap_or_default(),
             );
-            let local = crate::agent_client_api::router(client.clone(), agent, remote.clone());
-            drover_http::client_agent_router(node_client.clone(), local, remote.clone())
+            if file.acl.as_ref().and_then(|a| a.enabled) == Some(true) {
+                // Tokens are checked by the servers: nothing is answered here without them.
+                let health = crate::agent_client_api::health_router();
+                drover_http::client_agent_router_with_acls(health, remote.clone())
+            } else {
+                let local = crate::agent_client_api::router(client.clone(), agent, remote.clone());
+                drover_http::client_agent_router(node_client.clone(), local, remote.clone())
+            }
         }
         _ => bail!("an agent runs a server, a client, or both"),
     };
@@ -549,6 +555,7 @@ fn server_config(
     if block.enable_event_broker == Some(false) {
         sc.event_buffer_size = 0;
     }
+    sc.acl_enabled = file.acl.as_ref().and_then(|a| a.enabled).unwrap_or(false);
     let mut join: Vec<String> = args.join.clone();
     if let Some(sj) = &block.server_join {
         join.extend(sj.retry_join.iter().cloned());

@@ -30,13 +30,27 @@ pub struct AgentFile {
     pub telemetry: Option<Value>,
     pub consul: Option<Value>,
     pub vault: Option<Value>,
-    pub acl: Option<Value>,
+    pub acl: Option<AclBlock>,
+    /// Refused when it turns TLS on (`http` or `rpc`): Drover does not serve TLS yet, and an
+    /// agent must never serve in plain text while its operator believes otherwise.
     pub tls: Option<Value>,
     pub ui: Option<Value>,
     pub leave_on_interrupt: Option<bool>,
     pub leave_on_terminate: Option<bool>,
     pub enable_debug: Option<bool>,
     pub disable_update_check: Option<bool>,
+}
+
+/// Nomad's agent `acl` block.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AclBlock {
+    pub enabled: Option<bool>,
+    /// Cache lifetimes in Nomad; Drover resolves tokens and policies on every request, which
+    /// is what any TTL allows, so these are accepted and need nothing.
+    pub token_ttl: Option<String>,
+    pub policy_ttl: Option<String>,
+    pub role_ttl: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -332,8 +346,30 @@ pub fn parse_str(text: &str, name: &str) -> anyhow::Result<AgentFile> {
         }
     };
     normalize_plugin_blocks(&mut value);
-    serde_path_to_error::deserialize::<_, AgentFile>(value)
-        .map_err(|e| anyhow::anyhow!("{name}: {}: {}", e.path(), e.inner()))
+    let file = serde_path_to_error::deserialize::<_, AgentFile>(value)
+        .map_err(|e| anyhow::anyhow!("{name}: {}: {}", e.path(), e.inner()))?;
+    refuse_tls(file.tls.as_ref(), name)?;
+    Ok(file)
+}
+
+/// A `tls` block that turns TLS on is refused: Drover does not serve TLS yet, and accepting
+/// it would serve plain text to an operator who asked for encryption.
+fn refuse_tls(tls: Option<&Value>, name: &str) -> anyhow::Result<()> {
+    let blocks: Vec<&serde_json::Map<String, Value>> = match tls {
+        Some(Value::Object(m)) => vec![m],
+        Some(Value::Array(items)) => items.iter().filter_map(Value::as_object).collect(),
+        _ => Vec::new(),
+    };
+    for block in blocks {
+        for key in ["http", "rpc"] {
+            if block.get(key) == Some(&Value::Bool(true)) {
+                bail!(
+                    "{name}: tls.{key}: TLS is not supported yet; the agent would serve in plain text"
+                );
+            }
+        }
+    }
+    Ok(())
 }
 
 impl AgentFile {
@@ -343,7 +379,7 @@ impl AgentFile {
             ($($f:ident),*) => { $( if other.$f.is_some() { self.$f = other.$f; } )* };
         }
         take!(
-            name, region, datacenter, data_dir, bind_addr, log_level, plugin_dir
+            name, region, datacenter, data_dir, bind_addr, log_level, plugin_dir, acl, tls
         );
         if let Some(p) = other.ports {
             let mine = self.ports.get_or_insert_with(Ports::default);
@@ -394,6 +430,28 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("unknown field `http_max_bytes`"), "{e}");
+    }
+
+    #[test]
+    fn acl_is_read_and_tls_that_would_be_ignored_is_refused() {
+        let f = parse_str(
+            "acl {\n  enabled = true\n  token_ttl = \"30s\"\n}\n",
+            "a.hcl",
+        )
+        .unwrap();
+        assert_eq!(f.acl.unwrap().enabled, Some(true));
+        let e = parse_str(
+            "acl {\n  enabled = true\n  replication_token = \"x\"\n}\n",
+            "a.hcl",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("unknown field `replication_token`"), "{e}");
+        let e = parse_str("tls {\n  http = true\n}\n", "a.hcl")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("tls.http: TLS is not supported yet"), "{e}");
+        assert!(parse_str("tls {\n  http = false\n}\n", "a.hcl").is_ok());
     }
 
     #[test]

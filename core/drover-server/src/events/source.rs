@@ -186,6 +186,11 @@ impl EntryEvents {
             | LogEntry::SchedulerConfigUpdate { .. }
             | LogEntry::NamespaceUpsert { .. }
             | LogEntry::NamespaceDelete { .. }
+            | LogEntry::AclPolicyUpsert { .. }
+            | LogEntry::AclPolicyDelete { .. }
+            | LogEntry::AclTokenUpsert { .. }
+            | LogEntry::AclTokenDelete { .. }
+            | LogEntry::AclBootstrap { .. }
             | LogEntry::Csi(_) => return None,
         };
         Some(out)

@@ -6,6 +6,7 @@
 //! `api`) and uses `drover-structs` for the shapes of API answers and `drover-jobspec` to read
 //! job files.
 
+mod acl;
 mod agent_monitor;
 mod alloc;
 mod alloc_exec;
@@ -108,6 +109,8 @@ enum Command {
     Plugin(plugin::PluginCli),
     /// Interact with namespaces
     Namespace(namespace::NamespaceCli),
+    /// Interact with ACL policies and tokens
+    Acl(acl::AclCli),
     /// Print the version
     Version,
 }
@@ -218,6 +221,7 @@ fn dispatch(command: Command) -> anyhow::Result<Exit> {
         Command::Volume(cmd) => volume::run(cmd),
         Command::Plugin(cmd) => plugin::run(cmd),
         Command::Namespace(cmd) => namespace::run(cmd),
+        Command::Acl(cmd) => acl::run(cmd),
         Command::Version => {
             print_version();
             Ok(0)

@@ -1,0 +1,251 @@
+//! ACLs on a dev agent (`acl { enabled = true }`): anonymous requests are refused but for what
+//! the anonymous policy allows; `acl bootstrap` makes the management token once (again only
+//! through the reset file); a token with `namespace "dev" { policy = "write" }` runs jobs in
+//! `dev`, is refused in `default`, and `namespace=*` shows it only `dev`'s jobs while the
+//! management token sees all, each with its namespace; an expired token is refused.
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use drover_tests::{Agent, TempDir, drover_bin, output_text, write_job};
+
+fn cli_as(agent: &Agent, token: &str, args: &[&str]) -> Output {
+    Command::new(drover_bin())
+        .args(args)
+        .env("DROVER_ADDR", agent.addr())
+        .env_remove("NOMAD_ADDR")
+        .env("NOMAD_TOKEN", token)
+        .output()
+        .expect("run drover CLI")
+}
+
+fn get_as(agent: &Agent, token: Option<&str>, path: &str) -> (u16, String) {
+    let a: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let mut req = a.get(&format!("{}{}", agent.addr(), path));
+    if let Some(t) = token {
+        req = req.header("X-Nomad-Token", t);
+    }
+    let mut resp = req.call().expect("request");
+    (
+        resp.status().as_u16(),
+        resp.body_mut().read_to_string().unwrap_or_default(),
+    )
+}
+
+/// The value of a `Key = value` line of the CLI's token output.
+fn field(text: &str, key: &str) -> String {
+    text.lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(" = ")?;
+            (k.trim() == key).then(|| v.trim().to_string())
+        })
+        .unwrap_or_else(|| panic!("no {key} in {text}"))
+}
+
+fn job_in(dir: &TempDir, ns: &str) -> String {
+    write_job(
+        dir,
+        &format!("web-{ns}.nomad"),
+        &format!(
+            r#"
+job "web" {{
+  namespace   = "{ns}"
+  datacenters = ["dc1"]
+  update {{
+    max_parallel = 0
+  }}
+  group "g" {{
+    task "t" {{
+      driver = "raw_exec"
+      config {{
+        command = "/bin/sh"
+        args    = ["-c", "exec sleep 3600.85"]
+      }}
+      resources {{
+        cpu    = 20
+        memory = 16
+      }}
+    }}
+  }}
+}}
+"#
+        ),
+    )
+}
+
+#[test]
+fn tokens_and_policies_decide_what_each_request_may_do() {
+    let dir = TempDir::new("acl");
+    let config = dir.path().join("acl.hcl");
+    std::fs::write(&config, "acl {\n  enabled = true\n}\n").expect("config");
+    let agent = Agent::start_dev(dir.path(), &["--config", config.to_str().expect("utf-8")]);
+
+    assert_eq!(
+        get_as(&agent, None, "/v1/jobs"),
+        (403, "Permission denied".to_string())
+    );
+    assert_eq!(
+        get_as(&agent, Some("made-up"), "/v1/jobs").1,
+        "ACL token not found"
+    );
+    assert_eq!(get_as(&agent, None, "/v1/agent/health").0, 200);
+
+    let out = agent.cli(&["acl", "bootstrap"]);
+    let text = output_text(&out);
+    assert!(out.status.success(), "{text}");
+    let root = field(&text, "Secret ID");
+    assert_eq!(field(&text, "Type"), "management");
+    let out = agent.cli(&["acl", "bootstrap"]);
+    let text = output_text(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    let reset_index = text
+        .split("reset index: ")
+        .nth(1)
+        .and_then(|s| s.split(')').next())
+        .expect("reset index")
+        .to_string();
+    assert!(text.contains("ACL bootstrap already done"), "{text}");
+
+    agent.eventually("a ready node", Duration::from_secs(30), || {
+        let (_, body) = get_as(&agent, Some(&root), "/v1/nodes");
+        body.contains("\"Status\":\"ready\"")
+    });
+    let out = cli_as(&agent, &root, &["namespace", "apply", "dev"]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    let rules = write_job(
+        &dir,
+        "dev.hcl",
+        "namespace \"dev\" {\n  policy = \"write\"\n}\n",
+    );
+    let out = cli_as(
+        &agent,
+        &root,
+        &["acl", "policy", "apply", "dev-write", &rules],
+    );
+    assert!(out.status.success(), "{}", output_text(&out));
+    let bad = write_job(
+        &dir,
+        "bad.hcl",
+        "namespace \"dev\" {\n  policy = \"sudo\"\n}\n",
+    );
+    let out = cli_as(&agent, &root, &["acl", "policy", "apply", "bad", &bad]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        output_text(&out).contains("Invalid namespace policy"),
+        "{}",
+        output_text(&out)
+    );
+    let out = cli_as(
+        &agent,
+        &root,
+        &[
+            "acl",
+            "token",
+            "create",
+            "-name",
+            "dev",
+            "-policy",
+            "dev-write",
+        ],
+    );
+    let text = output_text(&out);
+    assert!(out.status.success(), "{text}");
+    let dev = field(&text, "Secret ID");
+
+    let out = cli_as(
+        &agent,
+        &dev,
+        &["job", "run", "-detach", &job_in(&dir, "dev")],
+    );
+    assert!(out.status.success(), "{}", output_text(&out));
+    let out = cli_as(
+        &agent,
+        &dev,
+        &["job", "run", "-detach", &job_in(&dir, "default")],
+    );
+    let text = output_text(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("Permission denied"), "{text}");
+    let out = cli_as(
+        &agent,
+        &root,
+        &["job", "run", "-detach", &job_in(&dir, "default")],
+    );
+    assert!(out.status.success(), "{}", output_text(&out));
+
+    let namespaces = |token: &str| -> Vec<String> {
+        let (status, body) = get_as(&agent, Some(token), "/v1/jobs?namespace=*");
+        assert_eq!(status, 200, "{body}");
+        let list: serde_json::Value = serde_json::from_str(&body).expect("json");
+        let mut ns: Vec<String> = list
+            .as_array()
+            .expect("list")
+            .iter()
+            .map(|j| j["Namespace"].as_str().unwrap_or_default().to_string())
+            .collect();
+        ns.sort();
+        ns
+    };
+    assert_eq!(namespaces(&dev), ["dev"]);
+    assert_eq!(namespaces(&root), ["default", "dev"]);
+    assert_eq!(
+        get_as(&agent, Some(&dev), "/v1/jobs").0,
+        403,
+        "default is not dev's"
+    );
+    assert_eq!(get_as(&agent, Some(&dev), "/v1/nodes").0, 403);
+    assert_eq!(get_as(&agent, Some(&dev), "/v1/acl/tokens").0, 403);
+    let out = cli_as(&agent, &dev, &["acl", "token", "self"]);
+    assert!(
+        output_text(&out).contains("Name         = dev"),
+        "{}",
+        output_text(&out)
+    );
+
+    // The anonymous policy opens what it names to requests without a token.
+    let anon = write_job(
+        &dir,
+        "anon.hcl",
+        "namespace \"default\" {\n  policy = \"read\"\n}\n",
+    );
+    let out = cli_as(
+        &agent,
+        &root,
+        &["acl", "policy", "apply", "anonymous", &anon],
+    );
+    assert!(out.status.success(), "{}", output_text(&out));
+    assert_eq!(get_as(&agent, None, "/v1/jobs").0, 200);
+    assert_eq!(get_as(&agent, None, "/v1/jobs?namespace=dev").0, 403);
+
+    let out = cli_as(
+        &agent,
+        &root,
+        &[
+            "acl",
+            "token",
+            "create",
+            "-policy",
+            "dev-write",
+            "-ttl",
+            "1s",
+        ],
+    );
+    let short = field(&output_text(&out), "Secret ID");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        get_as(&agent, Some(&short), "/v1/jobs?namespace=dev"),
+        (403, "ACL token expired".to_string())
+    );
+
+    // The reset file lets the bootstrap run once more.
+    std::fs::write(
+        dir.path().join("data/server/acl-bootstrap-reset"),
+        &reset_index,
+    )
+    .expect("reset file");
+    let out = agent.cli(&["acl", "bootstrap"]);
+    assert!(out.status.success(), "{}", output_text(&out));
+}
