@@ -196,6 +196,35 @@ fn tokens_and_policies_decide_what_each_request_may_do() {
         403,
         "default is not dev's"
     );
+    // Lists of every namespace leave out default's objects; default's objects by id are
+    // refused, whatever namespace the query names.
+    let (status, body) = get_as(&agent, Some(&dev), "/v1/evaluations?namespace=*");
+    assert_eq!(status, 200, "{body}");
+    let evals: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert!(
+        evals
+            .as_array()
+            .expect("list")
+            .iter()
+            .all(|e| e["Namespace"] == "dev"),
+        "{body}"
+    );
+    let (_, body) = get_as(&agent, Some(&root), "/v1/evaluations?namespace=default");
+    let default_evals: serde_json::Value = serde_json::from_str(&body).expect("json");
+    let eval = default_evals[0]["ID"]
+        .as_str()
+        .expect("an eval")
+        .to_string();
+    assert_eq!(
+        get_as(
+            &agent,
+            Some(&dev),
+            &format!("/v1/evaluation/{eval}?namespace=dev")
+        )
+        .0,
+        403
+    );
+    assert_eq!(get_as(&agent, Some(&dev), "/v1/volumes?namespace=*").0, 403);
     assert_eq!(get_as(&agent, Some(&dev), "/v1/nodes").0, 403);
     assert_eq!(get_as(&agent, Some(&dev), "/v1/acl/tokens").0, 403);
     let out = cli_as(&agent, &dev, &["acl", "token", "self"]);

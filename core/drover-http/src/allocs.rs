@@ -18,9 +18,11 @@ use crate::response::{QueryMeta, respond_json};
 /// the task states out.
 pub(crate) async fn list(
     State(s): State<AppState>,
+    perms: Option<axum::Extension<drover_server::acl::Permissions>>,
     Query(params): Query<Params>,
 ) -> Result<Response, ApiError> {
     let opts = QueryOptions::parse(&params)?;
+    let perms = perms.map(|axum::Extension(p)| p);
     let with_task_states = !matches!(params.get("task_states").map(String::as_str), Some(v) if crate::query::parse_go_bool(v) == Some(false));
     // Nomad's `?resources=true`: each stub also carries the allocation's resources.
     let with_resources = crate::query::flag(&params, "resources")?;
@@ -29,6 +31,14 @@ pub(crate) async fn list(
             .allocs_by_prefix(&opts.prefix)
             .iter()
             .filter(|a| opts.in_namespace(&a.namespace))
+            // With `namespace=*`, only the namespaces the token may read.
+            .filter(|a| {
+                crate::authorize::may(
+                    perms.as_ref(),
+                    &a.namespace,
+                    drover_server::acl::policy::CAP_READ_JOB,
+                )
+            })
             .map(|a| {
                 let mut stub = a.stub();
                 if !with_task_states {

@@ -33,6 +33,10 @@ enum Need {
     JobBody(&'static str),
     /// A capability in the namespace of the allocation the path names.
     Alloc(&'static str),
+    /// A capability in the namespace of the evaluation the path names.
+    Eval(&'static str),
+    /// A capability in the namespace of the deployment the path names (its last segment).
+    Deployment(&'static str),
     /// Any capability in the namespace the path names (reading a namespace).
     NamespaceNamed,
     NodeRead,
@@ -67,11 +71,12 @@ fn need(method: &Method, path: &str) -> Need {
         ["v1", "allocations"] => Namespace(cap::CAP_READ_JOB),
         ["v1", "allocation", _, "stop"] => Alloc(cap::CAP_ALLOC_LIFECYCLE),
         ["v1", "allocation", ..] => Alloc(cap::CAP_READ_JOB),
-        ["v1", "evaluations"] | ["v1", "evaluation", ..] => Namespace(cap::CAP_READ_JOB),
+        ["v1", "evaluations"] => Namespace(cap::CAP_READ_JOB),
+        ["v1", "evaluation", ..] => Eval(cap::CAP_READ_JOB),
         ["v1", "deployments"] => Namespace(cap::CAP_READ_JOB),
-        ["v1", "deployment", "allocations", _] => Namespace(cap::CAP_READ_JOB),
-        ["v1", "deployment", _] if read => Namespace(cap::CAP_READ_JOB),
-        ["v1", "deployment", _, _] => Namespace(cap::CAP_SUBMIT_JOB),
+        ["v1", "deployment", "allocations", _] => Deployment(cap::CAP_READ_JOB),
+        ["v1", "deployment", _] if read => Deployment(cap::CAP_READ_JOB),
+        ["v1", "deployment", _, _] => Deployment(cap::CAP_SUBMIT_JOB),
         ["v1", "scaling", "policies"] => Namespace(cap::CAP_LIST_SCALING_POLICIES),
         ["v1", "scaling", "policy", _] => Namespace(cap::CAP_READ_SCALING_POLICY),
         ["v1", "nodes"] => NodeRead,
@@ -155,6 +160,14 @@ fn denied() -> Response {
     ApiError::new(StatusCode::FORBIDDEN, PERMISSION_DENIED).into_response()
 }
 
+/// The list endpoints whose handlers filter `namespace=*` by the token's permissions.
+const FILTERED_LISTS: &[&str] = &[
+    "/v1/jobs",
+    "/v1/allocations",
+    "/v1/evaluations",
+    "/v1/deployments",
+];
+
 /// Bodies read to find a job's namespace are at most this big (the API's own limit).
 const MAX_BODY: usize = crate::MAX_BODY_BYTES;
 
@@ -180,7 +193,15 @@ pub(crate) async fn layer(State(s): State<AppState>, request: Request, next: Nex
         let allowed = match need(&parts.method, parts.uri.path()) {
             Need::Nothing | Need::Token => true,
             Need::Management => acl.is_management(),
-            Need::Namespace(c) if ns == "*" => acl.allow_namespace_operation("*", c),
+            // Lists that leave out what the token may not see take `*` from any token that
+            // sees something; other endpoints answer `*` for management only.
+            Need::Namespace(c) if ns == "*" => {
+                if FILTERED_LISTS.contains(&parts.uri.path()) {
+                    acl.allow_namespace_operation("*", c)
+                } else {
+                    acl.is_management()
+                }
+            }
             Need::Namespace(c) => acl.allow_namespace_operation(&ns, c),
             Need::JobBody(c) => {
                 let bytes = match to_bytes(body, MAX_BODY).await {
@@ -203,13 +224,27 @@ pub(crate) async fn layer(State(s): State<AppState>, request: Request, next: Nex
                 body = Body::from(bytes);
                 acl.allow_namespace_operation(&job_ns, c)
             }
-            Need::Alloc(c) => {
-                let alloc_ns = alloc_id_in(parts.uri.path())
-                    .and_then(|id| s.server.snapshot().alloc(id))
-                    .map(|a| a.namespace.clone());
-                match alloc_ns {
+            Need::Alloc(c) | Need::Eval(c) | Need::Deployment(c) => {
+                let kind = need(&parts.method, parts.uri.path());
+                let snap = s.server.snapshot();
+                let object_ns = match kind {
+                    Need::Alloc(_) => alloc_id_in(parts.uri.path())
+                        .and_then(|id| snap.alloc(id))
+                        .map(|a| a.namespace.clone()),
+                    Need::Eval(_) => segment(parts.uri.path(), 2)
+                        .and_then(|id| snap.eval(id))
+                        .map(|e| e.namespace.clone()),
+                    _ => parts
+                        .uri
+                        .path()
+                        .rsplit('/')
+                        .next()
+                        .and_then(|id| snap.deployment(id))
+                        .map(|d| d.namespace.clone()),
+                };
+                match object_ns {
                     Some(ns) => acl.allow_namespace_operation(&ns, c),
-                    // An allocation this server does not know: only management may learn so.
+                    // An object this server does not know: only management may learn so.
                     None => acl.is_management(),
                 }
             }
@@ -232,6 +267,11 @@ pub(crate) async fn layer(State(s): State<AppState>, request: Request, next: Nex
     }
     parts.extensions.insert(perms);
     next.run(Request::from_parts(parts, body)).await
+}
+
+/// The path's segment `i` after `/v1/` (0: the resource).
+fn segment(path: &str, i: usize) -> Option<&str> {
+    path.trim_start_matches('/').split('/').nth(i)
 }
 
 /// The allocation id in an allocation or client path.

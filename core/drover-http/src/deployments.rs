@@ -19,14 +19,24 @@ use crate::response::{QueryMeta, respond_json};
 /// (`*`: all).
 pub(crate) async fn list(
     State(s): State<AppState>,
+    perms: Option<axum::Extension<drover_server::acl::Permissions>>,
     Query(params): Query<Params>,
 ) -> Result<Response, ApiError> {
     let opts = QueryOptions::parse(&params)?;
+    let perms = perms.map(|axum::Extension(p)| p);
     let (meta, list) = blocking(&s, &[Table::Deployments], &opts, |snap| {
         let list: Vec<_> = snap
             .deployments(None, &opts.prefix)
             .into_iter()
             .filter(|d| opts.in_namespace(&d.namespace))
+            // With `namespace=*`, only the namespaces the token may read.
+            .filter(|d| {
+                crate::authorize::may(
+                    perms.as_ref(),
+                    &d.namespace,
+                    drover_server::acl::policy::CAP_READ_JOB,
+                )
+            })
             .collect();
         (snap.table_index(Table::Deployments), list)
     })

@@ -12,9 +12,11 @@ use crate::response::respond_json;
 /// `GET /v1/evaluations`: full evaluations, `?prefix` on the id, `?job` and `?status` filters.
 pub(crate) async fn list(
     State(s): State<AppState>,
+    perms: Option<axum::Extension<drover_server::acl::Permissions>>,
     Query(params): Query<Params>,
 ) -> Result<Response, ApiError> {
     let opts = QueryOptions::parse(&params)?;
+    let perms = perms.map(|axum::Extension(p)| p);
     let job = params.get("job").filter(|j| !j.is_empty());
     let status = params.get("status").filter(|st| !st.is_empty());
     let (meta, evals) = blocking(&s, &[Table::Evals], &opts, |snap| {
@@ -22,6 +24,14 @@ pub(crate) async fn list(
             .evals_by_prefix(&opts.prefix)
             .into_iter()
             .filter(|e| opts.in_namespace(&e.namespace))
+            // With `namespace=*`, only the namespaces the token may read.
+            .filter(|e| {
+                crate::authorize::may(
+                    perms.as_ref(),
+                    &e.namespace,
+                    drover_server::acl::policy::CAP_READ_JOB,
+                )
+            })
             .filter(|e| job.is_none_or(|j| *j == e.job_id))
             .filter(|e| status.is_none_or(|st| *st == e.status))
             .collect();

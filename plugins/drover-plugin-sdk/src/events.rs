@@ -25,6 +25,13 @@ type Sink = Box<dyn Fn(&TaskEvent) -> bool + Send + Sync>;
 
 static SINKS: Mutex<Vec<Sink>> = Mutex::new(Vec::new());
 
+/// Events emitted while nobody listened, for the first listener: an agent's TaskEvents
+/// stream may reach a sidecar just after the task it started reported something (the agent
+/// does not wait for the stream's answer, which Go plugins send with the first event only).
+static UNHEARD: Mutex<VecDeque<TaskEvent>> = Mutex::new(VecDeque::new());
+/// How many unheard events are kept; older ones go first.
+const UNHEARD_LIMIT: usize = 256;
+
 fn now_nanos() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -38,16 +45,20 @@ pub fn emit(mut event: TaskEvent) -> usize {
     if event.timestamp == 0 {
         event.timestamp = now_nanos();
     }
-    let delivered = {
-        let mut sinks = SINKS.lock().unwrap_or_else(PoisonError::into_inner);
-        sinks.retain(|sink| sink(&event));
-        sinks.len()
-    };
+    let mut sinks = SINKS.lock().unwrap_or_else(PoisonError::into_inner);
+    sinks.retain(|sink| sink(&event));
+    let delivered = sinks.len();
     if delivered == 0 {
         crate::log::debug(format!(
-            "task event for {} (no listener): {}",
+            "task event for {} (no listener yet): {}",
             event.task_id, event.message
         ));
+        // Kept under the sinks' lock, as `listen` takes them under it: none slips between.
+        let mut unheard = UNHEARD.lock().unwrap_or_else(PoisonError::into_inner);
+        if unheard.len() == UNHEARD_LIMIT {
+            unheard.pop_front();
+        }
+        unheard.push_back(event);
     }
     delivered
 }
@@ -56,10 +67,16 @@ pub fn emit(mut event: TaskEvent) -> usize {
 /// each [`EmittingDriver`]).
 #[doc(hidden)]
 pub fn listen(sink: impl Fn(&TaskEvent) -> bool + Send + Sync + 'static) {
-    SINKS
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .push(Box::new(sink));
+    let mut sinks = SINKS.lock().unwrap_or_else(PoisonError::into_inner);
+    // Taken under the sinks' lock: an event emitted meanwhile waits for it, so none is seen
+    // twice or lost between the two.
+    let unheard = std::mem::take(&mut *UNHEARD.lock().unwrap_or_else(PoisonError::into_inner));
+    for event in &unheard {
+        if !sink(event) {
+            return;
+        }
+    }
+    sinks.push(Box::new(sink));
 }
 
 /// Events kept for an agent that has not asked yet; beyond this the oldest are dropped, so a
