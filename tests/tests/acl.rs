@@ -227,6 +227,11 @@ fn tokens_and_policies_decide_what_each_request_may_do() {
     assert_eq!(get_as(&agent, Some(&dev), "/v1/volumes?namespace=*").0, 403);
     assert_eq!(get_as(&agent, Some(&dev), "/v1/nodes").0, 403);
     assert_eq!(get_as(&agent, Some(&dev), "/v1/acl/tokens").0, 403);
+    let (_, body) = get_as(&agent, Some(&dev), "/v1/namespaces");
+    assert!(
+        body.contains("\"Name\":\"dev\"") && !body.contains("\"Name\":\"default\""),
+        "only the namespaces the token has rules for: {body}"
+    );
     let out = cli_as(&agent, &dev, &["acl", "token", "self"]);
     assert!(
         output_text(&out).contains("Name         = dev"),

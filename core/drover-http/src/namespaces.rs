@@ -15,17 +15,21 @@ use crate::error::ApiError;
 use crate::query::{Params, QueryOptions, blocking};
 use crate::response::{QueryMeta, respond_json};
 
-/// `GET /v1/namespaces[?prefix=]`.
+/// `GET /v1/namespaces[?prefix=]`: with ACLs, the namespaces the token has any capability
+/// in (as Nomad's `AllowNamespace`).
 pub(crate) async fn list(
     State(s): State<AppState>,
+    perms: Option<axum::Extension<drover_server::acl::Permissions>>,
     Query(params): Query<Params>,
 ) -> Result<Response, ApiError> {
     let opts = QueryOptions::parse(&params)?;
+    let acl = perms.and_then(|axum::Extension(p)| p.acl().cloned());
     let (meta, list) = blocking(&s, &[Table::Namespaces], &opts, |snap| {
-        (
-            snap.table_index(Table::Namespaces),
-            snap.namespaces(&opts.prefix),
-        )
+        let mut list = snap.namespaces(&opts.prefix);
+        if let Some(acl) = &acl {
+            list.retain(|n| acl.allow_namespace(&n.name));
+        }
+        (snap.table_index(Table::Namespaces), list)
     })
     .await;
     respond_json(&list, Some(meta), opts.pretty)

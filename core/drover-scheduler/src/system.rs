@@ -269,12 +269,22 @@ impl SystemScheduler<'_> {
         let mut stops: Vec<(Arc<Allocation>, &'static str, bool)> = Vec::new();
         let mut updates: Vec<(Arc<Allocation>, &TaskGroup)> = Vec::new();
         let mut place: Vec<SysPlacement<'_>> = Vec::new();
-        // Nomad's `DesiredTGUpdates`, kept for a dry run.
-        let mut desired: BTreeMap<String, drover_structs::DesiredUpdates> = job
-            .task_groups
-            .iter()
-            .map(|tg| (tg.name.clone(), Default::default()))
-            .collect();
+        // Nomad's `DesiredTGUpdates`, kept for a dry run only (it costs a map entry per
+        // allocation).
+        let annotate = eval.annotate_plan;
+        let mut desired: BTreeMap<String, drover_structs::DesiredUpdates> = if annotate {
+            job.task_groups
+                .iter()
+                .map(|tg| (tg.name.clone(), Default::default()))
+                .collect()
+        } else {
+            BTreeMap::new()
+        };
+        let mut count = |tg: &str, f: fn(&mut drover_structs::DesiredUpdates)| {
+            if annotate {
+                f(desired.entry(tg.to_string()).or_default());
+            }
+        };
         for node_id in node_ids {
             let live = existing
                 .live
@@ -322,7 +332,7 @@ impl SystemScheduler<'_> {
                     },
                 };
                 match verdict {
-                    Verdict::Keep => desired.entry(a.task_group.clone()).or_default().ignore += 1,
+                    Verdict::Keep => count(&a.task_group, |u| u.ignore += 1),
                     Verdict::Update => {}
                     Verdict::Stop(desc) => stops.push((a.clone(), desc, false)),
                     Verdict::Lost => stops.push((a.clone(), ALLOC_LOST, true)),
@@ -355,16 +365,16 @@ impl SystemScheduler<'_> {
         }
 
         for (a, desc, lost) in &stops {
-            desired.entry(a.task_group.clone()).or_default().stop += 1;
+            count(&a.task_group, |u| u.stop += 1);
             let client_status = lost.then_some(ALLOC_CLIENT_LOST);
             ctx.append_stop(a, desc, client_status, None);
         }
         let mut destructive = Vec::new();
         for (a, tg) in updates {
             match in_place_decision(ctx, &mut stack, self.config, &eval.id, &a, job, tg) {
-                UpdateDecision::Ignore => desired.entry(tg.name.clone()).or_default().ignore += 1,
+                UpdateDecision::Ignore => count(&tg.name, |u| u.ignore += 1),
                 UpdateDecision::InPlace(updated) => {
-                    desired.entry(tg.name.clone()).or_default().in_place_update += 1;
+                    count(&tg.name, |u| u.in_place_update += 1);
                     ctx.append_alloc(*updated)
                 }
                 UpdateDecision::Destructive => destructive.push((a, tg)),
@@ -379,17 +389,16 @@ impl SystemScheduler<'_> {
         };
         out.limit_reached = destructive.len() > limit;
         for p in &place {
-            desired.entry(p.tg.name.clone()).or_default().place += 1;
+            count(&p.tg.name, |u| u.place += 1);
         }
         for (i, (_, tg)) in destructive.iter().enumerate() {
-            let u = desired.entry(tg.name.clone()).or_default();
             if i < limit {
-                u.destructive_update += 1;
+                count(&tg.name, |u| u.destructive_update += 1);
             } else {
-                u.ignore += 1;
+                count(&tg.name, |u| u.ignore += 1);
             }
         }
-        if eval.annotate_plan {
+        if annotate {
             ctx.plan.annotations = Some(drover_structs::PlanAnnotations {
                 desired_tg_updates: desired,
                 preempted_allocs: None,
