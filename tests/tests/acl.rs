@@ -227,6 +227,58 @@ fn tokens_and_policies_decide_what_each_request_may_do() {
     assert_eq!(get_as(&agent, Some(&dev), "/v1/volumes?namespace=*").0, 403);
     assert_eq!(get_as(&agent, Some(&dev), "/v1/nodes").0, 403);
     assert_eq!(get_as(&agent, Some(&dev), "/v1/acl/tokens").0, 403);
+    // Allocations and their logs are checked in the allocation's own namespace.
+    let alloc_of = |ns: &str| -> String {
+        let mut id = String::new();
+        agent.eventually(
+            &format!("a running allocation in {ns}"),
+            Duration::from_secs(30),
+            || {
+                let (_, body) = get_as(
+                    &agent,
+                    Some(&root),
+                    &format!("/v1/allocations?namespace={ns}"),
+                );
+                let list: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+                match list
+                    .as_array()
+                    .and_then(|l| l.iter().find(|a| a["ClientStatus"] == "running"))
+                {
+                    Some(a) => {
+                        id = a["ID"].as_str().unwrap_or_default().to_string();
+                        true
+                    }
+                    None => false,
+                }
+            },
+        );
+        id
+    };
+    let (mine, theirs) = (alloc_of("dev"), alloc_of("default"));
+    let logs = |id: &str| format!("/v1/client/fs/logs/{id}?task=t&type=stdout&namespace=dev");
+    assert_eq!(get_as(&agent, Some(&dev), &logs(&mine)).0, 200);
+    assert_eq!(
+        get_as(&agent, Some(&dev), &logs(&theirs)),
+        (403, "Permission denied".to_string())
+    );
+    assert_eq!(
+        get_as(
+            &agent,
+            Some(&dev),
+            &format!("/v1/allocation/{theirs}?namespace=dev")
+        )
+        .0,
+        403
+    );
+    assert_eq!(
+        get_as(
+            &agent,
+            Some(&dev),
+            &format!("/v1/allocation/{mine}?namespace=dev")
+        )
+        .0,
+        200
+    );
     let (_, body) = get_as(&agent, Some(&dev), "/v1/namespaces");
     assert!(
         body.contains("\"Name\":\"dev\"") && !body.contains("\"Name\":\"default\""),
