@@ -59,6 +59,8 @@ fn need(method: &Method, path: &str) -> Need {
         ["v1", "acl", ..] => Management,
         ["v1", "agent", "health"] | ["v1", "status", ..] | ["v1", "regions"] => Nothing,
         ["v1", "metrics"] => Nothing,
+        // Any token (or none): the stream leaves out what the token may not read.
+        ["v1", "event", "stream"] => Token,
         ["v1", "agent", "join"] | ["v1", "agent", "force-leave"] => AgentWrite,
         ["v1", "agent", "members"] => NodeRead,
         ["v1", "agent", "pprof", ..] | ["v1", "agent", "host"] => AgentWrite,

@@ -2,7 +2,9 @@
 //! broker as Nomad streams it, newline-delimited JSON, a `{"Index": N, "Events": [...]}` line
 //! per Raft index that has events the request selects, and `{}` every 10 s while nothing
 //! happens. Without `topic` every topic is streamed; `namespace` defaults to `default`, `*`
-//! selects all (events of objects without a namespace, nodes, always pass).
+//! selects all (events of objects without a namespace, nodes, always pass). With ACLs, a
+//! token sees the events of the namespaces where it may `read-job`, node events with `node`
+//! read, and the rest (ACL, operator topics) only as management.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -45,6 +47,8 @@ struct Filter {
     topics: BTreeMap<String, Vec<String>>,
     namespace: String,
     index: u64,
+    /// The token's permissions with ACLs on.
+    acl: Option<drover_server::acl::Acl>,
 }
 
 impl Filter {
@@ -53,6 +57,7 @@ impl Filter {
             topics: BTreeMap::new(),
             namespace: "default".into(),
             index: 0,
+            acl: None,
         };
         for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
@@ -91,6 +96,18 @@ impl Filter {
         if !ns.is_empty() && self.namespace != "*" && ns != self.namespace {
             return false;
         }
+        if let Some(acl) = self.acl.as_ref().filter(|a| !a.is_management()) {
+            let allowed = match e.topic() {
+                "Node" | "NodeDrain" | "NodePool" => acl.allow_node_read(),
+                _ if !ns.is_empty() => {
+                    acl.allow_namespace_operation(ns, drover_server::acl::policy::CAP_READ_JOB)
+                }
+                _ => false,
+            };
+            if !allowed {
+                return false;
+            }
+        }
         if self.topics.is_empty() {
             return true;
         }
@@ -128,15 +145,25 @@ fn percent_decode(s: &str) -> Option<String> {
 }
 
 /// `GET /v1/event/stream`.
-pub(crate) async fn stream(State(s): State<AppState>, RawQuery(query): RawQuery) -> Response {
-    match start(&s, query.as_deref()) {
+pub(crate) async fn stream(
+    State(s): State<AppState>,
+    perms: Option<axum::Extension<drover_server::acl::Permissions>>,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let acl = perms.and_then(|axum::Extension(p)| p.acl().cloned());
+    match start(&s, query.as_deref(), acl) {
         Ok(r) => r,
         Err(e) => e.into_response(),
     }
 }
 
-fn start(s: &AppState, query: Option<&str>) -> Result<Response, ApiError> {
-    let filter = Filter::parse(query)?;
+fn start(
+    s: &AppState,
+    query: Option<&str>,
+    acl: Option<drover_server::acl::Acl>,
+) -> Result<Response, ApiError> {
+    let mut filter = Filter::parse(query)?;
+    filter.acl = acl;
     let broker = s.server.events();
     if !broker.enabled() {
         return Err(ApiError::bad_request(
@@ -252,5 +279,18 @@ mod tests {
 
         let any_ns = Filter::parse(Some("topic=*&namespace=*")).unwrap();
         assert!(any_ns.selects(&alloc_event("web", "prod")));
+    }
+
+    #[test]
+    fn a_token_sees_the_events_of_what_it_may_read() {
+        use drover_server::acl::policy::parse_policy;
+        let policy = parse_policy("namespace \"dev\" {\n  policy = \"read\"\n}\n").unwrap();
+        let mut f = Filter::parse(Some("namespace=*")).unwrap();
+        f.acl = Some(drover_server::acl::Acl::from_policies(&[policy]));
+        assert!(f.selects(&alloc_event("web", "dev")));
+        assert!(!f.selects(&alloc_event("web", "default")));
+        assert!(!f.selects(&node_event()), "no node rule");
+        f.acl = Some(drover_server::acl::Acl::management());
+        assert!(f.selects(&alloc_event("web", "default")) && f.selects(&node_event()));
     }
 }
