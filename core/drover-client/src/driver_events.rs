@@ -54,6 +54,9 @@ struct Route {
 pub struct DriverEventRouter {
     routes: Arc<Mutex<HashMap<String, Route>>>,
     serials: Arc<AtomicU64>,
+    /// Batches a pump took from its driver and is still delivering: a flush waits for them,
+    /// as the event a flush looks for may be in one.
+    in_flight: Arc<AtomicU64>,
 }
 
 /// Keeps a task's route; dropping it ends the route.
@@ -118,7 +121,16 @@ pub fn flush(driver: &dyn Driver, router: &DriverEventRouter) {
             }
         }
     }
+    // A pump may hold the task's events, taken just before: let it hand them over (it does
+    // so in microseconds unless the machine is starved; never wait long for it).
+    let deadline = std::time::Instant::now() + FLUSH_WAIT;
+    while router.in_flight.load(Ordering::Acquire) > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
+
+/// The longest a flush waits for a pump's batch in delivery.
+const FLUSH_WAIT: Duration = Duration::from_millis(500);
 
 /// Starts one pump thread per driver. They end when `shutdown` turns true or its sender is
 /// dropped (within `POLL_WAIT`), or at once for a driver without task events.
@@ -160,12 +172,14 @@ fn pump(
     while !stopped(shutdown) {
         match driver.task_events(POLL_WAIT) {
             Ok(events) => {
+                router.in_flight.fetch_add(1, Ordering::AcqRel);
                 retry = RETRY_FIRST;
                 for event in &events {
                     if !router.deliver(event) {
                         tracing::debug!(driver = name, task = %event.task_id, message = %event.message, "driver event of a task no runner has; dropped");
                     }
                 }
+                router.in_flight.fetch_sub(1, Ordering::AcqRel);
             }
             Err(DriverError::NotSupported(_)) => {
                 tracing::debug!(driver = name, "the driver reports no task events");
