@@ -36,6 +36,19 @@ impl ClientProc {
         c
     }
 
+    /// As [`ClientProc::start`] without waiting for the node (an agent whose API needs a
+    /// token the caller checks readiness with).
+    pub fn start_unwaited(
+        parent: &Path,
+        name: &str,
+        servers: &[String],
+        config: &str,
+    ) -> ClientProc {
+        let mut c = ClientProc::prepare(parent, name, servers, config, "127.0.0.1", None);
+        c.spawn();
+        c
+    }
+
     /// As [`ClientProc::start`], inside network namespace `netns` where the agent binds
     /// `host`; the servers must be reachable from there.
     pub fn start_in_netns(

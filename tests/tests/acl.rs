@@ -2,7 +2,9 @@
 //! the anonymous policy allows; `acl bootstrap` makes the management token once (again only
 //! through the reset file); a token with `namespace "dev" { policy = "write" }` runs jobs in
 //! `dev`, is refused in `default`, and `namespace=*` shows it only `dev`'s jobs while the
-//! management token sees all, each with its namespace; an expired token is refused.
+//! management token sees all, each with its namespace; an expired token is refused. A
+//! client-only agent with ACLs answers nothing itself: its tasks' logs need a token of the
+//! task's namespace, checked by the servers.
 
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -334,4 +336,137 @@ fn tokens_and_policies_decide_what_each_request_may_do() {
     .expect("reset file");
     let out = agent.cli(&["acl", "bootstrap"]);
     assert!(out.status.success(), "{}", output_text(&out));
+}
+
+#[test]
+fn a_client_only_agent_with_acls_serves_its_tasks_logs_only_to_tokens_of_their_namespace() {
+    let dir = TempDir::new("acl-client");
+    let config = dir.path().join("acl.hcl");
+    std::fs::write(&config, "acl {\n  enabled = true\n}\n").expect("config");
+    let server = Agent::start_dev(dir.path(), &["--config", config.to_str().expect("utf-8")]);
+    let root = field(
+        &output_text(&server.cli(&["acl", "bootstrap"])),
+        "Secret ID",
+    );
+    let client_config = format!(
+        "{}acl {{\n  enabled = true\n}}\n",
+        drover_tests::clients::RAW_EXEC_ENABLED
+    );
+    let client = drover_tests::clients::ClientProc::start_unwaited(
+        dir.path(),
+        "c1",
+        &[format!("127.0.0.1:{}", server.rpc_port)],
+        &client_config,
+    );
+    server.eventually("the client's node ready", Duration::from_secs(60), || {
+        let (_, body) = get_as(&server, Some(&root), "/v1/nodes");
+        body.contains("\"Name\":\"c1\"") && body.matches("\"Status\":\"ready\"").count() == 2
+    });
+    let client_get = |token: Option<&str>, path: &str| -> (u16, String) {
+        let a: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        let mut req = a.get(&format!("{}{path}", client.addr()));
+        if let Some(t) = token {
+            req = req.header("X-Nomad-Token", t);
+        }
+        let mut resp = req.call().expect("request");
+        (
+            resp.status().as_u16(),
+            resp.body_mut().read_to_string().unwrap_or_default(),
+        )
+    };
+    assert_eq!(client_get(None, "/v1/agent/health").0, 200);
+    assert_eq!(
+        client_get(None, "/v1/jobs"),
+        (403, "Permission denied".to_string())
+    );
+
+    for ns in ["dev", "ops"] {
+        let out = cli_as(&server, &root, &["namespace", "apply", ns]);
+        assert!(out.status.success(), "{}", output_text(&out));
+        let rules = write_job(
+            &dir,
+            &format!("{ns}.hcl"),
+            &format!("namespace \"{ns}\" {{\n  policy = \"write\"\n}}\n"),
+        );
+        let out = cli_as(&server, &root, &["acl", "policy", "apply", ns, &rules]);
+        assert!(out.status.success(), "{}", output_text(&out));
+    }
+    let token_of = |policy: &str| {
+        let out = cli_as(
+            &server,
+            &root,
+            &["acl", "token", "create", "-policy", policy],
+        );
+        field(&output_text(&out), "Secret ID")
+    };
+    let (dev, ops) = (token_of("dev"), token_of("ops"));
+    let job = write_job(
+        &dir,
+        "pinned.nomad",
+        r#"
+job "pinned" {
+  namespace   = "dev"
+  datacenters = ["dc1"]
+  constraint {
+    attribute = "${node.unique.name}"
+    value     = "c1"
+  }
+  update {
+    max_parallel = 0
+  }
+  group "g" {
+    task "t" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "echo from-c1; exec sleep 3600.86"]
+      }
+      resources {
+        cpu    = 20
+        memory = 16
+      }
+    }
+  }
+}
+"#,
+    );
+    let out = cli_as(&server, &dev, &["job", "run", "-detach", &job]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    let mut alloc = String::new();
+    server.eventually(
+        "the pinned allocation running",
+        Duration::from_secs(30),
+        || {
+            let (_, body) = get_as(&server, Some(&root), "/v1/allocations?namespace=dev");
+            let list: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+            match list
+                .as_array()
+                .and_then(|l| l.iter().find(|a| a["ClientStatus"] == "running"))
+            {
+                Some(a) => {
+                    alloc = a["ID"].as_str().unwrap_or_default().to_string();
+                    true
+                }
+                None => false,
+            }
+        },
+    );
+    let logs = format!("/v1/client/fs/logs/{alloc}?task=t&type=stdout&plain=true");
+    assert_eq!(client_get(None, &logs).0, 403, "no token");
+    assert_eq!(
+        client_get(Some(&ops), &logs).0,
+        403,
+        "another namespace's token"
+    );
+    server.eventually(
+        "the task's output through the client",
+        Duration::from_secs(20),
+        || {
+            let (status, body) = client_get(Some(&dev), &logs);
+            status == 200 && body.contains("from-c1")
+        },
+    );
 }
