@@ -121,6 +121,18 @@ mod tests {
         let dev = api.get("/v1/namespace/dev").await.json();
         assert_eq!(dev["Description"], "the dev team");
         assert_eq!(dev["Meta"]["team"], "a");
+        let found = api
+            .put(
+                "/v1/search",
+                &json!({"Prefix": "de", "Context": "namespaces"}),
+            )
+            .await
+            .json();
+        assert_eq!(
+            found["Matches"]["namespaces"],
+            json!(["default", "dev"]),
+            "{found}"
+        );
         let r = api.put("/v1/namespace/dev", &json!({"Name": "qa"})).await;
         assert_eq!(
             (r.status, r.text().as_str()),

@@ -186,13 +186,18 @@ fn prefix_ids(snap: &StateSnapshot, opts: &QueryOptions, ctx: &str, prefix: &str
             .into_iter()
             .map(|v| v.id)
             .collect(),
-        // Namespaces are not created yet: the default one is the only one there is.
-        "namespaces" => [drover_structs::DEFAULT_NAMESPACE]
-            .into_iter()
-            .filter(|ns| ns.starts_with(prefix))
-            .map(String::from)
+        "namespaces" => snap
+            .namespaces(prefix)
+            .iter()
+            .map(|n| n.name.clone())
             .collect(),
-        // No deployments or scaling policies exist yet.
+        "deployment" => snap
+            .deployments(None, prefix)
+            .iter()
+            .filter(|d| opts.in_namespace(&d.namespace))
+            .map(|d| d.id.clone())
+            .collect(),
+        // Scaling policies are searched by nobody yet.
         _ => Vec::new(),
     };
     ids.sort();
@@ -354,7 +359,11 @@ fn fuzzy_in(
                 push("plugins", &p.id, None);
             }
         }
-        "namespaces" => push("namespaces", drover_structs::DEFAULT_NAMESPACE, None),
+        "namespaces" => {
+            for n in snap.namespaces("") {
+                push("namespaces", &n.name, None);
+            }
+        }
         _ => {}
     }
     out
