@@ -22,8 +22,8 @@ use serde_json::Value;
 
 use crate::job::Job;
 use flat::{
-    Obj, Shape, field, field_diffs, flatten, flatten_all, keyed, list, name_of, object, primitive,
-    primitive_object_diff, primitive_object_set_diff, string_set_diff, strings,
+    Obj, Shape, field, field_diffs, flatten, flatten_all, keyed, list, name_of, object, opening,
+    paired, primitive, primitive_object_diff, primitive_object_set_diff, string_set_diff, strings,
 };
 
 /// What happened to a job, group, task, object or field.
@@ -281,15 +281,7 @@ fn set_diffs(out: &mut Vec<ObjectDiff>, o: Option<&Obj>, n: Option<&Obj>, contex
 fn group_diffs(old: &[Value], new: &[Value], contextual: bool) -> Vec<TaskGroupDiff> {
     let o = keyed(old, |g| name_of(g).to_string());
     let n = keyed(new, |g| name_of(g).to_string());
-    let mut out: Vec<TaskGroupDiff> = o
-        .iter()
-        .map(|(k, og)| group_diff(Some(og), n.get(k).copied(), contextual))
-        .collect();
-    out.extend(
-        n.iter()
-            .filter(|(k, _)| !o.contains_key(*k))
-            .map(|(_, ng)| group_diff(None, Some(ng), contextual)),
-    );
+    let mut out: Vec<TaskGroupDiff> = paired(&o, &n, |od, nd| group_diff(od, nd, contextual));
     out.sort_by(|a, b| a.name.cmp(&b.name));
     out
 }
@@ -297,23 +289,11 @@ fn group_diffs(old: &[Value], new: &[Value], contextual: bool) -> Vec<TaskGroupD
 /// Nomad's `TaskGroup.Diff`.
 fn group_diff(old: Option<&Obj>, new: Option<&Obj>, contextual: bool) -> TaskGroupDiff {
     let mut d = TaskGroupDiff::default();
-    match (old, new) {
-        (None, None) => return d,
-        (None, Some(n)) => {
-            d.diff_type = DiffType::Added;
-            d.name = name_of(n).to_string();
-        }
-        (Some(o), None) => {
-            d.diff_type = DiffType::Deleted;
-            d.name = name_of(o).to_string();
-        }
-        (Some(o), Some(n)) => {
-            if o != n {
-                d.diff_type = DiffType::Edited;
-            }
-            d.name = name_of(n).to_string();
-        }
-    }
+    let Some(named) = new.or(old) else {
+        return d;
+    };
+    d.diff_type = opening(old, new).unwrap_or(DiffType::None);
+    d.name = name_of(named).to_string();
 
     let filter: Vec<&str> = ["Name"]
         .into_iter()
@@ -386,15 +366,7 @@ fn group_diff(old: Option<&Obj>, new: Option<&Obj>, contextual: bool) -> TaskGro
 fn task_diffs(old: &[Value], new: &[Value], contextual: bool) -> Vec<TaskDiff> {
     let o = keyed(old, |t| name_of(t).to_string());
     let n = keyed(new, |t| name_of(t).to_string());
-    let mut out: Vec<TaskDiff> = o
-        .iter()
-        .map(|(k, ot)| task_diff(Some(ot), n.get(k).copied(), contextual))
-        .collect();
-    out.extend(
-        n.iter()
-            .filter(|(k, _)| !o.contains_key(*k))
-            .map(|(_, nt)| task_diff(None, Some(nt), contextual)),
-    );
+    let mut out: Vec<TaskDiff> = paired(&o, &n, |od, nd| task_diff(od, nd, contextual));
     out.sort_by(|a, b| a.name.cmp(&b.name));
     out
 }
@@ -402,23 +374,11 @@ fn task_diffs(old: &[Value], new: &[Value], contextual: bool) -> Vec<TaskDiff> {
 /// Nomad's `Task.Diff`.
 fn task_diff(old: Option<&Obj>, new: Option<&Obj>, contextual: bool) -> TaskDiff {
     let mut d = TaskDiff::default();
-    match (old, new) {
-        (None, None) => return d,
-        (None, Some(n)) => {
-            d.diff_type = DiffType::Added;
-            d.name = name_of(n).to_string();
-        }
-        (Some(o), None) => {
-            d.diff_type = DiffType::Deleted;
-            d.name = name_of(o).to_string();
-        }
-        (Some(o), Some(n)) => {
-            if o != n {
-                d.diff_type = DiffType::Edited;
-            }
-            d.name = name_of(n).to_string();
-        }
-    }
+    let Some(named) = new.or(old) else {
+        return d;
+    };
+    d.diff_type = opening(old, new).unwrap_or(DiffType::None);
+    d.name = name_of(named).to_string();
 
     let (filter, maps) = (["Name", "Config"], ["Env", "Meta"]);
     d.fields = field_diffs(

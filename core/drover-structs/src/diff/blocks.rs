@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use super::flat::{
     Flat, Obj, Shape, field, field_diffs, flatten, flatten_all, keyed, list, name_of, object,
-    opening, primitive_object_diff, sort_fields, sort_objects, string_set_diff, strings,
+    opening, paired, primitive_object_diff, sort_fields, sort_objects, string_set_diff, strings,
     type_from_fields,
 };
 use super::{DiffType, ObjectDiff};
@@ -127,27 +127,12 @@ fn port_diffs(old: &[Value], new: &[Value], dynamic: bool, contextual: bool) -> 
     } else {
         ("Static Port", Shape::default())
     };
-    let mut out = Vec::new();
-    for (k, ov) in &o {
-        out.extend(primitive_object_diff(
-            Some(ov),
-            n.get(k).copied(),
-            shape,
-            name,
-            contextual,
-        ));
-    }
-    for (k, nv) in &n {
-        if !o.contains_key(k) {
-            out.extend(primitive_object_diff(
-                None,
-                Some(nv),
-                shape,
-                name,
-                contextual,
-            ));
-        }
-    }
+    let mut out: Vec<ObjectDiff> = paired(&o, &n, |ov, nv| {
+        primitive_object_diff(ov, nv, shape, name, contextual)
+    })
+    .into_iter()
+    .flatten()
+    .collect();
     sort_objects(&mut out);
     out
 }
@@ -179,15 +164,7 @@ fn device_diffs(old: &[Value], new: &[Value], contextual: bool) -> Vec<ObjectDif
         d.fields = field_diffs(&of, &nf, contextual);
         Some(d)
     };
-    let mut out = Vec::new();
-    for (k, ov) in &o {
-        out.extend(diff(Some(ov), n.get(k).copied()));
-    }
-    for (k, nv) in &n {
-        if !o.contains_key(k) {
-            out.extend(diff(None, Some(nv)));
-        }
-    }
+    let mut out: Vec<ObjectDiff> = paired(&o, &n, diff).into_iter().flatten().collect();
     sort_objects(&mut out);
     out
 }
@@ -270,15 +247,10 @@ fn service_diff(old: Option<&Obj>, new: Option<&Obj>, contextual: bool) -> Optio
 fn check_diffs(old: &[Value], new: &[Value], contextual: bool) -> Vec<ObjectDiff> {
     let o = keyed(old, |o| name_of(o).to_string());
     let n = keyed(new, |o| name_of(o).to_string());
-    let mut out = Vec::new();
-    for (k, ov) in &o {
-        out.extend(check_diff(Some(ov), n.get(k).copied(), contextual));
-    }
-    for (k, nv) in &n {
-        if !o.contains_key(k) {
-            out.extend(check_diff(None, Some(nv), contextual));
-        }
-    }
+    let mut out: Vec<ObjectDiff> = paired(&o, &n, |ov, nv| check_diff(ov, nv, contextual))
+        .into_iter()
+        .flatten()
+        .collect();
     sort_objects(&mut out);
     out
 }
@@ -520,15 +492,11 @@ pub(super) fn multiregion_diff(
     ));
     let o = keyed(list(old, "Regions"), |o| name_of(o).to_string());
     let n = keyed(list(new, "Regions"), |o| name_of(o).to_string());
-    for (k, ov) in &o {
-        d.objects
-            .extend(region_diff(Some(ov), n.get(k).copied(), contextual));
-    }
-    for (k, nv) in &n {
-        if !o.contains_key(k) {
-            d.objects.extend(region_diff(None, Some(nv), contextual));
-        }
-    }
+    d.objects.extend(
+        paired(&o, &n, |ov, nv| region_diff(ov, nv, contextual))
+            .into_iter()
+            .flatten(),
+    );
     sort_objects(&mut d.objects);
     Some(d)
 }

@@ -63,6 +63,25 @@ pub(super) fn keyed<'a>(
         .collect()
 }
 
+/// Walks two keyed sets as Nomad's diffs do: every old entry with its new namesake (if
+/// any), in key order, then the new entries that have no old one.
+pub(super) fn paired<'a, T>(
+    old: &BTreeMap<String, &'a Obj>,
+    new: &BTreeMap<String, &'a Obj>,
+    mut diff: impl FnMut(Option<&'a Obj>, Option<&'a Obj>) -> T,
+) -> Vec<T> {
+    let mut out = Vec::with_capacity(old.len().max(new.len()));
+    for (k, o) in old {
+        out.push(diff(Some(o), new.get(k).copied()));
+    }
+    for (k, n) in new {
+        if !old.contains_key(k) {
+            out.push(diff(None, Some(n)));
+        }
+    }
+    out
+}
+
 /// Go's `%v` of a primitive value: integers in decimal, floats as Go prints a `float64`
 /// (`floats` treats every number as one, as Go holds the numbers of a decoded
 /// `map[string]interface{}`), bools and strings as they are.
@@ -349,27 +368,12 @@ pub(super) fn primitive_object_set_diff(
     // serde_json's maps are sorted, so equal objects print the same.
     let o = keyed(old, |o| Value::Object(o.clone()).to_string());
     let n = keyed(new, |o| Value::Object(o.clone()).to_string());
-    let mut out = Vec::new();
-    for (k, ov) in &o {
-        out.extend(primitive_object_diff(
-            Some(ov),
-            n.get(k).copied(),
-            shape,
-            name,
-            contextual,
-        ));
-    }
-    for (k, nv) in &n {
-        if !o.contains_key(k) {
-            out.extend(primitive_object_diff(
-                None,
-                Some(nv),
-                shape,
-                name,
-                contextual,
-            ));
-        }
-    }
+    let mut out: Vec<ObjectDiff> = paired(&o, &n, |ov, nv| {
+        primitive_object_diff(ov, nv, shape, name, contextual)
+    })
+    .into_iter()
+    .flatten()
+    .collect();
     sort_objects(&mut out);
     out
 }
