@@ -193,6 +193,22 @@ impl Agent {
         Self::start_with_env(data_dir, http_port, rpc_port, extra, &[])
     }
 
+    /// A dev agent of its own region `region`, its data in `parent/region`, on the given
+    /// ports (a restart on the same ports keeps its addresses).
+    pub fn start_dev_in_region(
+        parent: &Path,
+        region: &str,
+        http_port: u16,
+        rpc_port: u16,
+    ) -> Agent {
+        let dir = parent.join(region);
+        std::fs::create_dir_all(&dir).expect("agent dir");
+        let config = dir.join("region.hcl");
+        std::fs::write(&config, format!("region = \"{region}\"\n")).expect("config");
+        let config = config.to_str().expect("utf-8 path").to_string();
+        Self::start_on_ports(&dir, http_port, rpc_port, &["--config", &config])
+    }
+
     /// As `start_dev`, with `env` added to the agent process's environment.
     pub fn start_dev_with_env(data_dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Agent {
         Self::start_with_env(data_dir, free_port(), free_port(), extra, env)

@@ -22,11 +22,16 @@ fn cli_as(agent: &Agent, token: &str, args: &[&str]) -> Output {
 }
 
 fn get_as(agent: &Agent, token: Option<&str>, path: &str) -> (u16, String) {
+    get_at(&agent.addr(), token, path)
+}
+
+/// GET `path` at the agent whose API is at `addr`, with `token` as `X-Nomad-Token`.
+fn get_at(addr: &str, token: Option<&str>, path: &str) -> (u16, String) {
     let a: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .build()
         .into();
-    let mut req = a.get(&format!("{}{}", agent.addr(), path));
+    let mut req = a.get(&format!("{addr}{path}"));
     if let Some(t) = token {
         req = req.header("X-Nomad-Token", t);
     }
@@ -362,21 +367,7 @@ fn a_client_only_agent_with_acls_serves_its_tasks_logs_only_to_tokens_of_their_n
         let (_, body) = get_as(&server, Some(&root), "/v1/nodes");
         body.contains("\"Name\":\"c1\"") && body.matches("\"Status\":\"ready\"").count() == 2
     });
-    let client_get = |token: Option<&str>, path: &str| -> (u16, String) {
-        let a: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .build()
-            .into();
-        let mut req = a.get(&format!("{}{path}", client.addr()));
-        if let Some(t) = token {
-            req = req.header("X-Nomad-Token", t);
-        }
-        let mut resp = req.call().expect("request");
-        (
-            resp.status().as_u16(),
-            resp.body_mut().read_to_string().unwrap_or_default(),
-        )
-    };
+    let client_get = |token: Option<&str>, path: &str| get_at(&client.addr(), token, path);
     assert_eq!(client_get(None, "/v1/agent/health").0, 200);
     assert_eq!(
         client_get(None, "/v1/jobs"),

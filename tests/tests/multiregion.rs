@@ -13,11 +13,8 @@ use drover_tests::{Agent, TempDir, output_text, write_job};
 use serde_json::Value;
 
 fn agent_in_region(dir: &TempDir, region: &str) -> Agent {
-    let sub = dir.path().join(region);
-    std::fs::create_dir_all(&sub).expect("agent dir");
-    let config = sub.join("region.hcl");
-    std::fs::write(&config, format!("region = \"{region}\"\n")).expect("config");
-    Agent::start_dev(&sub, &["--config", config.to_str().expect("utf-8 path")])
+    let (http, rpc) = (drover_tests::free_port(), drover_tests::free_port());
+    Agent::start_dev_in_region(dir.path(), region, http, rpc)
 }
 
 /// The job, version `tag`; in region west the task exits 1 when `west_fails`; allocations

@@ -9,25 +9,8 @@ use std::time::Duration;
 use drover_tests::{Agent, TempDir, output_text, write_job};
 
 fn agent_in_region(dir: &TempDir, region: &str) -> Agent {
-    agent_in_region_on(
-        dir,
-        region,
-        drover_tests::free_port(),
-        drover_tests::free_port(),
-    )
-}
-
-fn agent_in_region_on(dir: &TempDir, region: &str, http: u16, rpc: u16) -> Agent {
-    let sub = dir.path().join(region);
-    std::fs::create_dir_all(&sub).expect("agent dir");
-    let config = sub.join("region.hcl");
-    std::fs::write(&config, format!("region = \"{region}\"\n")).expect("config");
-    Agent::start_on_ports(
-        &sub,
-        http,
-        rpc,
-        &["--config", config.to_str().expect("utf-8 path")],
-    )
+    let (http, rpc) = (drover_tests::free_port(), drover_tests::free_port());
+    Agent::start_dev_in_region(dir.path(), region, http, rpc)
 }
 
 #[test]
@@ -104,7 +87,7 @@ job "web" {
     west.terminate();
     let mut east = east;
     east.terminate();
-    let east = agent_in_region_on(&dir, "east", http, rpc);
+    let east = Agent::start_dev_in_region(dir.path(), "east", http, rpc);
     assert_eq!(
         east.get("/v1/regions").expect("regions"),
         serde_json::json!(["east", "west"])

@@ -4,8 +4,8 @@
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::http::HeaderMap;
+use axum::response::Response;
 use drover_state::Table;
 use drover_structs::{AclPolicy, AclToken};
 use serde::Deserialize;
@@ -14,7 +14,7 @@ use crate::AppState;
 use crate::body::decode_body;
 use crate::error::ApiError;
 use crate::query::{Params, QueryOptions, blocking};
-use crate::response::{QueryMeta, respond_json};
+use crate::response::{QueryMeta, respond_json, written};
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
@@ -186,10 +186,4 @@ pub(crate) async fn token_delete(
     Path(accessor): Path<String>,
 ) -> Result<Response, ApiError> {
     written(&s, s.server.delete_acl_token(&accessor).await?)
-}
-
-fn written(s: &AppState, index: u64) -> Result<Response, ApiError> {
-    let mut response = StatusCode::OK.into_response();
-    QueryMeta::new(s, index).apply(response.headers_mut());
-    Ok(response)
 }

@@ -179,13 +179,14 @@ pub(crate) async fn layer(State(s): State<AppState>, mut request: Request, next:
         return next.run(request).await;
     }
     let query = request.uri().query().map(str::to_string);
+    let required = need(request.method(), request.uri().path());
     let secret = secret_of(request.headers(), query.as_deref());
     let perms = match s.server.resolve_token(secret.as_deref()) {
         Ok(p) => p,
         // Without ACLs every call resolves; with them, a bad token fails every call but
         // the ones anyone may make.
         Err(e) => {
-            if need(request.method(), request.uri().path()) == Need::Nothing {
+            if required == Need::Nothing {
                 Permissions::Acl(std::sync::Arc::new(drover_server::acl::Acl::default()))
             } else {
                 return ApiError::from(e).into_response();
@@ -196,7 +197,7 @@ pub(crate) async fn layer(State(s): State<AppState>, mut request: Request, next:
     let mut body = body;
     if let Permissions::Acl(acl) = &perms {
         let ns = query_namespace(query.as_deref());
-        let allowed = match need(&parts.method, parts.uri.path()) {
+        let allowed = match &required {
             Need::Nothing | Need::Token => true,
             Need::Management => acl.is_management(),
             // Lists that leave out what the token may not see take `*` from any token that
@@ -231,9 +232,8 @@ pub(crate) async fn layer(State(s): State<AppState>, mut request: Request, next:
                 acl.allow_namespace_operation(&job_ns, c)
             }
             Need::Alloc(c) | Need::Eval(c) | Need::Deployment(c) => {
-                let kind = need(&parts.method, parts.uri.path());
                 let snap = s.server.snapshot();
-                let object_ns = match kind {
+                let object_ns = match &required {
                     Need::Alloc(_) => alloc_id_in(parts.uri.path())
                         .and_then(|id| snap.alloc(id))
                         .map(|a| a.namespace.clone()),

@@ -4,8 +4,7 @@
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use drover_state::Table;
 use drover_structs::Namespace;
 
@@ -13,7 +12,7 @@ use crate::AppState;
 use crate::body::decode_body;
 use crate::error::ApiError;
 use crate::query::{Params, QueryOptions, blocking};
-use crate::response::{QueryMeta, respond_json};
+use crate::response::{respond_json, written};
 
 /// `GET /v1/namespaces[?prefix=]`: with ACLs, the namespaces the token has any capability
 /// in (as Nomad's `AllowNamespace`).
@@ -80,13 +79,6 @@ pub(crate) async fn delete(
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
     written(&s, s.server.delete_namespace(&name).await?)
-}
-
-/// Nomad answers namespace writes with no body, the write's index in the headers.
-fn written(s: &AppState, index: u64) -> Result<Response, ApiError> {
-    let mut response = StatusCode::OK.into_response();
-    QueryMeta::new(s, index).apply(response.headers_mut());
-    Ok(response)
 }
 
 #[cfg(test)]

@@ -53,6 +53,14 @@ pub(crate) fn json_body<T: Serialize + ?Sized>(
     encoded.map_err(|e| ApiError::internal(format!("failed to encode response: {e}")))
 }
 
+/// Nomad's answer to a write that returns nothing (namespaces, ACL policies): 200, no body,
+/// the write's index in the headers.
+pub(crate) fn written(state: &AppState, index: u64) -> Result<Response, ApiError> {
+    let mut response = StatusCode::OK.into_response();
+    QueryMeta::new(state, index).apply(response.headers_mut());
+    Ok(response)
+}
+
 /// A 200 JSON answer, with the query meta headers when given.
 pub(crate) fn respond_json<T: Serialize + ?Sized>(
     value: &T,
