@@ -4,8 +4,8 @@
 //! [`Handler`]; drover-rpc implements them over gRPC. Keeping the traits here keeps the
 //! server free of the transport stack (tonic, hyper) and lets tests plug in other networks.
 //!
-//! Must not depend on any Drover crate but drover-raft (whose messages and nodes it names),
-//! nor on tonic or any HTTP stack.
+//! Must not depend on any Drover crate but drover-raft (whose messages and nodes it names) and
+//! drover-tls (whose [`PeerRole`] says who a caller is), nor on tonic or any HTTP stack.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use drover_raft::eraftpb::Message;
 use drover_raft::{RaftNode, Transport};
+pub use drover_tls::PeerRole;
 
 /// A boxed future, as the traits here return them (they are used as trait objects).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -33,8 +34,11 @@ pub enum HandlerError {
 pub trait Handler: Send + Sync + 'static {
     /// Raft messages from the peer at `from_addr`, in its send order.
     fn raft(&self, from_addr: String, messages: Vec<Message>);
-    /// One endpoint call from `from_addr` (empty for clients): `method` names it.
-    fn call(&self, from_addr: String, method: String, body: Vec<u8>) -> CallFuture;
+    /// One endpoint call from `from_addr` (empty for clients): `method` names it. `role` is
+    /// what the caller's certificate says it is ([`PeerRole::Unchecked`] without TLS or
+    /// without `verify_server_hostname`).
+    fn call(&self, from_addr: String, role: PeerRole, method: String, body: Vec<u8>)
+    -> CallFuture;
 }
 
 /// Why a call to another server failed, and so whether retrying it elsewhere is safe.

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use drover_net::RpcError;
+use drover_tls::AgentTls;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Request};
 
@@ -24,15 +25,27 @@ const OPEN_TIMEOUT: Duration = Duration::from_secs(15);
 pub struct RpcClient {
     own_addr: String,
     faults: Arc<Faults>,
+    /// Dial over TLS with the agent's certificate when set (and on for RPC).
+    tls: Option<Arc<AgentTls>>,
     channels: Mutex<HashMap<String, Channel>>,
 }
 
 impl RpcClient {
     /// `own_addr` is this server's RPC address (empty for clients), sent with every call.
     pub fn new(own_addr: impl Into<String>, faults: Arc<Faults>) -> RpcClient {
+        RpcClient::with_tls(own_addr, faults, None)
+    }
+
+    /// As [`RpcClient::new`], dialling over TLS when `tls` has it on for RPC.
+    pub fn with_tls(
+        own_addr: impl Into<String>,
+        faults: Arc<Faults>,
+        tls: Option<Arc<AgentTls>>,
+    ) -> RpcClient {
         RpcClient {
             own_addr: own_addr.into(),
             faults,
+            tls: tls.filter(|t| t.rpc_enabled()),
             channels: Mutex::new(HashMap::new()),
         }
     }
@@ -73,10 +86,18 @@ impl RpcClient {
                     .tcp_nodelay(true)
                     .http2_keep_alive_interval(Duration::from_secs(10))
                     .keep_alive_timeout(Duration::from_secs(5));
-                let channel = endpoint
-                    .connect()
-                    .await
-                    .map_err(|e| not_sent(error_chain(&e)))?;
+                let connected = match &self.tls {
+                    Some(tls) => {
+                        endpoint
+                            .connect_with_connector(crate::tls::TlsConnector {
+                                tls: tls.clone(),
+                                timeout: CONNECT_TIMEOUT,
+                            })
+                            .await
+                    }
+                    None => endpoint.connect().await,
+                };
+                let channel = connected.map_err(|e| not_sent(error_chain(&e)))?;
                 self.channels
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())

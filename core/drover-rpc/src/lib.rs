@@ -13,16 +13,21 @@
 //!   per peer, reconnecting with backoff and reporting unreachable peers to Raft.
 //! - [`tunnel`]: byte streams over the RPC connection, so servers reach client agents over
 //!   the sessions the clients opened, and clients reach servers' HTTP API.
+//! - TLS (`tls`): with the agent's `tls { rpc = true }`, the port speaks only mutual TLS and
+//!   every call knows what its caller's certificate says it is (`drover_net::PeerRole`):
+//!   Raft wants a server certificate, sessions and tunnels a client's or a server's.
 //! - [`Faults`] drops traffic to and from listed addresses, for partition tests
 //!   (`DROVER_TEST_FAULTS=<file>`).
 //!
 //! Must not depend on the server, state, HTTP or client crates: only on drover-raft, whose
-//! messages it carries, and drover-net, whose traits it implements.
+//! messages it carries, drover-net, whose traits it implements, and drover-tls, whose
+//! configurations secure its connections.
 
 mod client;
 mod faults;
 mod net;
 mod service;
+mod tls;
 mod transport;
 pub mod tunnel;
 
@@ -32,7 +37,7 @@ pub mod proto {
 }
 
 pub use client::{RpcClient, SessionLink};
-pub use drover_net::{CallFuture, Handler, HandlerError, RpcError};
+pub use drover_net::{CallFuture, Handler, HandlerError, PeerRole, RpcError};
 pub use faults::{FAULTS_ENV, Faults};
 pub use net::GrpcNet;
 pub use service::serve;

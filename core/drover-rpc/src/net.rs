@@ -7,6 +7,8 @@ use std::time::Duration;
 use drover_net::{BoxFuture, Handler, PeerNet, RpcError};
 use drover_raft::{RaftNode, Transport};
 
+use drover_tls::AgentTls;
+
 use crate::client::RpcClient;
 use crate::faults::Faults;
 use crate::transport::RaftTransport;
@@ -18,19 +20,22 @@ pub struct GrpcNet {
     transport: RaftTransport,
     faults: Arc<Faults>,
     tunnels: Arc<TunnelHub>,
+    tls: Option<Arc<AgentTls>>,
     /// Taken by `serve`.
     listener: Mutex<Option<tokio::net::TcpListener>>,
 }
 
 impl GrpcNet {
-    /// `own_addr` is the address other servers reach `listener` at. Must be called within a
-    /// tokio runtime (the transport's sender tasks run on it).
+    /// `own_addr` is the address other servers reach `listener` at; with `tls` on for RPC,
+    /// both serving and calling use mutual TLS. Must be called within a tokio runtime (the
+    /// transport's sender tasks run on it).
     pub fn new(
         listener: tokio::net::TcpListener,
         own_addr: impl Into<String>,
         faults: Arc<Faults>,
+        tls: Option<Arc<AgentTls>>,
     ) -> GrpcNet {
-        let client = Arc::new(RpcClient::new(own_addr, faults.clone()));
+        let client = Arc::new(RpcClient::with_tls(own_addr, faults.clone(), tls.clone()));
         let transport = RaftTransport::new(client.clone(), tokio::runtime::Handle::current());
         let tunnels = Arc::new(TunnelHub::new(client.clone()));
         GrpcNet {
@@ -38,6 +43,7 @@ impl GrpcNet {
             transport,
             faults,
             tunnels,
+            tls,
             listener: Mutex::new(Some(listener)),
         }
     }
@@ -83,10 +89,10 @@ impl PeerNet for GrpcNet {
             tracing::error!("the RPC listener is already served");
             return;
         };
-        let (faults, tunnels) = (self.faults.clone(), self.tunnels.clone());
+        let (faults, tunnels, tls) = (self.faults.clone(), self.tunnels.clone(), self.tls.clone());
         tokio::spawn(async move {
             if let Err(e) =
-                crate::service::serve(listener, handler, faults, tunnels, shutdown).await
+                crate::service::serve(listener, handler, faults, tunnels, tls, shutdown).await
             {
                 tracing::error!(error = %e, "RPC server stopped");
             }

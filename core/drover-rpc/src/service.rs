@@ -4,7 +4,8 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use drover_net::{Handler, HandlerError};
+use drover_net::{Handler, HandlerError, PeerRole};
+use drover_tls::AgentTls;
 use drover_raft::eraftpb::Message;
 use protobuf::Message as _;
 use tokio::sync::mpsc;
@@ -36,6 +37,22 @@ struct Service {
     tunnels: Arc<TunnelHub>,
 }
 
+/// What the caller's certificate says it is: set on every connection of a TLS port, absent
+/// on a plain one.
+fn role_of<T>(request: &Request<T>) -> PeerRole {
+    request
+        .extensions()
+        .get::<PeerRole>()
+        .copied()
+        .unwrap_or(PeerRole::Unchecked)
+}
+
+fn not_a_client(role: PeerRole) -> Status {
+    Status::permission_denied(format!(
+        "a {role:?} certificate may not open sessions or tunnels (it needs client.<region>.nomad or server.<region>.nomad)"
+    ))
+}
+
 fn tunnel_status(e: TunnelError) -> Status {
     match e {
         TunnelError::NoPath { .. } => Status::not_found(e.to_string()),
@@ -52,6 +69,10 @@ impl Drover for Service {
         &self,
         request: Request<Streaming<SessionUp>>,
     ) -> Result<Response<Self::SessionStream>, Status> {
+        let role = role_of(&request);
+        if !role.may_act_as_client() {
+            return Err(not_a_client(role));
+        }
         let mut inbound = request.into_inner();
         let node_id = match inbound.message().await? {
             Some(hello) if !hello.node_id.is_empty() => hello.node_id,
@@ -81,6 +102,10 @@ impl Drover for Service {
         &self,
         request: Request<Streaming<TunnelFrame>>,
     ) -> Result<Response<Self::TunnelStream>, Status> {
+        let role = role_of(&request);
+        if !role.may_act_as_client() {
+            return Err(not_a_client(role));
+        }
         let mut inbound = request.into_inner();
         let open = match inbound.message().await? {
             Some(TunnelFrame {
@@ -131,6 +156,13 @@ impl Drover for Service {
     }
 
     async fn raft(&self, request: Request<RaftBatch>) -> Result<Response<RaftAck>, Status> {
+        let role = role_of(&request);
+        if !role.may_act_as_server() {
+            // A client certificate can never join as a server.
+            return Err(Status::permission_denied(format!(
+                "raft messages need a server certificate (server.<region>.nomad); the caller's is {role:?}"
+            )));
+        }
         let batch = request.into_inner();
         if self.faults.blocks(&batch.from_addr) {
             return Err(Status::unavailable("dropped by the test fault filter"));
@@ -146,6 +178,7 @@ impl Drover for Service {
     }
 
     async fn call(&self, request: Request<CallRequest>) -> Result<Response<CallReply>, Status> {
+        let role = role_of(&request);
         let call = request.into_inner();
         if !call.from_addr.is_empty() && self.faults.blocks(&call.from_addr) {
             return Err(Status::failed_precondition(
@@ -154,7 +187,7 @@ impl Drover for Service {
         }
         match self
             .handler
-            .call(call.from_addr, call.method, call.body)
+            .call(call.from_addr, role, call.method, call.body)
             .await
         {
             Ok(body) => Ok(Response::new(CallReply { body })),
@@ -164,12 +197,14 @@ impl Drover for Service {
     }
 }
 
-/// Serves the RPC on `listener` until `shutdown` completes.
+/// Serves the RPC on `listener` until `shutdown` completes: over mutual TLS when `tls` has
+/// it on for RPC (plain connections are then refused), else in plain text.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     handler: Arc<dyn Handler>,
     faults: Arc<Faults>,
     tunnels: Arc<TunnelHub>,
+    tls: Option<Arc<AgentTls>>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
     let service = DroverServer::new(Service {
@@ -179,6 +214,15 @@ pub async fn serve(
     })
     .max_decoding_message_size(MAX_MESSAGE_BYTES)
     .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let server = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT));
+    if let Some(tls) = tls.filter(|t| t.rpc_enabled()) {
+        let incoming = ReceiverStream::new(crate::tls::accept(listener, tls));
+        return server
+            .serve_with_incoming_shutdown(service, incoming, shutdown)
+            .await;
+    }
     // Raft heartbeats and small appends must not wait for Nagle.
     let incoming = TcpListenerStream::new(listener).map(|conn| {
         if let Ok(stream) = &conn {
@@ -186,9 +230,7 @@ pub async fn serve(
         }
         conn
     });
-    tonic::transport::Server::builder()
-        .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
-        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
+    server
         .serve_with_incoming_shutdown(service, incoming, shutdown)
         .await
 }

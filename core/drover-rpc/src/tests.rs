@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use drover_raft::eraftpb::Message;
 use drover_raft::{PeerInfo, RaftConfig, RaftNode, StateMachine};
 
-use crate::{CallFuture, Faults, Handler, HandlerError, RaftTransport, RpcClient, RpcError, serve};
+use crate::{
+    CallFuture, Faults, Handler, HandlerError, PeerRole, RaftTransport, RpcClient, RpcError, serve,
+};
 
 const WAIT: Duration = Duration::from_secs(15);
 
@@ -45,7 +47,11 @@ impl Handler for NodeHandler {
             }
         }
     }
-    fn call(&self, _from: String, method: String, body: Vec<u8>) -> CallFuture {
+    fn call(&self, _from: String, role: PeerRole, method: String, body: Vec<u8>) -> CallFuture {
+        if method == "role" {
+            let answer = format!("{role:?}").into_bytes();
+            return Box::pin(async move { Ok(answer) });
+        }
         Box::pin(async move {
             match method.as_str() {
                 "echo" => Ok(body),
@@ -93,6 +99,7 @@ async fn start_cluster(dir: &std::path::Path) -> Vec<TestNode> {
             Arc::new(NodeHandler(slot.clone())),
             faults.clone(),
             crate::tunnel::tests::hub(),
+            None,
             std::future::pending(),
         ));
         let client = Arc::new(RpcClient::new(addr.clone(), faults));
@@ -230,6 +237,7 @@ async fn calls_say_whether_they_ran() {
         Arc::new(NodeHandler(Arc::new(Mutex::new(None)))),
         Arc::new(Faults::none()),
         crate::tunnel::tests::hub(),
+        None,
         std::future::pending(),
     ));
     let client = RpcClient::new("", Arc::new(Faults::none()));
@@ -256,4 +264,76 @@ async fn calls_say_whether_they_ran() {
         matches!(unreachable, RpcError::NotSent { .. }),
         "{unreachable}"
     );
+}
+
+/// An agent's TLS with a fresh certificate of `kind` from `ca`, its files in `dir`.
+fn agent_tls(
+    dir: &std::path::Path,
+    ca: &drover_tls::generate::Pem,
+    kind: drover_tls::generate::Kind,
+) -> Arc<drover_tls::AgentTls> {
+    use drover_tls::generate::agent_cert;
+    std::fs::create_dir_all(dir).unwrap();
+    let name = kind.label();
+    let pem = agent_cert(ca, kind, "global", "nomad", &[], 1).unwrap();
+    let (ca_file, cert_file, key_file) = (
+        dir.join("ca.pem"),
+        dir.join(format!("{name}.pem")),
+        dir.join(format!("{name}-key.pem")),
+    );
+    std::fs::write(&ca_file, &ca.cert).unwrap();
+    std::fs::write(&cert_file, &pem.cert).unwrap();
+    std::fs::write(&key_file, &pem.key).unwrap();
+    drover_tls::AgentTls::load(drover_tls::TlsSettings {
+        http: false,
+        rpc: true,
+        files: drover_tls::TlsFiles {
+            ca_file: Some(ca_file),
+            cert_file: Some(cert_file),
+            key_file: Some(key_file),
+        },
+        verify_server_hostname: true,
+        verify_https_client: true,
+        region: "global".into(),
+    })
+    .unwrap()
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tls_calls_carry_the_callers_role_and_raft_wants_a_server_certificate() {
+    use drover_tls::generate::{Kind, ca};
+    let dir = temp_dir("tls");
+    let ca_pem = ca("nomad", None, 1).unwrap();
+    let server_tls = agent_tls(&dir, &ca_pem, Kind::Server);
+    let client_tls = agent_tls(&dir, &ca_pem, Kind::Client);
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    tokio::spawn(serve(
+        l,
+        Arc::new(NodeHandler(Arc::new(Mutex::new(None)))),
+        Arc::new(Faults::none()),
+        crate::tunnel::tests::hub(),
+        Some(server_tls.clone()),
+        std::future::pending(),
+    ));
+    let as_server = RpcClient::with_tls("", Arc::new(Faults::none()), Some(server_tls));
+    let as_client = RpcClient::with_tls("", Arc::new(Faults::none()), Some(client_tls));
+    let role = as_server.call(&addr, "role", Vec::new(), WAIT).await.unwrap();
+    assert_eq!(role, b"Server");
+    let role = as_client.call(&addr, "role", Vec::new(), WAIT).await.unwrap();
+    assert_eq!(role, b"Client");
+    as_server.raft(&addr, Vec::new(), WAIT).await.unwrap();
+    let refused = as_client.raft(&addr, Vec::new(), WAIT).await.unwrap_err();
+    assert!(refused.to_string().contains("need a server certificate"), "{refused}");
+    // Plain text on a TLS port gets no answer.
+    let plain = RpcClient::new("", Arc::new(Faults::none()));
+    let e = plain.call(&addr, "role", Vec::new(), WAIT).await.unwrap_err();
+    assert!(!matches!(e, RpcError::Refused { .. }), "{e}");
+    // Another CA's certificate is refused at the handshake: the call is not sent.
+    let stranger = agent_tls(&dir.join("other"), &ca("nomad", None, 1).unwrap(), Kind::Server);
+    let stranger = RpcClient::with_tls("", Arc::new(Faults::none()), Some(stranger));
+    let e = stranger.call(&addr, "role", Vec::new(), WAIT).await.unwrap_err();
+    assert!(e.is_not_sent(), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

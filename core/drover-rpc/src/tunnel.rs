@@ -399,7 +399,7 @@ pub(crate) mod tests {
 
     impl Handler for NoCalls {
         fn raft(&self, _: String, _: Vec<drover_raft::eraftpb::Message>) {}
-        fn call(&self, _: String, _: String, _: Vec<u8>) -> crate::CallFuture {
+        fn call(&self, _: String, _: crate::PeerRole, _: String, _: Vec<u8>) -> crate::CallFuture {
             Box::pin(async { Err(crate::HandlerError::Refused("no calls here".into())) })
         }
     }
@@ -415,6 +415,7 @@ pub(crate) mod tests {
             Arc::new(NoCalls),
             Arc::new(Faults::none()),
             hub.clone(),
+            None,
             std::future::pending(),
         ));
         (addr, hub)

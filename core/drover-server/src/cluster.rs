@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use drover_net::{CallFuture, Handler, HandlerError, PeerNet};
+use drover_net::{CallFuture, Handler, HandlerError, PeerNet, PeerRole};
 use drover_raft::eraftpb::Message;
 use drover_raft::{PeerBook, PeerInfo};
 use tokio::sync::watch;
@@ -125,7 +125,11 @@ impl Handler for RpcEndpoint {
         }
     }
 
-    fn call(&self, from_addr: String, method: String, body: Vec<u8>) -> CallFuture {
+    fn call(&self, from_addr: String, role: PeerRole, method: String, body: Vec<u8>) -> CallFuture {
+        if let Err(why) = role_may_call(role, &method, &body) {
+            tracing::warn!(%from_addr, ?role, %method, "RPC call refused: {why}");
+            return refused(why);
+        }
         match method.as_str() {
             METHOD_STATUS => {
                 if let Ok(hello) = serde_json::from_slice::<StatusRequest>(&body) {
@@ -164,6 +168,26 @@ impl Handler for RpcEndpoint {
             }
             other => refused(format!("unknown RPC method {other:?}")),
         }
+    }
+}
+
+/// What a caller's certificate allows (with `verify_server_hostname`; without it every
+/// certificate the CA signed is trusted alike): a server's, everything; a client's, only what
+/// client agents send; any other (a CLI's, another region's), nothing.
+pub(crate) fn role_may_call(role: PeerRole, method: &str, body: &[u8]) -> Result<(), String> {
+    if role.may_act_as_server() {
+        return Ok(());
+    }
+    let client_call = role.may_act_as_client()
+        && method == METHOD_ENDPOINT
+        && decode::<crate::rpc::Request>("endpoint request", body)
+            .is_ok_and(|request| request.is_client_call());
+    if client_call {
+        Ok(())
+    } else {
+        Err(format!(
+            "Permission denied: a {role:?} certificate may not call {method} (servers need server.<region>.nomad)"
+        ))
     }
 }
 

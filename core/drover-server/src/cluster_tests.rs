@@ -52,6 +52,7 @@ fn net(listener: tokio::net::TcpListener, addr: &str) -> Arc<dyn drover_net::Pee
         listener,
         addr,
         Arc::new(drover_rpc::Faults::none()),
+        None,
     ))
 }
 
@@ -292,4 +293,27 @@ async fn servers_are_removed_by_address_and_a_new_one_joins_the_running_cluster(
         .await
         .unwrap();
     shutdown(&servers);
+}
+
+#[test]
+fn a_client_certificate_may_only_make_client_calls() {
+    use crate::cluster::role_may_call;
+    use crate::rpc::{METHOD_ENDPOINT, METHOD_FORWARD, METHOD_STATUS, Request};
+    use drover_net::PeerRole;
+    let heartbeat = serde_json::to_vec(&Request::Heartbeat {
+        node_id: "n1".into(),
+    })
+    .unwrap();
+    let gc = serde_json::to_vec(&Request::ForceGc).unwrap();
+    assert!(role_may_call(PeerRole::Client, METHOD_ENDPOINT, &heartbeat).is_ok());
+    let e = role_may_call(PeerRole::Client, METHOD_ENDPOINT, &gc).unwrap_err();
+    assert!(e.starts_with("Permission denied"), "{e}");
+    assert!(role_may_call(PeerRole::Client, METHOD_FORWARD, &heartbeat).is_err());
+    assert!(role_may_call(PeerRole::Client, METHOD_STATUS, b"{}").is_err());
+    assert!(role_may_call(PeerRole::Client, METHOD_ENDPOINT, b"not json").is_err());
+    assert!(role_may_call(PeerRole::Other, METHOD_ENDPOINT, &heartbeat).is_err());
+    for role in [PeerRole::Server, PeerRole::Unchecked] {
+        assert!(role_may_call(role, METHOD_ENDPOINT, &gc).is_ok());
+        assert!(role_may_call(role, METHOD_FORWARD, &gc).is_ok());
+    }
 }

@@ -117,6 +117,21 @@ pub enum Request {
 
 impl Request {
     /// Reads can be answered by any server; everything else is executed by the leader.
+    /// True for what client agents send (registration, heartbeats, their allocations, CSI
+    /// claims of their tasks): all a client certificate may ask of a server.
+    pub fn is_client_call(&self) -> bool {
+        matches!(
+            self,
+            Request::RegisterNode { .. }
+                | Request::Heartbeat { .. }
+                | Request::NodeAllocs { .. }
+                | Request::UpdateAllocs { .. }
+                | Request::Csi(
+                    crate::csi::CsiRequest::Claim { .. } | crate::csi::CsiRequest::Unpublish { .. }
+                )
+        )
+    }
+
     pub fn is_read(&self) -> bool {
         matches!(
             self,
