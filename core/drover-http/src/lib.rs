@@ -23,6 +23,7 @@ mod deployments;
 mod error;
 mod evals;
 mod events;
+mod https;
 mod job_plan;
 mod job_versions;
 mod jobs;
@@ -408,14 +409,20 @@ pub fn node_router(client: Arc<dyn NodeClient>, internal: Router) -> Router {
 /// How long [`serve`] waits, after `shutdown` completes, for open requests to finish.
 const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// Serves `router` on `listener` until `shutdown` completes. New connections stop at once;
-/// requests in flight get [`SHUTDOWN_GRACE`] to finish. Long ones (a followed log stream, a
-/// blocking query) are then left behind: they end with the runtime or when their client goes.
+/// Serves `router` on `listener` until `shutdown` completes: over TLS when `tls` has it on
+/// for HTTP, else in plain text. New connections stop at once; requests in flight get
+/// [`SHUTDOWN_GRACE`] to finish. Long ones (a followed log stream, a blocking query) are then
+/// left behind: they end with the runtime or when their client goes.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     router: Router,
+    tls: Option<Arc<drover_tls::AgentTls>>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    if let Some(tls) = tls.filter(|t| t.http_enabled()) {
+        https::serve(listener, router, tls, shutdown).await;
+        return Ok(());
+    }
     let (fired_tx, mut fired_rx) = tokio::sync::watch::channel(false);
     let graceful = axum::serve(listener, router).with_graceful_shutdown(async move {
         shutdown.await;

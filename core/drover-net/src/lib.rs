@@ -37,8 +37,7 @@ pub trait Handler: Send + Sync + 'static {
     /// One endpoint call from `from_addr` (empty for clients): `method` names it. `role` is
     /// what the caller's certificate says it is ([`PeerRole::Unchecked`] without TLS or
     /// without `verify_server_hostname`).
-    fn call(&self, from_addr: String, role: PeerRole, method: String, body: Vec<u8>)
-    -> CallFuture;
+    fn call(&self, from_addr: String, role: PeerRole, method: String, body: Vec<u8>) -> CallFuture;
 }
 
 /// Why a call to another server failed, and so whether retrying it elsewhere is safe.

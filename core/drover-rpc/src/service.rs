@@ -5,8 +5,8 @@ use std::future::Future;
 use std::sync::Arc;
 
 use drover_net::{Handler, HandlerError, PeerRole};
-use drover_tls::AgentTls;
 use drover_raft::eraftpb::Message;
+use drover_tls::AgentTls;
 use protobuf::Message as _;
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt as _;

@@ -319,21 +319,40 @@ async fn over_tls_calls_carry_the_callers_role_and_raft_wants_a_server_certifica
     ));
     let as_server = RpcClient::with_tls("", Arc::new(Faults::none()), Some(server_tls));
     let as_client = RpcClient::with_tls("", Arc::new(Faults::none()), Some(client_tls));
-    let role = as_server.call(&addr, "role", Vec::new(), WAIT).await.unwrap();
+    let role = as_server
+        .call(&addr, "role", Vec::new(), WAIT)
+        .await
+        .unwrap();
     assert_eq!(role, b"Server");
-    let role = as_client.call(&addr, "role", Vec::new(), WAIT).await.unwrap();
+    let role = as_client
+        .call(&addr, "role", Vec::new(), WAIT)
+        .await
+        .unwrap();
     assert_eq!(role, b"Client");
     as_server.raft(&addr, Vec::new(), WAIT).await.unwrap();
     let refused = as_client.raft(&addr, Vec::new(), WAIT).await.unwrap_err();
-    assert!(refused.to_string().contains("need a server certificate"), "{refused}");
+    assert!(
+        refused.to_string().contains("need a server certificate"),
+        "{refused}"
+    );
     // Plain text on a TLS port gets no answer.
     let plain = RpcClient::new("", Arc::new(Faults::none()));
-    let e = plain.call(&addr, "role", Vec::new(), WAIT).await.unwrap_err();
+    let e = plain
+        .call(&addr, "role", Vec::new(), WAIT)
+        .await
+        .unwrap_err();
     assert!(!matches!(e, RpcError::Refused { .. }), "{e}");
     // Another CA's certificate is refused at the handshake: the call is not sent.
-    let stranger = agent_tls(&dir.join("other"), &ca("nomad", None, 1).unwrap(), Kind::Server);
+    let stranger = agent_tls(
+        &dir.join("other"),
+        &ca("nomad", None, 1).unwrap(),
+        Kind::Server,
+    );
     let stranger = RpcClient::with_tls("", Arc::new(Faults::none()), Some(stranger));
-    let e = stranger.call(&addr, "role", Vec::new(), WAIT).await.unwrap_err();
+    let e = stranger
+        .call(&addr, "role", Vec::new(), WAIT)
+        .await
+        .unwrap_err();
     assert!(e.is_not_sent(), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -25,10 +25,11 @@ pub struct RemoteServers {
 }
 
 impl RemoteServers {
-    /// `servers` are RPC addresses (`host:port`); at least one.
-    pub fn new(servers: Vec<String>) -> RemoteServers {
+    /// `servers` are RPC addresses (`host:port`); at least one. With `tls` on for RPC, the
+    /// servers are dialled over mutual TLS with the agent's certificate.
+    pub fn new(servers: Vec<String>, tls: Option<Arc<drover_tls::AgentTls>>) -> RemoteServers {
         RemoteServers {
-            rpc: Arc::new(RpcClient::new("", Arc::new(Faults::none()))),
+            rpc: Arc::new(RpcClient::with_tls("", Arc::new(Faults::none()), tls)),
             servers: std::sync::RwLock::new(servers),
             current: AtomicUsize::new(0),
         }

@@ -281,6 +281,10 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         .with_context(|| format!("invalid bind address {bind:?}"))?;
     let plugin_dir = args.plugin_dir.clone().or(file.plugin_dir.clone());
 
+    let tls = match &file.tls {
+        Some(block) => drover_tls::AgentTls::load(block.settings(&region)?)?,
+        None => None,
+    };
     // Bind HTTP first: a busy port is an error before anything else starts.
     let listener = tokio::net::TcpListener::bind(http_addr)
         .await
@@ -319,6 +323,12 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             "EnableDebug": false,
             "PluginDir": plugin_dir.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
             "Ports": {"HTTP": http_port, "RPC": rpc_port},
+            "TLSConfig": {
+                "EnableHTTP": tls.as_ref().is_some_and(|t| t.http_enabled()),
+                "EnableRPC": tls.as_ref().is_some_and(|t| t.rpc_enabled()),
+                "VerifyServerHostname": tls.as_ref().is_some_and(|t| t.settings().verify_server_hostname),
+                "VerifyHTTPSClient": tls.as_ref().is_some_and(|t| t.settings().verify_https_client),
+            },
             "Addresses": {"HTTP": bind, "RPC": bind},
             "AdvertiseAddrs": {"HTTP": http_addr.to_string(), "RPC": rpc_advertise},
             "Server": {
@@ -345,9 +355,14 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         join_later.clone(),
     ));
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let http = tokio::spawn(drover_http::serve(listener, late, async move {
-        let _ = stop_rx.await;
-    }));
+    let http = tokio::spawn(drover_http::serve(
+        listener,
+        late,
+        tls.clone(),
+        async move {
+            let _ = stop_rx.await;
+        },
+    ));
     let mut server = None;
     let mut server_tunnels = None;
     if server_enabled {
@@ -366,6 +381,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             rpc_listener,
             rpc_advertise.clone(),
             Arc::new(drover_rpc::Faults::from_env()),
+            tls.clone(),
         );
         server_tunnels = Some(Arc::new(crate::agent_tunnels::ServerTunnels::new(
             net.tunnels(),
@@ -384,7 +400,8 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     }
 
     let mut client = None;
-    let remote = (!server_enabled).then(|| Arc::new(RemoteServers::new(remote_servers.clone())));
+    let remote = (!server_enabled)
+        .then(|| Arc::new(RemoteServers::new(remote_servers.clone(), tls.clone())));
     if client_enabled {
         let mut cc = ClientConfig::new(data_dir.join("client"));
         cc.node_name = node_name.clone();
@@ -470,6 +487,11 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     println!("            Bind Addrs: HTTP: {http_addr}");
     println!("                Client: {client_enabled}");
     println!(
+        "                   TLS: HTTP: {}; RPC: {}",
+        tls.as_ref().is_some_and(|t| t.http_enabled()),
+        tls.as_ref().is_some_and(|t| t.rpc_enabled())
+    );
+    println!(
         "             Log Level: {}",
         args.log_level
             .clone()
@@ -485,7 +507,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     }
     println!("\n==> Drover agent started! Log data will stream in below:\n");
 
-    wait_for_signal().await;
+    wait_for_signal(tls.as_deref()).await;
     println!("==> Caught signal: shutting down");
     let _ = stop_tx.send(());
     for session in sessions {
@@ -786,18 +808,32 @@ fn warn_ignored_settings(file: &AgentFile) {
     }
 }
 
-async fn wait_for_signal() {
+/// Returns on SIGINT or SIGTERM. SIGHUP reloads the TLS certificate files, as Nomad's agent
+/// does: connections made afterwards use the new ones; a bad file keeps the old ones.
+async fn wait_for_signal(tls: Option<&drover_tls::AgentTls>) {
     use tokio::signal::unix::{SignalKind, signal};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(_) => {
+    let (mut term, mut hup) = match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::hangup()),
+    ) {
+        (Ok(term), Ok(hup)) => (term, hup),
+        _ => {
             let _ = tokio::signal::ctrl_c().await;
             return;
         }
     };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
+    loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => return,
+            _ = term.recv() => return,
+            _ = hup.recv() => match tls {
+                Some(tls) => match tls.reload() {
+                    Ok(()) => println!("==> Caught signal: hangup: reloaded the TLS certificates"),
+                    Err(e) => eprintln!("==> Caught signal: hangup: TLS reload failed, the old certificates stay: {e}"),
+                },
+                None => println!("==> Caught signal: hangup: nothing to reload"),
+            },
+        }
     }
 }
 

@@ -31,9 +31,8 @@ pub struct AgentFile {
     pub consul: Option<Value>,
     pub vault: Option<Value>,
     pub acl: Option<AclBlock>,
-    /// Refused when it turns TLS on (`http` or `rpc`): Drover does not serve TLS yet, and an
-    /// agent must never serve in plain text while its operator believes otherwise.
-    pub tls: Option<Value>,
+    #[serde(deserialize_with = "one_block")]
+    pub tls: Option<TlsBlock>,
     pub ui: Option<Value>,
     pub leave_on_interrupt: Option<bool>,
     pub leave_on_terminate: Option<bool>,
@@ -51,6 +50,81 @@ pub struct AclBlock {
     pub token_ttl: Option<String>,
     pub policy_ttl: Option<String>,
     pub role_ttl: Option<String>,
+}
+
+/// Nomad's agent `tls` block.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TlsBlock {
+    pub http: Option<bool>,
+    pub rpc: Option<bool>,
+    pub ca_file: Option<PathBuf>,
+    pub cert_file: Option<PathBuf>,
+    pub key_file: Option<PathBuf>,
+    pub verify_server_hostname: Option<bool>,
+    pub verify_https_client: Option<bool>,
+    /// Nomad's plain-and-TLS transition mode: refused when on (Drover's RPC port speaks one
+    /// or the other).
+    pub rpc_upgrade_mode: Option<bool>,
+    /// Only `tls12` (what Drover does: TLS 1.2 and 1.3) is accepted.
+    pub tls_min_version: Option<String>,
+    /// Refused when set: rustls's safe defaults are the only suites.
+    pub tls_cipher_suites: Option<String>,
+    pub tls_prefer_server_cipher_suites: Option<bool>,
+}
+
+impl TlsBlock {
+    /// What the agent acts on, after refusing the settings it would not honour.
+    pub fn settings(&self, region: &str) -> anyhow::Result<drover_tls::TlsSettings> {
+        if self.rpc_upgrade_mode == Some(true) {
+            bail!(
+                "tls.rpc_upgrade_mode: not supported; the RPC port speaks TLS or plain text, not both"
+            );
+        }
+        if let Some(v) = self
+            .tls_min_version
+            .as_deref()
+            .filter(|v| !v.is_empty() && *v != "tls12")
+        {
+            bail!(
+                "tls.tls_min_version: {v:?} is not supported; Drover accepts TLS 1.2 and 1.3 (\"tls12\")"
+            );
+        }
+        if self
+            .tls_cipher_suites
+            .as_deref()
+            .is_some_and(|v| !v.is_empty())
+        {
+            bail!("tls.tls_cipher_suites: not supported; Drover uses rustls's default suites");
+        }
+        let on = |v: Option<bool>| v.unwrap_or(false);
+        let settings = drover_tls::TlsSettings {
+            http: on(self.http),
+            rpc: on(self.rpc),
+            files: drover_tls::TlsFiles {
+                ca_file: self.ca_file.clone(),
+                cert_file: self.cert_file.clone(),
+                key_file: self.key_file.clone(),
+            },
+            verify_server_hostname: on(self.verify_server_hostname),
+            verify_https_client: on(self.verify_https_client),
+            region: region.to_string(),
+        };
+        if (settings.http || settings.rpc) && !is_dns_label(region) {
+            bail!(
+                "region {region:?}: with TLS on, the region must be a DNS label (it is part of server.<region>.nomad)"
+            );
+        }
+        Ok(settings)
+    }
+}
+
+fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -348,28 +422,7 @@ pub fn parse_str(text: &str, name: &str) -> anyhow::Result<AgentFile> {
     normalize_plugin_blocks(&mut value);
     let file = serde_path_to_error::deserialize::<_, AgentFile>(value)
         .map_err(|e| anyhow::anyhow!("{name}: {}: {}", e.path(), e.inner()))?;
-    refuse_tls(file.tls.as_ref(), name)?;
     Ok(file)
-}
-
-/// A `tls` block that turns TLS on is refused: Drover does not serve TLS yet, and accepting
-/// it would serve plain text to an operator who asked for encryption.
-fn refuse_tls(tls: Option<&Value>, name: &str) -> anyhow::Result<()> {
-    let blocks: Vec<&serde_json::Map<String, Value>> = match tls {
-        Some(Value::Object(m)) => vec![m],
-        Some(Value::Array(items)) => items.iter().filter_map(Value::as_object).collect(),
-        _ => Vec::new(),
-    };
-    for block in blocks {
-        for key in ["http", "rpc"] {
-            if block.get(key) == Some(&Value::Bool(true)) {
-                bail!(
-                    "{name}: tls.{key}: TLS is not supported yet; the agent would serve in plain text"
-                );
-            }
-        }
-    }
-    Ok(())
 }
 
 impl AgentFile {
@@ -433,7 +486,7 @@ mod tests {
     }
 
     #[test]
-    fn acl_is_read_and_tls_that_would_be_ignored_is_refused() {
+    fn acl_and_tls_blocks_are_read_and_what_would_be_ignored_is_refused() {
         let f = parse_str(
             "acl {\n  enabled = true\n  token_ttl = \"30s\"\n}\n",
             "a.hcl",
@@ -447,11 +500,45 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("unknown field `replication_token`"), "{e}");
-        let e = parse_str("tls {\n  http = true\n}\n", "a.hcl")
+        let f = parse_str(
+            "tls {\n  http = true\n  rpc = true\n  ca_file = \"ca.pem\"\n  verify_server_hostname = true\n}\n",
+            "a.hcl",
+        )
+        .unwrap();
+        let s = f.tls.unwrap().settings("global").unwrap();
+        assert!(s.http && s.rpc && s.verify_server_hostname && !s.verify_https_client);
+        assert_eq!(s.files.ca_file.as_deref(), Some(Path::new("ca.pem")));
+        let e = parse_str("tls {\n  http = true\n  ca_path = \"x\"\n}\n", "a.hcl")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("tls.http: TLS is not supported yet"), "{e}");
-        assert!(parse_str("tls {\n  http = false\n}\n", "a.hcl").is_ok());
+        assert!(e.contains("unknown field `ca_path`"), "{e}");
+        let refused = |body: &str| {
+            parse_str(&format!("tls {{\n  {body}\n}}\n"), "a.hcl")
+                .unwrap()
+                .tls
+                .unwrap()
+                .settings("global")
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(
+            refused("rpc_upgrade_mode = true").starts_with("tls.rpc_upgrade_mode: not supported")
+        );
+        assert!(refused("tls_min_version = \"tls13\"").starts_with("tls.tls_min_version"));
+        assert!(
+            refused("tls_cipher_suites = \"TLS_AES_128_GCM_SHA256\"")
+                .starts_with("tls.tls_cipher_suites")
+        );
+        let on = parse_str("tls {\n  rpc = true\n}\n", "a.hcl")
+            .unwrap()
+            .tls
+            .unwrap();
+        assert!(
+            on.settings("us east")
+                .unwrap_err()
+                .to_string()
+                .contains("DNS label")
+        );
     }
 
     #[test]
