@@ -57,3 +57,54 @@ pub(crate) async fn serve(
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[tokio::test]
+    async fn plain_http_on_the_https_port_gets_a_400_that_says_so() {
+        use drover_tls::generate::{Kind, agent_cert, ca};
+        let dir = std::env::temp_dir().join(format!("drover-https-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ca_pem = ca("nomad", None, 1).unwrap();
+        let server = agent_cert(&ca_pem, Kind::Server, "global", "nomad", &[], 1).unwrap();
+        let files = ["ca.pem", "server.pem", "server-key.pem"].map(|n| dir.join(n));
+        std::fs::write(&files[0], &ca_pem.cert).unwrap();
+        std::fs::write(&files[1], &server.cert).unwrap();
+        std::fs::write(&files[2], &server.key).unwrap();
+        let [ca_file, cert_file, key_file] = files;
+        let tls = drover_tls::AgentTls::load(drover_tls::TlsSettings {
+            http: true,
+            files: drover_tls::TlsFiles {
+                ca_file: Some(ca_file),
+                cert_file: Some(cert_file),
+                key_file: Some(key_file),
+            },
+            region: "global".into(),
+            ..Default::default()
+        })
+        .unwrap()
+        .unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let router = axum::Router::new();
+        tokio::spawn(super::serve(
+            listener,
+            router,
+            Arc::clone(&tls),
+            std::future::pending(),
+        ));
+        let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        tcp.write_all(b"GET /v1/jobs HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = String::new();
+        tcp.read_to_string(&mut answer).await.unwrap();
+        assert!(answer.starts_with("HTTP/1.0 400 Bad Request"), "{answer}");
+        assert!(answer.contains("Client sent an HTTP request to an HTTPS server."));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

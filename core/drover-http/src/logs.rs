@@ -437,9 +437,14 @@ mod disconnect_tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let serving = tokio::spawn(crate::serve(listener, api.router.clone(), async move {
-            let _ = stop_rx.await;
-        }));
+        let serving = tokio::spawn(crate::serve(
+            listener,
+            api.router.clone(),
+            None,
+            async move {
+                let _ = stop_rx.await;
+            },
+        ));
         let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
         conn.write_all(
             b"GET /v1/client/fs/logs/a1?task=web&type=stdout&plain=true&follow=true HTTP/1.1\r\nHost: x\r\n\r\n",
