@@ -25,6 +25,14 @@ impl HeartbeatTimers {
             .insert(node_id.to_string(), Instant::now() + ttl);
     }
 
+    /// Gives the node a timer only if it has none: a new leader's failover TTL must not
+    /// stretch the timer of a node that already heartbeated to this leader.
+    pub fn set_if_absent(&self, node_id: &str, ttl: Duration) {
+        self.lock()
+            .entry(node_id.to_string())
+            .or_insert_with(|| Instant::now() + ttl);
+    }
+
     /// Forgets a node's timer (a purged node has nothing left to miss).
     pub fn remove(&self, node_id: &str) {
         self.lock().remove(node_id);
@@ -133,5 +141,16 @@ mod tests {
         std::thread::sleep(Duration::from_millis(2));
         assert_eq!(t.take_expired(), vec!["a".to_string()]);
         assert!(t.take_expired().is_empty());
+    }
+
+    #[test]
+    fn a_failover_ttl_does_not_stretch_a_timer_already_set() {
+        let t = HeartbeatTimers::default();
+        t.reset("a", Duration::from_millis(100));
+        let before = t.deadline("a").unwrap();
+        t.set_if_absent("a", Duration::from_secs(300));
+        t.set_if_absent("b", Duration::from_secs(300));
+        assert_eq!(t.deadline("a"), Some(before));
+        assert!(t.deadline("b").unwrap() > before + Duration::from_secs(200));
     }
 }

@@ -96,12 +96,14 @@ async fn establish_leadership(inner: &Arc<Inner>) {
         }
     }
     // Every live node gets the failover TTL (Nomad's initializeHeartbeatTimers): none is
-    // marked down just because the leader changed.
+    // marked down just because the leader changed. Raft reports leadership before this runs,
+    // so a node may already have registered or heartbeated here and been given its own TTL:
+    // that timer stays (timers are cleared when leadership ends, so it is this term's).
     for n in snap.nodes() {
         if n.status != NODE_STATUS_DOWN {
             inner
                 .heartbeats
-                .reset(&n.id, inner.config.failover_heartbeat_ttl);
+                .set_if_absent(&n.id, inner.config.failover_heartbeat_ttl);
         }
     }
     inner.periodic.start(inner.clone());
@@ -183,7 +185,11 @@ async fn expire_nodes(inner: &Arc<Inner>) {
                     inner.enqueue_when_due(e);
                 }
             }
-            Err(e) => tracing::warn!(error = %e, "marking node down"),
+            Err(e) => {
+                // The timer was taken: without a new one the node would never be marked.
+                tracing::warn!(error = %e, node = %node_id, "marking node down; retrying");
+                inner.heartbeats.reset(&node_id, Duration::from_secs(1));
+            }
         }
     }
 }
