@@ -434,6 +434,8 @@ pub struct ServerProc {
     pub dir: PathBuf,
     /// Addresses listed here are cut off from this server (read every 100 ms).
     pub faults_file: PathBuf,
+    /// Set when the server's HTTP API speaks HTTPS: what callers trust and present.
+    pub https: Option<HttpsIdentity>,
     args: Vec<String>,
 }
 
@@ -443,7 +445,12 @@ impl ServerProc {
     }
 
     pub fn http_addr(&self) -> String {
-        format!("http://{}:{}", self.host, self.http_port)
+        let scheme = if self.https.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{}:{}", self.host, self.http_port)
     }
 
     pub fn log_path(&self) -> PathBuf {
@@ -496,6 +503,27 @@ impl ServerCluster {
     /// As [`ServerCluster::start`], every server bound to `host` (an address of this host's,
     /// such as the host end of a test network namespace's link).
     pub fn start_on(dir: &Path, n: usize, config: &str, host: &str) -> ServerCluster {
+        Self::start_with(dir, n, config, host, None)
+    }
+
+    /// As [`ServerCluster::start`] for servers whose `config` turns HTTPS on: the harness and
+    /// the CLI call them with `identity`.
+    pub fn start_https(
+        dir: &Path,
+        n: usize,
+        config: &str,
+        identity: HttpsIdentity,
+    ) -> ServerCluster {
+        Self::start_with(dir, n, config, "127.0.0.1", Some(identity))
+    }
+
+    fn start_with(
+        dir: &Path,
+        n: usize,
+        config: &str,
+        host: &str,
+        https: Option<HttpsIdentity>,
+    ) -> ServerCluster {
         let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
         let seed = format!("{host}:{}", ports[0].1);
         let mut servers = Vec::new();
@@ -539,6 +567,7 @@ impl ServerCluster {
                 host: host.to_string(),
                 faults_file: sdir.join("faults"),
                 dir: sdir,
+                https: https.clone(),
                 args,
             });
         }
@@ -555,7 +584,8 @@ impl ServerCluster {
 
     /// GET a JSON document from server `i`.
     pub fn get(&self, i: usize, path: &str) -> Result<Value, String> {
-        http_call(
+        http_call_as(
+            self.servers[i].https.as_ref(),
             "GET",
             &format!("{}{path}", self.servers[i].http_addr()),
             None,
@@ -571,7 +601,8 @@ impl ServerCluster {
 
     /// Sends a request to server `i`; returns status and body (status 0: no answer).
     pub fn send(&self, i: usize, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
-        match http_call(
+        match http_call_as(
+            self.servers[i].https.as_ref(),
             method,
             &format!("{}{path}", self.servers[i].http_addr()),
             body,
@@ -708,12 +739,16 @@ impl ServerCluster {
 
     /// Runs the CLI against server `i`.
     pub fn cli(&self, i: usize, args: &[&str]) -> Output {
-        Command::new(drover_bin())
-            .args(args)
+        let mut cmd = Command::new(drover_bin());
+        cmd.args(args)
             .env("DROVER_ADDR", self.servers[i].http_addr())
-            .env_remove("NOMAD_ADDR")
-            .output()
-            .expect("run drover CLI")
+            .env_remove("NOMAD_ADDR");
+        if let Some(id) = &self.servers[i].https {
+            cmd.env("NOMAD_CACERT", &id.ca_file)
+                .env("NOMAD_CLIENT_CERT", &id.cert_file)
+                .env("NOMAD_CLIENT_KEY", &id.key_file);
+        }
+        cmd.output().expect("run drover CLI")
     }
 }
 
@@ -725,13 +760,47 @@ impl Drop for ServerCluster {
     }
 }
 
+/// What an HTTPS caller trusts (the CA) and presents (a certificate and its key), as files.
+#[derive(Debug, Clone)]
+pub struct HttpsIdentity {
+    pub ca_file: PathBuf,
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+}
+
+impl HttpsIdentity {
+    fn tls_config(&self) -> ureq::tls::TlsConfig {
+        use ureq::tls::{Certificate, ClientCert, PrivateKey, RootCerts, TlsConfig};
+        let read = |p: &PathBuf| std::fs::read(p).unwrap_or_else(|e| panic!("{p:?}: {e}"));
+        let ca = Certificate::from_pem(&read(&self.ca_file)).expect("CA certificate");
+        let cert = Certificate::from_pem(&read(&self.cert_file)).expect("client certificate");
+        let key = PrivateKey::from_pem(&read(&self.key_file)).expect("client key");
+        TlsConfig::builder()
+            .root_certs(RootCerts::new_with_certs(&[ca]))
+            .client_cert(Some(ClientCert::new_with_certs(&[cert], key)))
+            .build()
+    }
+}
+
 /// One HTTP request with a 15 s overall timeout; status 0 never comes back (errors are `Err`).
 pub fn http_call(method: &str, url: &str, body: Option<&str>) -> Result<(u16, String), String> {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
+    http_call_as(None, method, url, body)
+}
+
+/// As [`http_call`], over HTTPS with `identity` when given.
+pub fn http_call_as(
+    identity: Option<&HttpsIdentity>,
+    method: &str,
+    url: &str,
+    body: Option<&str>,
+) -> Result<(u16, String), String> {
+    let mut config = ureq::Agent::config_builder()
         .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(15)))
-        .build()
-        .into();
+        .timeout_global(Some(Duration::from_secs(15)));
+    if let Some(id) = identity {
+        config = config.tls_config(id.tls_config());
+    }
+    let agent: ureq::Agent = config.build().into();
     let response = match (method, body) {
         ("PUT", Some(b)) => agent.put(url).send(b),
         ("POST", Some(b)) => agent.post(url).send(b),

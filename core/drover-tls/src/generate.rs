@@ -113,8 +113,9 @@ pub fn agent_cert(
 
     let name = format!("{}.{region}.{domain}", kind.label());
     let mut names = vec![name.clone()];
+    // Nomad gives every certificate localhost, and agents' also 127.0.0.1.
+    names.push("localhost".into());
     if kind != Kind::Cli {
-        names.push("localhost".into());
         names.push("127.0.0.1".into());
     }
     names.extend(extra.iter().cloned());

@@ -24,6 +24,8 @@ use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, RootCertStor
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 
+/// The rustls these types come from, for callers that match its errors.
+pub use rustls;
 pub use tokio_rustls::{TlsAcceptor, TlsConnector, client, server};
 
 /// Why the agent's TLS could not be set up.

@@ -198,9 +198,9 @@ fn query(pairs: &[(&str, &str)]) -> String {
 
 /// `http://host[:port]` as (host:port for the socket, ws://host:port for the request).
 fn endpoint(address: &str) -> Result<(String, String), String> {
-    let rest = address
-        .strip_prefix("http://")
-        .ok_or_else(|| format!("cannot exec through {address}: only http:// is supported"))?;
+    let rest = address.strip_prefix("http://").ok_or_else(|| {
+        format!("cannot exec through {address}: alloc exec over https is not supported yet")
+    })?;
     let authority = rest.split('/').next().unwrap_or(rest);
     let has_port = authority
         .rsplit_once(':')

@@ -19,6 +19,8 @@ pub struct Connection {
     pub namespace: Option<String>,
     pub region: Option<String>,
     pub token: Option<String>,
+    /// How to speak HTTPS when the address is `https://`.
+    pub tls: super::api_tls::HttpsOptions,
 }
 
 /// What a query learned besides its body.
@@ -39,6 +41,9 @@ pub enum ApiError {
     Status { code: u16, body: String },
     /// The answer could not be read or decoded.
     Body { path: String, reason: String },
+    /// The HTTPS settings could not be used (an unreadable CA file, a key without its
+    /// certificate).
+    Tls { reason: String },
 }
 
 impl fmt::Display for ApiError {
@@ -47,6 +52,7 @@ impl fmt::Display for ApiError {
             ApiError::BadAddress { address, reason } => {
                 write!(f, "invalid agent address {address:?}: {reason}")
             }
+            ApiError::Tls { reason } => write!(f, "TLS: {reason}"),
             ApiError::Unreachable { address, reason } => write!(
                 f,
                 "cannot reach the Drover agent at {address} ({reason}); is the agent running? \
@@ -70,32 +76,26 @@ impl ApiError {
 }
 
 /// Turns what the user typed into a base URL: `127.0.0.1:4646` gets `http://`, a trailing `/`
-/// goes. Only plain HTTP is built in.
+/// goes; `http://` and `https://` are spoken.
 pub fn normalize_address(raw: &str) -> Result<String, ApiError> {
-    let trimmed = raw.trim().trim_end_matches('/');
     let bad = |reason: &str| ApiError::BadAddress {
         address: raw.to_string(),
         reason: reason.to_string(),
     };
+    let trimmed = raw.trim();
     if trimmed.is_empty() {
         return Err(bad("empty address"));
     }
-    if trimmed.starts_with("https://") {
-        return Err(bad(
-            "https is not supported by this build; use an http:// address",
-        ));
-    }
-    let with_scheme = if trimmed.starts_with("http://") {
-        trimmed.to_string()
-    } else if trimmed.contains("://") {
-        return Err(bad("only http:// addresses are supported"));
-    } else {
-        format!("http://{trimmed}")
+    let (scheme, rest) = match trimmed.split_once("://") {
+        Some((s @ ("http" | "https"), rest)) => (s, rest),
+        Some(_) => return Err(bad("only http:// and https:// addresses are supported")),
+        None => ("http", trimmed),
     };
-    if with_scheme.len() == "http://".len() {
+    let host = rest.trim_end_matches('/');
+    if host.is_empty() {
         return Err(bad("missing host"));
     }
-    Ok(with_scheme)
+    Ok(format!("{scheme}://{host}"))
 }
 
 /// Percent-encodes one path segment (job IDs may hold `/`, spaces and the like), as Go's
@@ -123,11 +123,14 @@ pub struct Client {
 impl Client {
     pub fn new(mut conn: Connection) -> Result<Client, ApiError> {
         conn.address = normalize_address(&conn.address)?;
-        let config = ureq::Agent::config_builder()
+        let mut config = ureq::Agent::config_builder()
             // Non-2xx answers carry Nomad's error text in the body; read it ourselves.
             .http_status_as_error(false)
-            .timeout_connect(Some(Duration::from_secs(10)))
-            .build();
+            .timeout_connect(Some(Duration::from_secs(10)));
+        if conn.address.starts_with("https://") {
+            config = config.tls_config(conn.tls.tls_config()?);
+        }
+        let config = config.build();
         Ok(Client {
             conn,
             agent: config.into(),
@@ -208,6 +211,11 @@ impl Client {
     }
 
     fn unreachable(&self, e: ureq::Error) -> ApiError {
+        if let Some(tls) = super::api_tls::handshake_failure(&e) {
+            return ApiError::Tls {
+                reason: format!("talking to {}: {tls}", self.conn.address),
+            };
+        }
         let reason = match e {
             ureq::Error::Io(io) => io.to_string(),
             other => other.to_string(),
@@ -347,7 +355,8 @@ mod tests {
             "http://127.0.0.1:4646"
         );
         assert_eq!(normalize_address("http://h:1/").unwrap(), "http://h:1");
-        assert!(normalize_address("https://h:1").is_err());
+        assert_eq!(normalize_address("https://h:1/").unwrap(), "https://h:1");
+        assert!(normalize_address("https://").is_err());
         assert!(normalize_address("").is_err());
         assert!(normalize_address("ftp://h").is_err());
     }

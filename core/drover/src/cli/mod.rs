@@ -13,6 +13,7 @@ mod alloc_exec;
 mod alloc_fs;
 mod alloc_lifecycle;
 mod api;
+mod api_tls;
 mod argv;
 mod deployment;
 mod eval;
@@ -42,6 +43,7 @@ mod server;
 mod status;
 mod system;
 pub(crate) mod timefmt;
+mod tls;
 mod ui;
 mod volume;
 mod volume_spec;
@@ -111,6 +113,8 @@ enum Command {
     Namespace(namespace::NamespaceCli),
     /// Interact with ACL policies and tokens
     Acl(acl::AclCli),
+    /// Create a certificate authority and agent certificates for TLS
+    Tls(tls::TlsCli),
     /// Print the version
     Version,
 }
@@ -131,6 +135,29 @@ pub struct ConnArgs {
     /// ACL token sent as X-Nomad-Token
     #[arg(long, global = true, env = "NOMAD_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// PEM file of the CA that signed the agent's HTTPS certificate
+    #[arg(long, global = true, env = "NOMAD_CACERT", value_name = "FILE")]
+    ca_cert: Option<String>,
+    /// Directory of PEM CA certificates (all of them are trusted)
+    #[arg(long, global = true, env = "NOMAD_CAPATH", value_name = "DIR")]
+    ca_path: Option<String>,
+    /// PEM certificate presented to an agent that verifies HTTPS clients
+    #[arg(long, global = true, env = "NOMAD_CLIENT_CERT", value_name = "FILE")]
+    client_cert: Option<String>,
+    /// PEM private key of --client-cert
+    #[arg(long, global = true, env = "NOMAD_CLIENT_KEY", value_name = "FILE")]
+    client_key: Option<String>,
+    /// Server name the agent's certificate must carry instead of the address's host
+    #[arg(
+        long,
+        global = true,
+        env = "NOMAD_TLS_SERVER_NAME",
+        value_name = "NAME"
+    )]
+    tls_server_name: Option<String>,
+    /// Do not verify the agent's certificate (insecure)
+    #[arg(long, global = true, env = "NOMAD_SKIP_VERIFY")]
+    tls_skip_verify: bool,
 }
 
 impl ConnArgs {
@@ -142,8 +169,23 @@ impl ConnArgs {
             namespace: self.namespace.clone().filter(|s| !s.is_empty()),
             region: self.region.clone().filter(|s| !s.is_empty()),
             token: self.token.clone().filter(|s| !s.is_empty()),
+            tls: self.https(),
         })?;
         Ok(client)
+    }
+}
+
+impl ConnArgs {
+    fn https(&self) -> api_tls::HttpsOptions {
+        let set = |v: &Option<String>| v.clone().filter(|s| !s.is_empty());
+        api_tls::HttpsOptions {
+            ca_cert: set(&self.ca_cert),
+            ca_path: set(&self.ca_path),
+            client_cert: set(&self.client_cert),
+            client_key: set(&self.client_key),
+            server_name: set(&self.tls_server_name),
+            skip_verify: self.tls_skip_verify,
+        }
     }
 }
 
@@ -222,6 +264,7 @@ fn dispatch(command: Command) -> anyhow::Result<Exit> {
         Command::Plugin(cmd) => plugin::run(cmd),
         Command::Namespace(cmd) => namespace::run(cmd),
         Command::Acl(cmd) => acl::run(cmd),
+        Command::Tls(cmd) => tls::run(cmd),
         Command::Version => {
             print_version();
             Ok(0)
