@@ -607,16 +607,38 @@ fn write_output(spec: &TemplateSpec, env: &RenderEnv, text: &str) -> Result<(), 
         path: path.clone(),
         source,
     };
-    let dir = path.parent().unwrap_or(&env.task_dir);
-    std::fs::create_dir_all(dir).map_err(write_err)?;
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("out");
+    // The directories on the way are resolved on disk, through the symlinks a task may have
+    // planted (`local/x -> /etc`), and never leave the allocation directory: the agent
+    // writes as root.
+    let alloc_dir = env.alloc_dir.canonicalize().map_err(write_err)?;
+    let task_dir = env.task_dir.canonicalize().map_err(write_err)?;
+    let rel = Path::new(&dest);
+    let escapes = || TemplateError::DestEscapes { path: dest.clone() };
+    let Some(name) = rel.file_name().and_then(|n| n.to_str()) else {
+        return Err(escapes());
+    };
+    let parent = rel.parent().unwrap_or(Path::new(""));
+    let dir = crate::artifact::archive::resolve(
+        &alloc_dir,
+        &task_dir,
+        parent,
+        crate::artifact::archive::Create::Dirs,
+    )
+    .map_err(|_| escapes())?;
+    let path = dir.join(name);
     let tmp = dir.join(format!(".{name}.drover-tmp"));
     let written = (|| {
         use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        // Whatever sits at the temporary name goes, and the new file is made afresh: a
+        // symlink left there is never followed.
+        match std::fs::remove_file(&tmp) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
         let mut f = std::fs::OpenOptions::new()
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(true)
+            .custom_flags(libc::O_NOFOLLOW)
             .mode(spec.perms)
             .open(&tmp)?;
         f.write_all(text.as_bytes())?;
@@ -1954,6 +1976,31 @@ mod tests {
         let mut t = Templates::new(vec![s]);
         let e = t.render_all(&env_in(&d.0)).unwrap_err();
         assert!(matches!(e, TemplateError::DestEscapes { .. }), "{e}");
+    }
+
+    #[test]
+    fn a_destination_through_a_planted_symlink_cannot_write_outside_the_alloc_dir() {
+        let d = tmp();
+        let outside = tmp();
+        let victim = outside.0.join("passwd");
+        std::fs::write(&victim, "root:x:0:0").unwrap();
+        // The task made local/etc point at a host directory, and a link at the name the
+        // next render writes to.
+        std::os::unix::fs::symlink(&outside.0, d.0.join("task/local/etc")).unwrap();
+        let mut through_dir = embedded("owned");
+        through_dir.dest = "local/etc/passwd".into();
+        let mut t = Templates::new(vec![through_dir]);
+        let e = t.render_all(&env_in(&d.0)).unwrap_err();
+        assert!(matches!(e, TemplateError::DestEscapes { .. }), "{e}");
+
+        std::os::unix::fs::symlink(&victim, d.0.join("task/local/out.txt")).unwrap();
+        std::os::unix::fs::symlink(&victim, d.0.join("task/local/.out.txt.drover-tmp")).unwrap();
+        let mut t = Templates::new(vec![embedded("mine")]);
+        t.render_all(&env_in(&d.0)).unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "root:x:0:0");
+        let out = d.0.join("task/local/out.txt");
+        assert!(std::fs::symlink_metadata(&out).unwrap().is_file());
+        assert_eq!(std::fs::read_to_string(out).unwrap(), "mine");
     }
 
     #[test]

@@ -31,6 +31,8 @@ enum Need {
     Namespace(&'static str),
     /// A capability in the namespace of the job in the body (registration, plan).
     JobBody(&'static str),
+    /// A capability in the namespace of every volume in the body (register, create).
+    VolumeBody(&'static str),
     /// A capability in the namespace of the allocation the path names.
     Alloc(&'static str),
     /// A capability in the namespace of the evaluation the path names.
@@ -94,6 +96,12 @@ fn need(method: &Method, path: &str) -> Need {
             Namespace(cap::CAP_CSI_LIST_VOLUME)
         }
         ["v1", "volume", ..] if read => Namespace(cap::CAP_CSI_READ_VOLUME),
+        // Registration and creation: the volumes' own namespaces, as Nomad checks them.
+        ["v1", "volume", "csi", _] | ["v1", "volume", "csi", _, "create"]
+            if method != Method::DELETE =>
+        {
+            VolumeBody(cap::CAP_CSI_WRITE_VOLUME)
+        }
         ["v1", "volume", ..] => Namespace(cap::CAP_CSI_WRITE_VOLUME),
         ["v1", "plugins"] => PluginList,
         ["v1", "plugin", ..] => PluginRead,
@@ -132,7 +140,7 @@ fn job_need(method: &Method, rest: &[&str]) -> Need {
 }
 
 /// The request's secret: `X-Nomad-Token`, then `Authorization: Bearer`, then `?token=`.
-fn secret_of(headers: &HeaderMap, query: Option<&str>) -> Option<String> {
+pub(crate) fn secret_of(headers: &HeaderMap, query: Option<&str>) -> Option<String> {
     if let Some(v) = headers.get("X-Nomad-Token").and_then(|v| v.to_str().ok()) {
         return Some(v.trim().to_string());
     }
@@ -210,7 +218,7 @@ pub(crate) async fn layer(State(s): State<AppState>, mut request: Request, next:
                 }
             }
             Need::Namespace(c) => acl.allow_namespace_operation(&ns, c),
-            Need::JobBody(c) => {
+            Need::JobBody(c) | Need::VolumeBody(c) => {
                 let bytes = match to_bytes(body, MAX_BODY).await {
                     Ok(b) => b,
                     Err(e) => {
@@ -218,18 +226,11 @@ pub(crate) async fn layer(State(s): State<AppState>, mut request: Request, next:
                             .into_response();
                     }
                 };
-                let job_ns = serde_json::from_slice::<serde_json::Value>(&bytes)
-                    .ok()
-                    .and_then(|v| {
-                        v.get("Job")
-                            .and_then(|j| j.get("Namespace"))
-                            .and_then(|n| n.as_str())
-                            .filter(|n| !n.is_empty())
-                            .map(str::to_string)
-                    })
-                    .unwrap_or(ns);
+                let doc = serde_json::from_slice::<serde_json::Value>(&bytes).ok();
                 body = Body::from(bytes);
-                acl.allow_namespace_operation(&job_ns, c)
+                body_namespaces(doc.as_ref(), &required, &ns)
+                    .iter()
+                    .all(|n| acl.allow_namespace_operation(n, c))
             }
             Need::Alloc(c) | Need::Eval(c) | Need::Deployment(c) => {
                 let snap = s.server.snapshot();
@@ -273,6 +274,32 @@ pub(crate) async fn layer(State(s): State<AppState>, mut request: Request, next:
     }
     parts.extensions.insert(perms);
     next.run(Request::from_parts(parts, body)).await
+}
+
+/// The namespaces a job or volume body writes to: the job's, or each volume's, where they
+/// name one; the request's namespace otherwise.
+fn body_namespaces(doc: Option<&serde_json::Value>, need: &Need, request_ns: &str) -> Vec<String> {
+    let named = |v: &serde_json::Value| {
+        v.get("Namespace")
+            .and_then(|n| n.as_str())
+            .filter(|n| !n.is_empty())
+            .unwrap_or(request_ns)
+            .to_string()
+    };
+    let found: Vec<String> = match (need, doc) {
+        (Need::JobBody(_), Some(d)) => d.get("Job").map(named).into_iter().collect(),
+        (Need::VolumeBody(_), Some(d)) => d
+            .get("Volumes")
+            .and_then(|v| v.as_array())
+            .map(|vols| vols.iter().map(named).collect())
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    };
+    if found.is_empty() {
+        vec![request_ns.to_string()]
+    } else {
+        found
+    }
 }
 
 /// The path's segment `i` after `/v1/` (0: the resource).

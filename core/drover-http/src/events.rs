@@ -20,6 +20,10 @@ use crate::error::ApiError;
 /// Time between the empty frames that keep an idle stream alive (Nomad's).
 const HEARTBEAT: Duration = Duration::from_secs(10);
 
+/// How often a stream with ACLs on looks at its token again: a token deleted or expired
+/// ends the stream, a policy changed applies to what follows (Nomad closes such streams).
+const TOKEN_RECHECK: Duration = Duration::from_secs(1);
+
 /// The topics Nomad streams. Drover does not emit all of them yet (no ACLs, services or CSI
 /// events); asking for those is valid and simply selects nothing until they exist.
 const TOPICS: &[&str] = &[
@@ -148,12 +152,24 @@ fn percent_decode(s: &str) -> Option<String> {
 pub(crate) async fn stream(
     State(s): State<AppState>,
     perms: Option<axum::Extension<drover_server::acl::Permissions>>,
+    headers: axum::http::HeaderMap,
     RawQuery(query): RawQuery,
 ) -> Response {
     let acl = perms.and_then(|axum::Extension(p)| p.acl().cloned());
-    match start(&s, query.as_deref(), acl) {
+    let token = acl
+        .as_ref()
+        .map(|_| crate::authorize::secret_of(&headers, query.as_deref()));
+    match start(&s, query.as_deref(), acl, token) {
         Ok(r) => r,
         Err(e) => e.into_response(),
+    }
+}
+
+/// The token's permissions as they are now; `None` once it is gone or expired.
+fn recheck(s: &AppState, secret: Option<&str>) -> Option<drover_server::acl::Acl> {
+    match s.server.resolve_token(secret) {
+        Ok(p) => p.acl().cloned(),
+        Err(_) => None,
     }
 }
 
@@ -161,9 +177,12 @@ fn start(
     s: &AppState,
     query: Option<&str>,
     acl: Option<drover_server::acl::Acl>,
+    // With ACLs on: the secret the request came with (`Some(None)`: anonymous).
+    token: Option<Option<String>>,
 ) -> Result<Response, ApiError> {
     let mut filter = Filter::parse(query)?;
     filter.acl = acl;
+    let state = s.clone();
     let broker = s.server.events();
     if !broker.enabled() {
         return Err(ApiError::bad_request(
@@ -173,11 +192,35 @@ fn start(
     let mut sub = broker.subscribe(filter.index);
     let (tx, body) = crate::stream::channel_body();
     tokio::spawn(async move {
+        let mut idle = Duration::ZERO;
         loop {
             let mut out = String::new();
-            match tokio::time::timeout(HEARTBEAT, sub.next()).await {
-                Err(_) => out.push_str("{}\n"),
+            let wait = if token.is_some() {
+                TOKEN_RECHECK
+            } else {
+                HEARTBEAT
+            };
+            let next = tokio::time::timeout(wait, sub.next()).await;
+            if let Some(secret) = &token {
+                match recheck(&state, secret.as_deref()) {
+                    Some(acl) => filter.acl = Some(acl),
+                    None => {
+                        tracing::debug!("event stream ended: its token is gone or expired");
+                        return;
+                    }
+                }
+            }
+            match next {
+                Err(_) => {
+                    idle += wait;
+                    if idle < HEARTBEAT {
+                        continue;
+                    }
+                    idle = Duration::ZERO;
+                    out.push_str("{}\n");
+                }
                 Ok(batches) => {
+                    idle = Duration::ZERO;
                     for batch in &batches {
                         let events: Vec<&Event> =
                             batch.events.iter().filter(|e| filter.selects(e)).collect();

@@ -193,7 +193,13 @@ pub(crate) async fn get_one(
 ) -> Result<Response, ApiError> {
     let opts = QueryOptions::parse(&params)?;
     let (meta, found) = blocking(&s, &[Table::Jobs], &opts, |snap| {
-        let found = policies(&snap.jobs(None))
+        // Only the namespace the request names: the token was checked against it.
+        let jobs: Vec<Arc<Job>> = snap
+            .jobs(None)
+            .into_iter()
+            .filter(|j| opts.in_namespace(&j.namespace))
+            .collect();
+        let found = policies(&jobs)
             .into_iter()
             .find(|p| p["ID"].as_str() == Some(id.as_str()));
         (snap.table_index(Table::Jobs), found)

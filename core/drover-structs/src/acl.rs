@@ -141,12 +141,13 @@ impl AclToken {
         self.token_type == ACL_TOKEN_MANAGEMENT
     }
 
-    /// Whether the token has expired at `now` (unix nanoseconds).
+    /// Whether the token has expired at `now` (unix nanoseconds). An expiration time that
+    /// cannot be read counts as past: a token fails closed.
     pub fn expired_at(&self, now: i64) -> bool {
-        self.expiration_time
-            .as_deref()
-            .and_then(crate::time::parse_rfc3339_nanos)
-            .is_some_and(|at| at <= now)
+        match self.expiration_time.as_deref().filter(|t| !t.is_empty()) {
+            None => false,
+            Some(t) => crate::time::parse_rfc3339_nanos(t).is_none_or(|at| at <= now),
+        }
     }
 
     /// Nomad's `ACLToken.Validate`: a type Nomad knows, policies only on client tokens.
@@ -170,6 +171,43 @@ impl AclToken {
         if self.expiration_ttl < 0 {
             return Err("token expiration TTL must be positive".to_string());
         }
+        if let Some(t) = self.expiration_time.as_deref().filter(|t| !t.is_empty())
+            && crate::time::parse_rfc3339_nanos(t).is_none()
+        {
+            return Err(format!(
+                "ExpirationTime {t:?} is not an RFC 3339 time (such as 2026-12-31T23:59:59Z)"
+            ));
+        }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn client_token(expiration: Option<&str>) -> AclToken {
+        AclToken {
+            token_type: ACL_TOKEN_CLIENT.into(),
+            policies: Some(vec!["p".into()]),
+            expiration_time: expiration.map(str::to_string),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_token_expires_at_its_time_and_an_unreadable_time_fails_closed() {
+        let at = crate::time::parse_rfc3339_nanos("2026-01-01T00:00:00Z").unwrap();
+        let t = client_token(Some("2026-01-01T00:00:00Z"));
+        assert!(!t.expired_at(at - 1));
+        assert!(t.expired_at(at));
+        assert!(!client_token(None).expired_at(at));
+        let garbled = client_token(Some("next tuesday"));
+        assert!(garbled.expired_at(0));
+        let e = garbled.validate().unwrap_err();
+        assert!(e.contains("ExpirationTime \"next tuesday\""), "{e}");
+        client_token(Some("2030-01-01T00:00:00.5Z"))
+            .validate()
+            .unwrap();
     }
 }

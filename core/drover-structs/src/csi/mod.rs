@@ -15,6 +15,24 @@ pub use snapshot::*;
 pub use spec::{CsiSpecError, parse_bytes, volume_from_spec};
 pub use volume::*;
 
+/// Why `id` (a CSI plugin or volume ID) cannot be used, or `None`. Both become directory
+/// names on clients (the plugin's socket directory, a volume's staging and publish paths),
+/// so only letters, digits, `-`, `_`, `.` and the `[n]` of per-allocation volumes are taken,
+/// and never `.` or `..` themselves.
+pub fn unsafe_csi_id(id: &str) -> Option<&'static str> {
+    if id.len() > 128 {
+        return Some("is longer than 128 characters");
+    }
+    if id == "." || id == ".." {
+        return Some("is not a usable name");
+    }
+    let ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '[' | ']');
+    if !id.chars().all(ok) {
+        return Some("may hold only letters, digits, '-', '_', '.', '[' and ']'");
+    }
+    None
+}
+
 /// The `type` of a group `volume` block (and of a volume spec) served by a CSI plugin.
 pub const VOLUME_TYPE_CSI: &str = "csi";
 

@@ -285,6 +285,11 @@ impl CsiVolume {
 
     /// Nomad's `CSIVolume.Validate` (its text: `validation: missing volume id, ...`).
     pub fn validate(&self) -> Result<(), String> {
+        for (what, id) in [("volume id", &self.id), ("plugin id", &self.plugin_id)] {
+            if let Some(why) = super::unsafe_csi_id(id) {
+                return Err(format!("validation: {what} {id:?} {why}"));
+            }
+        }
         let mut errs = Vec::new();
         if self.id.is_empty() {
             errs.push("missing volume id");
@@ -699,6 +704,20 @@ mod tests {
     /// Every writer in these tests belongs to the job named by its allocation id's prefix.
     fn job_of(id: &str) -> Option<(String, String)> {
         Some(("default".into(), id.split('-').next().unwrap_or("").into()))
+    }
+
+    #[test]
+    fn volume_and_plugin_ids_that_are_not_plain_names_are_refused() {
+        let mut v = volume(CsiAccessMode::SingleNodeWriter);
+        v.id = "../../../var/lib".into();
+        let e = v.validate().unwrap_err();
+        assert!(e.contains("volume id \"../../../var/lib\""), "{e}");
+        let mut v = volume(CsiAccessMode::SingleNodeWriter);
+        v.plugin_id = "x/../../y".into();
+        assert!(v.validate().unwrap_err().contains("plugin id"));
+        let mut v = volume(CsiAccessMode::SingleNodeWriter);
+        v.id = "mysql[0]".into();
+        v.validate().unwrap();
     }
 
     #[test]

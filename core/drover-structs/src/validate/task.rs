@@ -413,8 +413,11 @@ pub(crate) fn validate_task(t: &Task, tg: &TaskGroup, job_type: &str) -> Result<
         }
     }
     if let Some(csi) = t.csi_plugin_config.as_ref().filter(|v| !v.is_null()) {
-        if str_of(csi, "ID").is_empty() {
+        let id = str_of(csi, "ID");
+        if id.is_empty() {
             m.push("CSIPluginConfig must have a non-empty PluginID");
+        } else if let Some(why) = crate::csi::unsafe_csi_id(id) {
+            m.push(format!("CSIPluginConfig PluginID {id:?} {why}"));
         }
         let kind = str_of(csi, "Type");
         if !matches!(kind, "node" | "controller" | "monolith") {
@@ -596,6 +599,26 @@ mod tests {
                 "CSIPluginConfig must have a non-empty PluginID",
                 "CSIPluginConfig PluginType must be one of 'node', 'controller', or 'monolith', got: \"both\""
             ]
+        );
+    }
+
+    #[test]
+    fn a_csi_plugin_id_that_would_climb_out_of_the_plugin_directory_is_refused() {
+        let tg = TaskGroup::default();
+        for id in ["../../etc", "a/b", ".."] {
+            let t = task(json!({"CSIPluginConfig": {"ID": id, "Type": "node"}}));
+            let errs = errors(validate_task(&t, &tg, "service"));
+            assert!(
+                errs.iter()
+                    .any(|e| e.starts_with(&format!("CSIPluginConfig PluginID {id:?}"))),
+                "{id}: {errs:?}"
+            );
+        }
+        let ok = task(json!({"CSIPluginConfig": {"ID": "hostpath.csi-1", "Type": "node"}}));
+        assert!(
+            !errors(validate_task(&ok, &tg, "service"))
+                .iter()
+                .any(|e| e.contains("PluginID"))
         );
     }
 
