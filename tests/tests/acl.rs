@@ -461,3 +461,180 @@ job "pinned" {
         },
     );
 }
+
+/// `method` `path` with `token` and `body`, for the writes the CLI has no verb for.
+fn send_as(agent: &Agent, token: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+    let a: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let url = format!("{}{path}", agent.addr());
+    let resp = match method {
+        "PUT" => a.put(&url).header("X-Nomad-Token", token).send(body),
+        "DELETE" => a.delete(&url).header("X-Nomad-Token", token).call(),
+        _ => a.post(&url).header("X-Nomad-Token", token).send(body),
+    };
+    let mut resp = resp.expect("request");
+    (
+        resp.status().as_u16(),
+        resp.body_mut().read_to_string().unwrap_or_default(),
+    )
+}
+
+/// A client token of policy `name` with `rules`, made with the management token `root`.
+fn token_with(
+    agent: &Agent,
+    dir: &TempDir,
+    root: &str,
+    name: &str,
+    rules: &str,
+) -> (String, String) {
+    let file = write_job(dir, &format!("{name}.hcl"), rules);
+    let out = cli_as(agent, root, &["acl", "policy", "apply", name, &file]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    let out = cli_as(agent, root, &["acl", "token", "create", "-policy", name]);
+    let text = output_text(&out);
+    assert!(out.status.success(), "{text}");
+    (field(&text, "Secret ID"), field(&text, "Accessor ID"))
+}
+
+#[test]
+fn a_namespace_token_cannot_reach_another_namespace_through_volumes_scaling_or_a_stream_it_outlives()
+ {
+    let dir = TempDir::new("acl-attacks");
+    let config = dir.path().join("acl.hcl");
+    std::fs::write(&config, "acl {\n  enabled = true\n}\n").expect("config");
+    let agent = Agent::start_dev(dir.path(), &["--config", config.to_str().expect("utf-8")]);
+    let out = agent.cli(&["acl", "bootstrap"]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    let root = field(&output_text(&out), "Secret ID");
+    let out = cli_as(&agent, &root, &["namespace", "apply", "dev"]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    let rules = "namespace \"dev\" {\n  policy = \"write\"\n  capabilities = [\"csi-write-volume\", \"csi-read-volume\", \"read-scaling-policy\"]\n}\n";
+    let (dev, dev_accessor) = token_with(&agent, &dir, &root, "dev-write", rules);
+
+    // A volume whose body names `default`, sent with `?namespace=dev`: checked in default.
+    let volume = |ns: &str| {
+        format!(
+            r#"{{"Volumes": [{{"ID": "v1", "Name": "v1", "Namespace": "{ns}", "PluginID": "nowhere",
+               "RequestedCapabilities": [{{"AccessMode": "single-node-writer",
+               "AttachmentMode": "file-system"}}]}}]}}"#
+        )
+    };
+    assert_eq!(
+        send_as(
+            &agent,
+            &dev,
+            "PUT",
+            "/v1/volume/csi/v1?namespace=dev",
+            &volume("default")
+        ),
+        (403, "Permission denied".to_string())
+    );
+    let (status, body) = send_as(
+        &agent,
+        &dev,
+        "PUT",
+        "/v1/volume/csi/v1?namespace=dev",
+        &volume("dev"),
+    );
+    assert_eq!(
+        status, 400,
+        "in its own namespace only the missing plugin stops it: {body}"
+    );
+    assert!(body.contains("no CSI plugin"), "{body}");
+    // IDs that would become paths outside the plugin's directory on a client.
+    let (status, body) = send_as(
+        &agent,
+        &root,
+        "PUT",
+        "/v1/volume/csi/x?namespace=dev",
+        &volume("dev").replace("\"ID\": \"v1\"", "\"ID\": \"../../etc\""),
+    );
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("volume id \"../../etc\""), "{body}");
+
+    // default's scaling policy is not found through dev.
+    let scaled = write_job(
+        &dir,
+        "scaled.nomad",
+        r#"
+job "scaled" {
+  datacenters = ["dc1"]
+  group "g" {
+    count = 0
+    scaling {
+      min = 0
+      max = 3
+    }
+    task "t" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/true"
+      }
+    }
+  }
+}
+"#,
+    );
+    let out = cli_as(&agent, &root, &["job", "run", "-detach", &scaled]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    let (_, body) = get_as(
+        &agent,
+        Some(&root),
+        "/v1/scaling/policies?namespace=default",
+    );
+    let policies: serde_json::Value = serde_json::from_str(&body).expect("json");
+    let policy = policies[0]["ID"].as_str().expect("a policy").to_string();
+    let path = format!("/v1/scaling/policy/{policy}");
+    assert_eq!(get_as(&agent, Some(&root), &path).0, 200);
+    assert_eq!(
+        get_as(&agent, Some(&dev), &format!("{path}?namespace=dev")).0,
+        404
+    );
+    assert_eq!(get_as(&agent, Some(&dev), &path).0, 403);
+
+    // A stream opened with a token ends once the token is deleted.
+    let url = format!("{}/v1/event/stream?namespace=dev", agent.addr());
+    let secret = dev.clone();
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let resp = ureq::get(&url).header("X-Nomad-Token", &secret).call();
+        let mut rest = String::new();
+        let ended = resp.map(|mut r| {
+            std::io::Read::read_to_string(&mut r.body_mut().as_reader(), &mut rest).is_ok()
+        });
+        let _ = done_tx.send(ended);
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        done_rx.try_recv().is_err(),
+        "the stream ended while its token was valid"
+    );
+    let out = cli_as(&agent, &root, &["acl", "token", "delete", &dev_accessor]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    let ended = done_rx.recv_timeout(Duration::from_secs(8));
+    assert!(ended.is_ok(), "the stream outlived its deleted token");
+    assert_eq!(get_as(&agent, Some(&dev), "/v1/acl/token/self").0, 403);
+
+    // An expired token is refused by token/self too.
+    let out = cli_as(
+        &agent,
+        &root,
+        &[
+            "acl",
+            "token",
+            "create",
+            "-policy",
+            "dev-write",
+            "-ttl",
+            "1s",
+        ],
+    );
+    let short = field(&output_text(&out), "Secret ID");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        get_as(&agent, Some(&short), "/v1/acl/token/self"),
+        (403, "ACL token expired".to_string())
+    );
+}

@@ -1,5 +1,7 @@
 //! The agent's `plugin "exec" { config { ... } }` block: Nomad's exec options (`no_pivot_root`,
-//! `default_pid_mode`, `default_ipc_mode`, `allow_caps`), Drover's `cgroup_parent`, and
+//! `default_pid_mode`, `default_ipc_mode`, `allow_caps`), Drover's `cgroup_parent`,
+//! `allow_host_pid_mode` and `allow_host_ipc_mode` (true, Nomad's behaviour: false refuses
+//! tasks that ask for the host's namespace), and
 //! `chroot_env`, which the agent copies here from the client's `chroot_env` block (in Nomad a
 //! client setting the driver reads from the agent config).
 
@@ -53,6 +55,10 @@ pub struct PluginConfig {
     pub no_pivot_root: bool,
     pub default_pid_mode: IsolationMode,
     pub default_ipc_mode: IsolationMode,
+    /// Whether a task may ask for the host's PID namespace (`pid_mode = "host"`).
+    pub allow_host_pid_mode: bool,
+    /// Whether a task may ask for the host's IPC namespace (`ipc_mode = "host"`).
+    pub allow_host_ipc_mode: bool,
     /// Capabilities tasks may have; also caps the default set.
     pub allow_caps: CapSet,
     /// Host path -> path inside the task root, bind-mounted read-only.
@@ -67,6 +73,8 @@ impl PluginConfig {
             no_pivot_root: false,
             default_pid_mode: IsolationMode::Private,
             default_ipc_mode: IsolationMode::Private,
+            allow_host_pid_mode: true,
+            allow_host_ipc_mode: true,
             allow_caps: nomad_default_caps(supported),
             chroot_env: DEFAULT_CHROOT_ENV
                 .iter()
@@ -106,13 +114,20 @@ pub enum PluginConfigError {
     BadChrootEnv(String),
     #[error("unknown field \"{0}\"")]
     UnknownField(String),
+    #[error("{default} = \"host\" contradicts {allow} = false")]
+    HostDefaultNotAllowed {
+        default: &'static str,
+        allow: &'static str,
+    },
 }
 
-const FIELDS: [&str; 6] = [
+const FIELDS: [&str; 8] = [
     "cgroup_parent",
     "no_pivot_root",
     "default_pid_mode",
     "default_ipc_mode",
+    "allow_host_pid_mode",
+    "allow_host_ipc_mode",
     "allow_caps",
     "chroot_env",
 ];
@@ -209,13 +224,34 @@ pub fn parse_plugin_config(
         }
         Some(_) => return Err(PluginConfigError::BadCgroupParent),
     };
-    parsed.no_pivot_root = match object.get("no_pivot_root") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
-        Some(_) => return Err(PluginConfigError::NotABool("no_pivot_root")),
+    let flag = |field: &'static str, default: bool| match object.get(field) {
+        None | Some(Value::Null) => Ok(default),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(_) => Err(PluginConfigError::NotABool(field)),
     };
+    parsed.no_pivot_root = flag("no_pivot_root", false)?;
+    parsed.allow_host_pid_mode = flag("allow_host_pid_mode", true)?;
+    parsed.allow_host_ipc_mode = flag("allow_host_ipc_mode", true)?;
     parsed.default_pid_mode = mode_field(object.get("default_pid_mode"), "default_pid_mode")?;
     parsed.default_ipc_mode = mode_field(object.get("default_ipc_mode"), "default_ipc_mode")?;
+    for (mode, allowed, default, allow) in [
+        (
+            parsed.default_pid_mode,
+            parsed.allow_host_pid_mode,
+            "default_pid_mode",
+            "allow_host_pid_mode",
+        ),
+        (
+            parsed.default_ipc_mode,
+            parsed.allow_host_ipc_mode,
+            "default_ipc_mode",
+            "allow_host_ipc_mode",
+        ),
+    ] {
+        if mode == IsolationMode::Host && !allowed {
+            return Err(PluginConfigError::HostDefaultNotAllowed { default, allow });
+        }
+    }
     if let Some(names) = string_list(object.get("allow_caps"), "allow_caps")? {
         parsed.allow_caps = CapSet::parse(&names, supported, "allow_caps")?;
     }
@@ -232,6 +268,24 @@ mod tests {
 
     fn parse(v: Value) -> Result<PluginConfig, PluginConfigError> {
         parse_plugin_config(&v, CapSet::supported(40))
+    }
+
+    #[test]
+    fn host_namespaces_are_allowed_unless_switched_off_and_a_default_cannot_contradict() {
+        let cfg = parse(json!({})).unwrap();
+        assert!(cfg.allow_host_pid_mode && cfg.allow_host_ipc_mode);
+        let off = parse(json!({"allow_host_pid_mode": false})).unwrap();
+        assert!(!off.allow_host_pid_mode && off.allow_host_ipc_mode);
+        assert_eq!(
+            parse(json!({"allow_host_ipc_mode": false, "default_ipc_mode": "host"}))
+                .unwrap_err()
+                .to_string(),
+            "default_ipc_mode = \"host\" contradicts allow_host_ipc_mode = false"
+        );
+        assert_eq!(
+            parse(json!({"allow_host_pid_mode": "no"})).unwrap_err(),
+            PluginConfigError::NotABool("allow_host_pid_mode")
+        );
     }
 
     #[test]

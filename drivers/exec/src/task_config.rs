@@ -92,13 +92,35 @@ pub struct Isolation {
     pub caps: CapSet,
 }
 
+/// Why a task cannot run with what it asks for.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum IsolationError {
+    #[error(transparent)]
+    Caps(#[from] CapError),
+    #[error(
+        "{field} = \"host\" is not allowed on this client (the exec plugin sets {allow} = false)"
+    )]
+    HostNamespaceRefused {
+        field: &'static str,
+        allow: &'static str,
+    },
+}
+
 impl ExecTaskConfig {
-    /// The task's modes and capability set under `plugin`'s defaults and `allow_caps`.
+    /// The task's modes and capability set under `plugin`'s defaults, `allow_host_*_mode`
+    /// and `allow_caps`.
     pub fn isolation(
         &self,
         plugin: &PluginConfig,
         supported: CapSet,
-    ) -> Result<Isolation, CapError> {
+    ) -> Result<Isolation, IsolationError> {
+        let refuse = |field, allow| IsolationError::HostNamespaceRefused { field, allow };
+        if self.pid_mode == Some(IsolationMode::Host) && !plugin.allow_host_pid_mode {
+            return Err(refuse("pid_mode", "allow_host_pid_mode"));
+        }
+        if self.ipc_mode == Some(IsolationMode::Host) && !plugin.allow_host_ipc_mode {
+            return Err(refuse("ipc_mode", "allow_host_ipc_mode"));
+        }
         let basis = crate::plugin_config::nomad_default_caps(supported);
         Ok(Isolation {
             pid_mode: self.pid_mode.unwrap_or(plugin.default_pid_mode),
@@ -139,6 +161,29 @@ mod tests {
             cfg.isolation(&host, supported()).unwrap().pid_mode,
             IsolationMode::Host
         );
+    }
+
+    #[test]
+    fn a_task_asking_for_a_host_namespace_the_plugin_does_not_allow_is_refused() {
+        let mut plugin = PluginConfig::defaults(supported());
+        plugin.allow_host_pid_mode = false;
+        let pid = parse(json!({"command": "x", "pid_mode": "host"})).unwrap();
+        assert_eq!(
+            pid.isolation(&plugin, supported()).unwrap_err().to_string(),
+            "pid_mode = \"host\" is not allowed on this client (the exec plugin sets allow_host_pid_mode = false)"
+        );
+        // Private stays possible, and the IPC namespace has its own switch.
+        let private = parse(json!({"command": "x", "pid_mode": "private", "ipc_mode": "host"}));
+        private.unwrap().isolation(&plugin, supported()).unwrap();
+        plugin.allow_host_ipc_mode = false;
+        let ipc = parse(json!({"command": "x", "ipc_mode": "host"})).unwrap();
+        assert!(matches!(
+            ipc.isolation(&plugin, supported()),
+            Err(IsolationError::HostNamespaceRefused {
+                field: "ipc_mode",
+                ..
+            })
+        ));
     }
 
     #[test]
