@@ -86,6 +86,8 @@ fn need(method: &Method, path: &str) -> Need {
         ["v1", "nodes"] => NodeRead,
         ["v1", "node", ..] if read => NodeRead,
         ["v1", "node", ..] => NodeWrite,
+        // Per variable, by its namespace and path: the handlers check (lists filter).
+        ["v1", "vars"] | ["v1", "var", ..] => Token,
         ["v1", "namespaces"] => Nothing,
         ["v1", "namespace", _] if read => NamespaceNamed,
         ["v1", "operator", "snapshot"] => Management,

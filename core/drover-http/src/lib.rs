@@ -46,6 +46,7 @@ mod stream;
 mod system;
 #[cfg(test)]
 mod test_support;
+mod variables;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -298,6 +299,14 @@ pub fn router(
                 .put(acl::token_update)
                 .post(acl::token_update)
                 .delete(acl::token_delete),
+        )
+        .route("/v1/vars", get(variables::list))
+        .route(
+            "/v1/var/{*path}",
+            get(variables::get_one)
+                .put(variables::write)
+                .post(variables::write)
+                .delete(variables::write),
         )
         .route("/v1/namespaces", get(namespaces::list))
         .route(

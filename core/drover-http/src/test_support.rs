@@ -190,6 +190,10 @@ impl TestApi {
         self.call(Method::PUT, uri, Some(&body.to_string())).await
     }
 
+    pub async fn delete(&self, uri: &str) -> TestResponse {
+        self.call(Method::DELETE, uri, None).await
+    }
+
     /// Registers `job` through the API and returns the response body.
     pub async fn register(&self, job: Value) -> Value {
         let r = self.put("/v1/jobs", &json!({ "Job": job })).await;

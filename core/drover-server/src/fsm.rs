@@ -182,6 +182,13 @@ pub enum LogEntry {
     AclBootstrap {
         token: drover_structs::AclToken,
     },
+    /// A variable set or deleted (validated by the leader; check-and-set decided here). `at`
+    /// is the leader's clock, unix nanoseconds.
+    VariableWrite {
+        variable: drover_structs::Variable,
+        op: drover_structs::VariableWrite,
+        at: i64,
+    },
 }
 
 /// On the wire: `{"V":1,"E":{"JobRegister":{...}}}`. The entry is externally tagged so that
@@ -459,6 +466,11 @@ pub fn apply_entry(state: &StateStore, index: u64, entry: LogEntry) -> Result<()
         LogEntry::AclTokenUpsert { tokens } => state.upsert_acl_tokens(index, tokens),
         LogEntry::AclTokenDelete { accessors } => state.delete_acl_tokens(index, &accessors),
         LogEntry::AclBootstrap { token } => state.acl_bootstrap(index, token),
+        LogEntry::VariableWrite { variable, op, at } => {
+            if !state.write_variable(index, at, variable, op) {
+                return Err(FsmError::Rejected(crate::variables::CAS_REJECTED.into()));
+            }
+        }
         LogEntry::ScalingEvent {
             namespace,
             job_id,

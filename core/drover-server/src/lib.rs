@@ -51,6 +51,7 @@ pub mod snapshot_archive;
 mod test_server;
 mod unblock;
 pub mod unsupported;
+pub mod variables;
 mod volume_watcher;
 mod worker;
 

@@ -113,6 +113,8 @@ pub enum Request {
     Namespace(crate::namespaces::NamespaceRequest),
     /// ACL policy and token writes (see `crate::acl`).
     Acl(crate::acl::AclRequest),
+    /// Variable writes (see `crate::variables`).
+    Variable(crate::variables::VariableRequest),
 }
 
 impl Request {
@@ -177,6 +179,7 @@ pub enum Reply {
     Peer(Option<drover_structs::Deployment>),
     /// An ACL token as stored (with its secret).
     AclToken(drover_structs::AclToken),
+    Variable(crate::variables::VariableOutcome),
 }
 
 /// Kinds of endpoint errors, so the caller rebuilds the same `ServerError` (and HTTP status).

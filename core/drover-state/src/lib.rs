@@ -18,6 +18,7 @@ mod scheduler_config;
 mod snapshot_codec;
 mod store;
 mod tables;
+mod variables;
 
 pub use csi::{CsiStateError, CsiVolumeFilter};
 pub use snapshot_codec::{SNAPSHOT_VERSION, SnapshotError};

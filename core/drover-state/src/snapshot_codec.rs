@@ -55,6 +55,8 @@ struct Encoded {
     acl_tokens: Vec<drover_structs::AclToken>,
     #[serde(default)]
     acl_bootstrap_index: u64,
+    #[serde(default)]
+    variables: Vec<drover_structs::Variable>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -152,6 +154,7 @@ pub(crate) fn encode(s: &StateSnapshot) -> Vec<u8> {
         acl_policies: t.acl_policies.values().map(|p| (**p).clone()).collect(),
         acl_tokens: t.acl_tokens.values().map(|p| (**p).clone()).collect(),
         acl_bootstrap_index: t.acl_bootstrap_index,
+        variables: t.variables.values().map(|v| (**v).clone()).collect(),
     };
     // Serialising plain data structs into a Vec cannot fail.
     serde_json::to_vec(&enc).unwrap_or_default()
@@ -264,6 +267,10 @@ fn decode(data: &[u8]) -> Result<Tables, SnapshotError> {
         t.acl_tokens.insert(tok.accessor_id.clone(), Arc::new(tok));
     }
     t.acl_bootstrap_index = enc.acl_bootstrap_index;
+    for v in enc.variables {
+        t.variables
+            .insert((v.namespace.clone(), v.path.clone()), Arc::new(v));
+    }
     Ok(t)
 }
 

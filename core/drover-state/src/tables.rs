@@ -28,10 +28,11 @@ pub enum Table {
     Namespaces,
     AclPolicies,
     AclTokens,
+    Variables,
 }
 
 impl Table {
-    pub const ALL: [Table; 15] = [
+    pub const ALL: [Table; 16] = [
         Table::Jobs,
         Table::JobVersions,
         Table::JobSummary,
@@ -47,6 +48,7 @@ impl Table {
         Table::Namespaces,
         Table::AclPolicies,
         Table::AclTokens,
+        Table::Variables,
     ];
 
     pub fn name(self) -> &'static str {
@@ -66,6 +68,7 @@ impl Table {
             Table::Namespaces => "namespaces",
             Table::AclPolicies => "acl_policy",
             Table::AclTokens => "acl_token",
+            Table::Variables => "variables",
         }
     }
 }
@@ -107,6 +110,8 @@ pub(crate) struct Tables {
     pub acl_policies: OrdMap<String, Arc<drover_structs::AclPolicy>>,
     pub acl_tokens: OrdMap<String, Arc<drover_structs::AclToken>>,
     pub acl_tokens_by_secret: OrdMap<String, String>,
+    /// Variables by (namespace, path).
+    pub variables: OrdMap<NsKey, Arc<drover_structs::Variable>>,
     /// The index of the ACL bootstrap; 0 before it.
     pub acl_bootstrap_index: u64,
     pub indexes: OrdMap<Table, u64>,

@@ -30,6 +30,7 @@ pub mod summary;
 pub mod time;
 pub mod usage;
 pub mod validate;
+pub mod variable;
 pub mod vec_map;
 
 pub use acl::*;
@@ -51,6 +52,7 @@ pub use plan::*;
 pub use resources::*;
 pub use scaling::*;
 pub use summary::*;
+pub use variable::{Variable, VariableMetadata, VariableWrite};
 pub use vec_map::VecMap;
 
 /// Namespace every object lives in unless told otherwise.

@@ -191,6 +191,7 @@ impl EntryEvents {
             | LogEntry::AclTokenUpsert { .. }
             | LogEntry::AclTokenDelete { .. }
             | LogEntry::AclBootstrap { .. }
+            | LogEntry::VariableWrite { .. }
             | LogEntry::Csi(_) => return None,
         };
         Some(out)

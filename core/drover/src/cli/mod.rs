@@ -45,6 +45,7 @@ mod system;
 pub(crate) mod timefmt;
 mod tls;
 mod ui;
+mod var;
 mod volume;
 mod volume_spec;
 
@@ -115,6 +116,8 @@ enum Command {
     Acl(acl::AclCli),
     /// Create a certificate authority and agent certificates for TLS
     Tls(tls::TlsCli),
+    /// Interact with variables
+    Var(var::VarCli),
     /// Print the version
     Version,
 }
@@ -265,6 +268,7 @@ fn dispatch(command: Command) -> anyhow::Result<Exit> {
         Command::Namespace(cmd) => namespace::run(cmd),
         Command::Acl(cmd) => acl::run(cmd),
         Command::Tls(cmd) => tls::run(cmd),
+        Command::Var(cmd) => var::run(cmd),
         Command::Version => {
             print_version();
             Ok(0)

@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{CAP_DENY, OPERATOR_CAP_DENY, Policy, PolicyLevel};
+use super::{CAP_DENY, OPERATOR_CAP_DENY, Policy, PolicyLevel, VARIABLES_CAP_DENY};
 
 type CapabilitySet = BTreeSet<String>;
 
@@ -19,6 +19,11 @@ type CapabilitySet = BTreeSet<String>;
 struct Rules {
     exact: BTreeMap<String, CapabilitySet>,
     globs: BTreeMap<String, CapabilitySet>,
+}
+
+/// The key variables rules are kept and matched under (Nomad's): namespace, NUL, path.
+fn variable_key(ns: &str, path: &str) -> String {
+    format!("{ns}\u{0}{path}")
 }
 
 impl Rules {
@@ -133,6 +138,9 @@ pub struct Acl {
     namespaces: Rules,
     node_pools: Rules,
     host_volumes: Rules,
+    /// Variables path rules by `variable_key` (a glob when the namespace or the path holds
+    /// `*`).
+    variables: Rules,
     agent: Option<PolicyLevel>,
     node: Option<PolicyLevel>,
     operator: Option<PolicyLevel>,
@@ -156,6 +164,13 @@ impl Acl {
         for policy in policies {
             for ns in &policy.namespaces {
                 acl.namespaces.add(&ns.name, &ns.capabilities, CAP_DENY);
+                for path in ns.variables.iter().flat_map(|v| &v.paths) {
+                    acl.variables.add(
+                        &variable_key(&ns.name, &path.path_spec),
+                        &path.capabilities,
+                        VARIABLES_CAP_DENY,
+                    );
+                }
             }
             for pool in &policy.node_pools {
                 acl.node_pools.add(&pool.name, &pool.capabilities, CAP_DENY);
@@ -215,6 +230,17 @@ impl Acl {
             return true;
         }
         self.namespaces.matching(ns).is_some_and(grants_something)
+    }
+
+    /// Whether variables `capability` (list, read, write, destroy) is granted on `path` in
+    /// namespace `ns` (Nomad's `AllowVariableOperation`): the exact rule, else the closest
+    /// glob over namespace and path together. A namespace's `policy` grants no variables.
+    pub fn allow_variable_operation(&self, ns: &str, path: &str, capability: &str) -> bool {
+        self.management
+            || self
+                .variables
+                .matching(&variable_key(ns, path))
+                .is_some_and(|set| set.contains(capability))
     }
 
     /// Whether `capability` is granted on node pool `pool`.

@@ -692,3 +692,37 @@ fn every_namespace_capability_is_accepted() {
     }
     assert_eq!(NAMESPACE_CAPABILITIES.len(), 45);
 }
+
+#[test]
+fn variables_are_granted_by_their_path_rules_only_the_exact_or_closest_glob_winning() {
+    let a = acl(&[r#"
+namespace "dev" {
+  policy = "write"
+  variables {
+    path "app/*" { capabilities = ["read"] }
+    path "app/secret" { capabilities = ["deny"] }
+    path "app/db/*" { capabilities = ["write", "destroy"] }
+  }
+}
+namespace "ops-*" {
+  variables {
+    path "*" { capabilities = ["list"] }
+  }
+}
+"#]);
+    assert!(a.allow_variable_operation("dev", "app/x", "read"));
+    assert!(
+        a.allow_variable_operation("dev", "app/x", "list"),
+        "read implies list"
+    );
+    assert!(!a.allow_variable_operation("dev", "app/x", "write"));
+    assert!(!a.allow_variable_operation("dev", "app/secret", "read"));
+    assert!(a.allow_variable_operation("dev", "app/db/main", "write"));
+    assert!(!a.allow_variable_operation("dev", "app/db/main", "read"));
+    // The namespace's policy = "write" grants no variables; other namespaces get nothing.
+    assert!(!a.allow_variable_operation("dev", "other", "read"));
+    assert!(!a.allow_variable_operation("default", "app/x", "read"));
+    assert!(a.allow_variable_operation("ops-1", "any/path", "list"));
+    assert!(!a.allow_variable_operation("ops-1", "any/path", "read"));
+    assert!(Acl::management().allow_variable_operation("x", "y", "destroy"));
+}
