@@ -21,8 +21,11 @@ use tokio::sync::{mpsc, watch};
 /// Nomad's `structs.TaskDriverMessage`.
 pub const TASK_EVENT_DRIVER_MESSAGE: &str = "Driver";
 
-/// How long one `task_events` call may wait: also how soon a pump sees the client stop.
-const POLL_WAIT: Duration = Duration::from_secs(1);
+/// How long a pump rests after its driver had no events: also how soon it sees the client
+/// stop. The pump asks without waiting inside the driver, so that a flush can tell a call in
+/// progress (whose events are on their way) from an idle pump: a driver's long poll would
+/// take the events out of the driver before the pump could say it holds them.
+const POLL_WAIT: Duration = Duration::from_millis(100);
 /// Waits between calls after a driver failed to answer, doubling from the first to the last.
 const RETRY_FIRST: Duration = Duration::from_secs(1);
 const RETRY_MAX: Duration = Duration::from_secs(30);
@@ -170,16 +173,23 @@ fn pump(
 ) {
     let mut retry = RETRY_FIRST;
     while !stopped(shutdown) {
-        match driver.task_events(POLL_WAIT) {
-            Ok(events) => {
-                router.in_flight.fetch_add(1, Ordering::AcqRel);
-                retry = RETRY_FIRST;
-                for event in &events {
-                    if !router.deliver(event) {
-                        tracing::debug!(driver = name, task = %event.task_id, message = %event.message, "driver event of a task no runner has; dropped");
-                    }
+        // Counted from before the call: a flush meanwhile waits for what this call takes.
+        router.in_flight.fetch_add(1, Ordering::AcqRel);
+        let answer = driver.task_events(Duration::ZERO);
+        if let Ok(events) = &answer {
+            for event in events {
+                if !router.deliver(event) {
+                    tracing::debug!(driver = name, task = %event.task_id, message = %event.message, "driver event of a task no runner has; dropped");
                 }
-                router.in_flight.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        router.in_flight.fetch_sub(1, Ordering::AcqRel);
+        match answer {
+            Ok(events) => {
+                retry = RETRY_FIRST;
+                if events.is_empty() {
+                    std::thread::sleep(POLL_WAIT);
+                }
             }
             Err(DriverError::NotSupported(_)) => {
                 tracing::debug!(driver = name, "the driver reports no task events");
@@ -269,13 +279,21 @@ mod tests {
     struct Scripted {
         script: Mutex<VecDeque<Answer>>,
         calls: AtomicU64,
+        /// How long an answer with events takes to come back once they are taken out (the
+        /// time a plugin's answer spends crossing to the agent).
+        hand_over: Duration,
     }
 
     impl Scripted {
         fn new(script: impl IntoIterator<Item = Answer>) -> Arc<Scripted> {
+            Self::slow(script, Duration::ZERO)
+        }
+
+        fn slow(script: impl IntoIterator<Item = Answer>, hand_over: Duration) -> Arc<Scripted> {
             Arc::new(Scripted {
                 script: Mutex::new(script.into_iter().collect()),
                 calls: AtomicU64::new(0),
+                hand_over,
             })
         }
     }
@@ -332,7 +350,10 @@ mod tests {
             self.calls.fetch_add(1, Ordering::SeqCst);
             let next = self.script.lock().unwrap().pop_front();
             match next {
-                Some(Some(answer)) => answer,
+                Some(Some(answer)) => {
+                    std::thread::sleep(self.hand_over);
+                    answer
+                }
                 Some(None) => Err(DriverError::NotSupported("task_events".into())),
                 // The script is over: nothing more to report.
                 None => {
@@ -415,6 +436,31 @@ mod tests {
             calls,
             "asked after the stop"
         );
+    }
+
+    #[test]
+    fn a_flush_waits_for_events_a_pump_took_and_has_not_delivered_yet() {
+        let slow = Scripted::slow(
+            [Some(Ok(vec![event("a/t/1", "started")]))],
+            Duration::from_millis(150),
+        );
+        let router = DriverEventRouter::default();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let _route = router.route("a/t/1", tx);
+        let (stop, shutdown) = watch::channel(false);
+        let pumps = start_pumps(&drivers(&[("slow", Arc::clone(&slow))]), &router, &shutdown);
+        // The pump's call has taken the event out; the flush finds the driver empty.
+        wait_until("the pump asking", || slow.calls.load(Ordering::SeqCst) >= 1);
+        flush(slow.as_ref(), &router);
+        assert_eq!(
+            rx.try_recv().map(|e| e.driver_message).ok().as_deref(),
+            Some("started"),
+            "the flush returned before the pump's batch arrived"
+        );
+        stop.send(true).unwrap();
+        for p in pumps {
+            p.join().unwrap();
+        }
     }
 
     #[test]
