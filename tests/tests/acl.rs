@@ -638,3 +638,147 @@ job "scaled" {
         (403, "ACL token expired".to_string())
     );
 }
+
+#[test]
+fn a_namespace_token_reads_and_writes_only_the_variables_its_paths_grant() {
+    let dir = TempDir::new("acl-vars");
+    let config = dir.path().join("acl.hcl");
+    std::fs::write(&config, "acl {\n  enabled = true\n}\n").expect("config");
+    let agent = Agent::start_dev(dir.path(), &["--config", config.to_str().expect("utf-8")]);
+    let out = agent.cli(&["acl", "bootstrap"]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    let root = field(&output_text(&out), "Secret ID");
+    let out = cli_as(&agent, &root, &["namespace", "apply", "dev"]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    let rules = "namespace \"dev\" {\n  policy = \"write\"\n  variables {\n    path \"app/*\" {\n      capabilities = [\"write\", \"read\", \"destroy\"]\n    }\n  }\n}\n";
+    let (dev, _) = token_with(&agent, &dir, &root, "dev-vars", rules);
+
+    let out = cli_as(
+        &agent,
+        &root,
+        &[
+            "var",
+            "put",
+            "-namespace",
+            "default",
+            "app/secret",
+            "pw=hunter2",
+        ],
+    );
+    assert!(out.status.success(), "{}", output_text(&out));
+    let out = cli_as(
+        &agent,
+        &dev,
+        &["var", "put", "-namespace", "dev", "app/db", "user=me"],
+    );
+    let text = output_text(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("Created variable \"app/db\" with modify index"),
+        "{text}"
+    );
+
+    // Another namespace's variable, by the CLI and by a body naming it.
+    let out = cli_as(
+        &agent,
+        &dev,
+        &["var", "get", "-namespace", "default", "app/secret"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", output_text(&out));
+    assert!(
+        output_text(&out).contains("Permission denied"),
+        "{}",
+        output_text(&out)
+    );
+    assert!(!output_text(&out).contains("hunter2"));
+    assert_eq!(
+        send_as(
+            &agent,
+            &dev,
+            "PUT",
+            "/v1/var/app/secret?namespace=dev",
+            r#"{"Namespace": "default", "Items": {"pw": "mine"}}"#
+        ),
+        (403, "Permission denied".to_string())
+    );
+    let (_, body) = get_as(&agent, Some(&root), "/v1/var/app/secret?namespace=default");
+    assert!(
+        body.contains("hunter2"),
+        "the default variable was changed: {body}"
+    );
+    // A path its rule does not cover, in its own namespace.
+    let out = cli_as(
+        &agent,
+        &dev,
+        &["var", "put", "-namespace", "dev", "other/x", "k=v"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", output_text(&out));
+
+    // Lists of every namespace leave out what it may not list (read implies list).
+    let (status, body) = get_as(&agent, Some(&dev), "/v1/vars?namespace=*");
+    assert_eq!(status, 200, "{body}");
+    let list: serde_json::Value = serde_json::from_str(&body).expect("json");
+    let seen: Vec<String> = list
+        .as_array()
+        .expect("list")
+        .iter()
+        .map(|v| {
+            format!(
+                "{}:{}",
+                v["Namespace"].as_str().unwrap_or(""),
+                v["Path"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    assert_eq!(seen, ["dev:app/db"]);
+
+    // Check-and-set: a plain put over a stored variable conflicts; -force writes.
+    let out = cli_as(
+        &agent,
+        &dev,
+        &["var", "put", "-namespace", "dev", "app/db", "user=you"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        output_text(&out).contains("Check-and-Set conflict"),
+        "{}",
+        output_text(&out)
+    );
+    let out = cli_as(
+        &agent,
+        &dev,
+        &[
+            "var",
+            "put",
+            "-force",
+            "-namespace",
+            "dev",
+            "app/db",
+            "user=you",
+        ],
+    );
+    assert!(out.status.success(), "{}", output_text(&out));
+    let out = cli_as(
+        &agent,
+        &dev,
+        &["var", "get", "-namespace", "dev", "-item", "user", "app/db"],
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "you");
+    let out = cli_as(
+        &agent,
+        &dev,
+        &["var", "purge", "-namespace", "dev", "app/db"],
+    );
+    assert!(
+        output_text(&out).contains("Successfully purged variable \"app/db\"!"),
+        "{}",
+        output_text(&out)
+    );
+    let out = cli_as(&agent, &dev, &["var", "get", "-namespace", "dev", "app/db"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        output_text(&out).contains("Variable not found"),
+        "{}",
+        output_text(&out)
+    );
+}
