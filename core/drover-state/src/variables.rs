@@ -58,17 +58,11 @@ impl StateSnapshot {
     /// The variables of `namespace` (`None`: of every namespace) whose path starts with
     /// `prefix`, by namespace and path.
     pub fn variables(&self, namespace: Option<&str>, prefix: &str) -> Vec<Arc<Variable>> {
-        let of_namespace: Box<dyn Iterator<Item = (&(String, String), &Arc<Variable>)>> =
-            match namespace {
-                Some(ns) => Box::new(
-                    self.t
-                        .variables
-                        .range((ns.to_string(), String::new())..)
-                        .take_while(move |((n, _), _)| n == ns),
-                ),
-                None => Box::new(self.t.variables.iter()),
-            };
-        of_namespace
+        let start = (namespace.unwrap_or_default().to_string(), String::new());
+        self.t
+            .variables
+            .range(start..)
+            .take_while(|((n, _), _)| namespace.is_none_or(|ns| n == ns))
             .filter(|((_, path), _)| path.starts_with(prefix))
             .map(|(_, v)| v.clone())
             .collect()

@@ -285,6 +285,15 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         Some(block) => drover_tls::AgentTls::load(block.settings(&region)?)?,
         None => None,
     };
+    let acl_on = file.acl.as_ref().and_then(|a| a.enabled) == Some(true);
+    if acl_on && server_enabled && !tls.as_ref().is_some_and(|t| t.rpc_enabled()) {
+        // The HTTP API checks every token; the RPC port (Raft, forwarding, client sessions)
+        // tells servers from clients only by their certificates.
+        tracing::warn!(
+            "ACLs are on but RPC is not mutual TLS: anyone who reaches the RPC port ({rpc_addr}) \
+             is trusted as a server; set tls {{ rpc = true verify_server_hostname = true }}"
+        );
+    }
     // Bind HTTP first: a busy port is an error before anything else starts.
     let listener = tokio::net::TcpListener::bind(http_addr)
         .await
