@@ -188,13 +188,31 @@ async fn run(
     let mut states: BTreeMap<String, TaskState> = BTreeMap::new();
     // Group volumes are mounted before any task starts (Nomad's csi_hook, a pre-run hook).
     let resumed_running = prior.values().any(|s| s.state == TASK_STATE_RUNNING);
-    let mounted = match mount_csi_volumes(&env, &alloc, &group).await {
+    let mounted = match mount_csi_volumes(&env, &alloc, &group, stop_rx.clone()).await {
         Ok(m) => m,
         Err(err) if resumed_running => {
             // Tasks resumed after an agent restart run on with the binds they have; the
             // servers' volume watcher releases the claims once the allocation ends.
             tracing::warn!(alloc = %alloc.id, error = %err, "re-mounting CSI volumes after a restart");
             Vec::new()
+        }
+        Err(err) if err.contains(volumes::CLAIM_STOPPED) => {
+            // Stopped before it could start: nothing ran, nothing failed.
+            for task in &group.tasks {
+                let mut s = prior.get(&task.name).cloned().unwrap_or_default();
+                s.state = TASK_STATE_DEAD.into();
+                states.insert(task.name.clone(), s);
+            }
+            let _ = env.updates.send(AllocClientUpdate {
+                id: alloc.id.clone(),
+                client_status: ALLOC_CLIENT_COMPLETE.into(),
+                client_description: err,
+                task_states: Some(states),
+                modify_time: drover_structs::time::now_nanos(),
+                deployment_status: health.reported(),
+            });
+            let _ = done_tx.send(true);
+            return;
         }
         Err(err) => {
             for task in &group.tasks {
@@ -517,12 +535,30 @@ async fn mount_csi_volumes(
     env: &RunnerEnv,
     alloc: &Allocation,
     group: &TaskGroup,
+    stop: watch::Receiver<bool>,
 ) -> Result<Vec<MountedVolume>, String> {
     let wanted = volumes::group_csi_volumes(group, alloc)?;
     if wanted.is_empty() {
         return Ok(Vec::new());
     }
-    volumes::mount_all(&env.csi, env.csi_server.as_ref(), alloc, &wanted).await
+    // While a claim waits (a writer still holds the volume, no healthy controller), the
+    // allocation stays pending and its client description says why.
+    let (updates, id) = (env.updates.clone(), alloc.id.clone());
+    let report = move |why: &str| {
+        let _ = updates.send(AllocClientUpdate {
+            id: id.clone(),
+            client_status: ALLOC_CLIENT_PENDING.into(),
+            client_description: why.to_string(),
+            task_states: None,
+            modify_time: drover_structs::time::now_nanos(),
+            deployment_status: None,
+        });
+    };
+    let mut wait = volumes::ClaimWait {
+        report: &report,
+        stop,
+    };
+    volumes::mount_all(&env.csi, env.csi_server.as_ref(), alloc, &wanted, &mut wait).await
 }
 
 #[cfg(test)]

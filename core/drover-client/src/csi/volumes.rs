@@ -27,9 +27,23 @@ use serde::{Deserialize, Serialize};
 use super::server::CsiServerCalls;
 use super::{CsiManager, PLUGIN_WAIT, PluginInstance};
 
-/// How long a claim is retried: the volume may still be held by an allocation being stopped
-/// (Nomad retries claims the same way).
-const CLAIM_RETRY_FOR: Duration = Duration::from_secs(90);
+/// How long a claim is retried (Nomad's `maxBackoffDuration`): the volume may still be held by
+/// an allocation being stopped, or its plugin may have no healthy controller for now. The
+/// allocation says why it waits meanwhile, and a stop ends the wait.
+const CLAIM_RETRY_FOR: Duration = Duration::from_secs(24 * 3600);
+/// The longest pause between two claim attempts.
+const CLAIM_BACKOFF_MAX: Duration = Duration::from_secs(10);
+
+/// What a group's volume mounting tells its allocation while it waits, and when to give up.
+pub struct ClaimWait<'a> {
+    /// Called with why the allocation waits, each time the reason changes.
+    pub report: &'a (dyn Fn(&str) + Send + Sync),
+    /// Turns true when the allocation is to stop: a waiting claim gives up.
+    pub stop: tokio::sync::watch::Receiver<bool>,
+}
+
+/// The error of a claim given up because the allocation was stopped.
+pub const CLAIM_STOPPED: &str = "the allocation was stopped while its volume claim waited";
 
 /// One `volume` block of type csi, resolved for an allocation.
 #[derive(Debug, Clone, PartialEq)]
@@ -191,10 +205,11 @@ pub async fn mount_all(
     server: &dyn CsiServerCalls,
     alloc: &Allocation,
     volumes: &[GroupVolume],
+    wait: &mut ClaimWait<'_>,
 ) -> Result<Vec<MountedVolume>, String> {
     let mut done = Vec::new();
     for v in volumes {
-        match mount_one(manager, server, alloc, v).await {
+        match mount_one(manager, server, alloc, v, wait).await {
             Ok(m) => done.push(m),
             Err((claimed, e)) => {
                 for m in done.iter().rev() {
@@ -216,6 +231,7 @@ async fn mount_one(
     server: &dyn CsiServerCalls,
     alloc: &Allocation,
     v: &GroupVolume,
+    wait: &mut ClaimWait<'_>,
 ) -> Result<MountedVolume, (bool, String)> {
     let claim_mode = if v.read_only {
         CsiClaimMode::Read
@@ -234,14 +250,26 @@ async fn mount_one(
         state: CsiClaimState::Taken,
     };
     let deadline = tokio::time::Instant::now() + CLAIM_RETRY_FOR;
-    let mut wait = Duration::from_millis(250);
+    let mut pause = Duration::from_millis(250);
+    let mut reported = String::new();
     let response = loop {
         match server.claim(request.clone()).await {
             Ok(r) => break r,
-            Err(e) if tokio::time::Instant::now() + wait < deadline => {
-                tracing::info!(alloc = %alloc.id, volume = %v.volume_id, error = %e, "claiming CSI volume; retrying");
-                tokio::time::sleep(wait).await;
-                wait = (wait * 2).min(Duration::from_secs(5));
+            Err(e) if tokio::time::Instant::now() + pause < deadline => {
+                let why = format!("waiting for CSI volume {:?}: {e}", v.volume_id);
+                if why != reported {
+                    tracing::info!(alloc = %alloc.id, volume = %v.volume_id, error = %e, "claiming CSI volume; retrying");
+                    (wait.report)(&why);
+                    reported = why;
+                }
+                if *wait.stop.borrow() {
+                    return Err((false, CLAIM_STOPPED.into()));
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(pause) => {}
+                    _ = wait.stop.changed() => return Err((false, CLAIM_STOPPED.into())),
+                }
+                pause = (pause * 2).min(CLAIM_BACKOFF_MAX);
             }
             Err(e) => return Err((false, format!("claim volume: {e}"))),
         }
@@ -598,6 +626,72 @@ pub fn task_binds(task: &drover_structs::Task, mounted: &[MountedVolume]) -> Vec
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Servers whose plugin has no healthy controller: every claim fails so.
+    struct NoController {
+        claims: std::sync::atomic::AtomicUsize,
+    }
+
+    impl CsiServerCalls for NoController {
+        fn claim(
+            &self,
+            _: CsiVolumeClaimRequest,
+        ) -> super::super::server::CallFuture<'_, drover_structs::csi::CsiVolumeClaimResponse>
+        {
+            self.claims
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Box::pin(async { Err("no healthy controllers for CSI plugin: hostpath".to_string()) })
+        }
+        fn unpublish(
+            &self,
+            _: String,
+            _: String,
+            _: CsiVolumeClaim,
+        ) -> super::super::server::CallFuture<'_, ()> {
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiting_claim_says_why_once_keeps_trying_and_gives_up_when_the_allocation_stops() {
+        let manager = CsiManager::new("/nonexistent/csi");
+        let server = NoController {
+            claims: Default::default(),
+        };
+        let group = TaskGroup {
+            volumes: Some(json!({"data": {"Type": "csi", "Source": "db",
+                "AccessMode": "single-node-writer", "AttachmentMode": "file-system"}})),
+            ..Default::default()
+        };
+        let alloc = Allocation {
+            id: "a1".into(),
+            name: "web.g[0]".into(),
+            ..Default::default()
+        };
+        let wanted = group_csi_volumes(&group, &alloc).unwrap();
+        let reasons = std::sync::Mutex::new(Vec::<String>::new());
+        let report = |why: &str| reasons.lock().unwrap().push(why.to_string());
+        let (stop_tx, stop) = tokio::sync::watch::channel(false);
+        let mut wait = ClaimWait {
+            report: &report,
+            stop,
+        };
+        let mounting = mount_all(&manager, &server, &alloc, &wanted, &mut wait);
+        let stopper = async {
+            // Far past the old 90 s limit, in paused time.
+            tokio::time::sleep(Duration::from_secs(600)).await;
+            stop_tx.send(true).unwrap();
+        };
+        let (result, ()) = tokio::join!(mounting, stopper);
+        let err = result.unwrap_err();
+        assert!(err.contains(CLAIM_STOPPED), "{err}");
+        assert_eq!(
+            *reasons.lock().unwrap(),
+            ["waiting for CSI volume \"db\": no healthy controllers for CSI plugin: hostpath"]
+        );
+        let tries = server.claims.load(std::sync::atomic::Ordering::SeqCst);
+        assert!(tries > 50, "retried only {tries} times in 600 s");
+    }
 
     #[test]
     fn usage_directories_follow_nomads_names() {
