@@ -787,6 +787,21 @@ capability {{
             self.state_dir.join(&external_id).is_dir(),
             "the driver made the volume's directory in its state dir"
         );
+        // The storage provider's own list (ListVolumes, through a controller): it knows it.
+        let external = api
+            .get(&format!("/v1/volumes/external?plugin_id={PLUGIN}"))
+            .expect("the plugin's external volumes");
+        let listed = external["Volumes"]
+            .as_array()
+            .is_some_and(|v| v.iter().any(|v| v["ExternalID"] == external_id.as_str()));
+        assert!(listed, "{external:#}");
+        let out = api.cli(&["volume", "status", "-verbose"]);
+        let text = output_text(&out);
+        assert!(
+            text.contains(&format!("External volumes of plugin \"{PLUGIN}\""))
+                && text.contains(&external_id),
+            "{text}"
+        );
         external_id
     }
 

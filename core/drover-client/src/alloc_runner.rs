@@ -188,7 +188,9 @@ async fn run(
     let mut states: BTreeMap<String, TaskState> = BTreeMap::new();
     // Group volumes are mounted before any task starts (Nomad's csi_hook, a pre-run hook).
     let resumed_running = prior.values().any(|s| s.state == TASK_STATE_RUNNING);
-    let mounted = match mount_csi_volumes(&env, &alloc, &group, stop_rx.clone()).await {
+    let mounted = match mount_csi_volumes(&env, &alloc, &group, stop_rx.clone(), resumed_running)
+        .await
+    {
         Ok(m) => m,
         Err(err) if resumed_running => {
             // Tasks resumed after an agent restart run on with the binds they have; the
@@ -536,15 +538,20 @@ async fn mount_csi_volumes(
     alloc: &Allocation,
     group: &TaskGroup,
     stop: watch::Receiver<bool>,
+    resumed_running: bool,
 ) -> Result<Vec<MountedVolume>, String> {
     let wanted = volumes::group_csi_volumes(group, alloc)?;
     if wanted.is_empty() {
         return Ok(Vec::new());
     }
     // While a claim waits (a writer still holds the volume, no healthy controller), the
-    // allocation stays pending and its client description says why.
+    // allocation stays pending and its client description says why. Tasks resumed after an
+    // agent restart are running already: they are not made pending again.
     let (updates, id) = (env.updates.clone(), alloc.id.clone());
     let report = move |why: &str| {
+        if resumed_running {
+            return;
+        }
         let _ = updates.send(AllocClientUpdate {
             id: id.clone(),
             client_status: ALLOC_CLIENT_PENDING.into(),

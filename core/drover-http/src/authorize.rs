@@ -94,9 +94,9 @@ fn need(method: &Method, path: &str) -> Need {
         ["v1", "operator", ..] if read => OperatorRead,
         ["v1", "operator", ..] => OperatorWrite,
         ["v1", "volumes"] => Namespace(cap::CAP_CSI_LIST_VOLUME),
-        ["v1", "volume", "csi", _, "snapshot"] | ["v1", "volumes", "snapshot"] => {
-            Namespace(cap::CAP_CSI_LIST_VOLUME)
-        }
+        ["v1", "volume", "csi", _, "snapshot"]
+        | ["v1", "volumes", "snapshot"]
+        | ["v1", "volumes", "external"] => Namespace(cap::CAP_CSI_LIST_VOLUME),
         ["v1", "volume", ..] if read => Namespace(cap::CAP_CSI_READ_VOLUME),
         // Registration and creation: the volumes' own namespaces, as Nomad checks them.
         ["v1", "volume", "csi", _] | ["v1", "volume", "csi", _, "create"]

@@ -21,6 +21,7 @@ use crate::error::ApiError;
 use crate::query::{Params, QueryOptions, blocking, parse_go_bool};
 use crate::response::{QueryMeta, respond_json};
 
+mod external;
 mod snapshot;
 
 /// The CSI routes, merged into the `/v1` router.
@@ -51,6 +52,7 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/v1/plugins", get(plugins_list))
         .route("/v1/plugin/csi/{id}", get(plugin_get))
         .merge(snapshot::routes())
+        .merge(external::routes())
 }
 
 /// Nomad's `CSIVolumeRegisterRequest` and `CSIVolumeCreateRequest` bodies.

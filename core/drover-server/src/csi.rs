@@ -24,8 +24,10 @@ use crate::fsm::{FsmError, LogEntry};
 use crate::rpc::{Reply, Request};
 use crate::server::{Inner, Server};
 
+mod external;
 mod snapshot;
 
+pub use external::{ControllerListVolumesRequest, ExternalVolumesRequest};
 pub use snapshot::{
     ControllerCreateSnapshotRequest, ControllerDeleteSnapshotRequest,
     ControllerListSnapshotsRequest, CsiSnapshotReply, CsiSnapshotRequest,
@@ -212,6 +214,13 @@ pub trait CsiClientRpc: Send + Sync + 'static {
         req: ControllerListSnapshotsRequest,
     ) -> CsiRpcFuture<'_, CsiSnapshotList> {
         snapshot::unsupported("list snapshots", &req.plugin_id)
+    }
+    /// One page of the storage provider's volumes. By default: not supported.
+    fn controller_list_volumes(
+        &self,
+        req: ControllerListVolumesRequest,
+    ) -> CsiRpcFuture<'_, CsiVolumeExternalList> {
+        snapshot::unsupported("list volumes", &req.plugin_id)
     }
 }
 

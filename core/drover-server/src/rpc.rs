@@ -115,6 +115,8 @@ pub enum Request {
     Acl(crate::acl::AclRequest),
     /// Variable writes (see `crate::variables`).
     Variable(crate::variables::VariableRequest),
+    /// A plugin's own list of its volumes (see `crate::csi::external`).
+    CsiExternal(crate::csi::ExternalVolumesRequest),
 }
 
 impl Request {
@@ -180,6 +182,10 @@ pub enum Reply {
     /// An ACL token as stored (with its secret).
     AclToken(drover_structs::AclToken),
     Variable(crate::variables::VariableOutcome),
+    CsiExternal {
+        list: drover_structs::CsiVolumeExternalList,
+        index: u64,
+    },
 }
 
 /// Kinds of endpoint errors, so the caller rebuilds the same `ServerError` (and HTTP status).

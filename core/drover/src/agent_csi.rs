@@ -14,10 +14,13 @@ use drover_csi::{
 use drover_server::csi::{
     ControllerCreateSnapshotRequest, ControllerCreateVolumeRequest, ControllerCreateVolumeResponse,
     ControllerDeleteSnapshotRequest, ControllerDeleteVolumeRequest, ControllerListSnapshotsRequest,
-    ControllerPublishVolumeRequest, ControllerUnpublishVolumeRequest,
+    ControllerListVolumesRequest, ControllerPublishVolumeRequest, ControllerUnpublishVolumeRequest,
     ControllerValidateVolumeRequest, CsiClientRpc, CsiRpcFuture, NodeDetachVolumeRequest,
 };
-use drover_structs::csi::{CsiSnapshot, CsiSnapshotList, CsiTopology, CsiVolumeCapability};
+use drover_structs::csi::{
+    CsiSnapshot, CsiSnapshotList, CsiTopology, CsiVolumeCapability, CsiVolumeExternalList,
+    CsiVolumeExternalStub,
+};
 
 /// [`CsiClientRpc`] through the client of this agent.
 pub struct LocalCsiRpc(pub Client);
@@ -110,6 +113,29 @@ async fn create(
 }
 
 /// A plugin's snapshot in Nomad's terms: its creation time in seconds, as Nomad keeps it.
+/// A `ListVolumes` entry as Nomad's `CSIVolumeExternalStub`.
+fn external_stub_of(e: drover_csi::VolumeEntry) -> CsiVolumeExternalStub {
+    let (snapshot_id, clone_id) = match e.volume.content_source {
+        Some(VolumeContentSource::Snapshot(id)) => (id, String::new()),
+        Some(VolumeContentSource::Volume(id)) => (String::new(), id),
+        None => (String::new(), String::new()),
+    };
+    let (is_abnormal, status) = e
+        .condition
+        .map(|c| (c.abnormal, c.message))
+        .unwrap_or_default();
+    CsiVolumeExternalStub {
+        external_id: e.volume.external_id,
+        capacity_bytes: e.volume.capacity_bytes,
+        volume_context: e.volume.context.into_iter().collect(),
+        clone_id,
+        snapshot_id,
+        published_external_node_ids: e.published_node_ids,
+        is_abnormal,
+        status,
+    }
+}
+
 fn snapshot_of(s: drover_csi::Snapshot) -> CsiSnapshot {
     CsiSnapshot {
         id: s.id,
@@ -256,6 +282,24 @@ impl CsiClientRpc for LocalCsiRpc {
                 .map_err(|e| e.to_string())?;
             Ok(CsiSnapshotList {
                 snapshots: page.entries.into_iter().map(snapshot_of).collect(),
+                next_token: page.next_token,
+            })
+        })
+    }
+
+    fn controller_list_volumes(
+        &self,
+        req: ControllerListVolumesRequest,
+    ) -> CsiRpcFuture<'_, CsiVolumeExternalList> {
+        Box::pin(async move {
+            let plugin = self.plugin_on(&req.plugin_id, &req.controller_node_id)?;
+            let page = plugin
+                .client
+                .list_volumes(req.max_entries, &req.starting_token)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(CsiVolumeExternalList {
+                volumes: page.entries.into_iter().map(external_stub_of).collect(),
                 next_token: page.next_token,
             })
         })

@@ -15,10 +15,10 @@ use drover_http::{TunnelOpener, Upstream};
 use drover_server::csi::{
     ControllerCreateSnapshotRequest, ControllerCreateVolumeRequest, ControllerCreateVolumeResponse,
     ControllerDeleteSnapshotRequest, ControllerDeleteVolumeRequest, ControllerListSnapshotsRequest,
-    ControllerPublishVolumeRequest, ControllerUnpublishVolumeRequest,
+    ControllerListVolumesRequest, ControllerPublishVolumeRequest, ControllerUnpublishVolumeRequest,
     ControllerValidateVolumeRequest, CsiClientRpc, CsiRpcFuture, NodeDetachVolumeRequest,
 };
-use drover_structs::csi::{CsiSnapshot, CsiSnapshotList};
+use drover_structs::csi::{CsiSnapshot, CsiSnapshotList, CsiVolumeExternalList};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -33,6 +33,7 @@ const DETACH: &str = "node_detach_volume";
 const CREATE_SNAPSHOT: &str = "controller_create_snapshot";
 const DELETE_SNAPSHOT: &str = "controller_delete_snapshot";
 const LIST_SNAPSHOTS: &str = "controller_list_snapshots";
+const LIST_VOLUMES: &str = "controller_list_volumes";
 
 /// [`CsiClientRpc`] of a server: each call answered by the node it names.
 pub struct RoutedCsiRpc {
@@ -182,6 +183,19 @@ impl CsiClientRpc for RoutedCsiRpc {
         }
     }
 
+    fn controller_list_volumes(
+        &self,
+        req: ControllerListVolumesRequest,
+    ) -> CsiRpcFuture<'_, CsiVolumeExternalList> {
+        match self.here(&req.controller_node_id) {
+            Some(local) => local.controller_list_volumes(req),
+            None => Box::pin(async move {
+                self.remote(&req.controller_node_id, LIST_VOLUMES, &req)
+                    .await
+            }),
+        }
+    }
+
     fn node_detach_volume(&self, req: NodeDetachVolumeRequest) -> CsiRpcFuture<'_, ()> {
         match self.here(&req.node_id) {
             Some(local) => local.node_detach_volume(req),
@@ -218,6 +232,7 @@ async fn serve_call(
         CREATE_SNAPSHOT => answer(&body, |q| r.controller_create_snapshot(q)).await,
         DELETE_SNAPSHOT => answer(&body, |q| r.controller_delete_snapshot(q)).await,
         LIST_SNAPSHOTS => answer(&body, |q| r.controller_list_snapshots(q)).await,
+        LIST_VOLUMES => answer(&body, |q| r.controller_list_volumes(q)).await,
         other => {
             return Err((
                 axum::http::StatusCode::NOT_FOUND,

@@ -96,6 +96,18 @@ async fn delete(
     write_answer(&s, index, opts.pretty)
 }
 
+/// The `per_page` of a plugin's list (0 when absent: the plugin's choice).
+pub(super) fn per_page(params: &Params) -> Result<i32, ApiError> {
+    match params.get("per_page").map(String::as_str) {
+        None | Some("") => Ok(0),
+        Some(raw) => raw
+            .parse::<i32>()
+            .ok()
+            .filter(|n| *n >= 0)
+            .ok_or_else(|| ApiError::bad_request(format!("Invalid per_page: {raw:?}"))),
+    }
+}
+
 /// `GET /v1/volumes/snapshot?plugin_id=P[&per_page=N][&next_token=T]`: one page of the
 /// plugin's snapshots, `{"Snapshots": [...], "NextToken": ...}`.
 async fn list(
@@ -104,14 +116,7 @@ async fn list(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let opts = QueryOptions::parse(&params)?;
-    let per_page = match params.get("per_page").map(String::as_str) {
-        None | Some("") => 0,
-        Some(raw) => raw
-            .parse::<i32>()
-            .ok()
-            .filter(|n| *n >= 0)
-            .ok_or_else(|| ApiError::bad_request(format!("Invalid per_page: {raw:?}")))?,
-    };
+    let per_page = per_page(&params)?;
     let plugin_id = params.get("plugin_id").cloned().unwrap_or_default();
     let next_token = params.get("next_token").cloned().unwrap_or_default();
     let (list, index) = s

@@ -3,12 +3,14 @@
 //! change them (claims and releases, plugin health counts, expected counts from jobs). Nomad's
 //! JSON names and shapes throughout; the state store applies these rules inside its writes.
 
+mod external;
 mod modes;
 mod plugin;
 mod snapshot;
 mod spec;
 mod volume;
 
+pub use external::*;
 pub use modes::*;
 pub use plugin::*;
 pub use snapshot::*;

@@ -2,7 +2,10 @@
 //! volumes over `/v1/volumes` and `/v1/volume/csi/...` (snapshots: `snapshot`), with Nomad's
 //! messages and output layout.
 
-use drover_structs::{CsiMountOptions, CsiVolume, CsiVolumeListStub, VOLUME_TYPE_CSI};
+use drover_structs::{
+    CsiMountOptions, CsiPluginListStub, CsiVolume, CsiVolumeExternalList, CsiVolumeListStub,
+    VOLUME_TYPE_CSI,
+};
 use serde_json::{Value, json};
 
 use super::api::{Client, escape_segment};
@@ -277,6 +280,9 @@ fn status(client: &Client, args: &VolumeStatusArgs) -> anyhow::Result<Exit> {
         } else {
             ui::out(&volume_list_table(&vols, length));
         }
+        if args.verbose && !args.json {
+            return external_volumes(client, length);
+        }
         return Ok(0);
     };
     let stub = match find_volume(client, prefix) {
@@ -300,6 +306,55 @@ fn status(client: &Client, args: &VolumeStatusArgs) -> anyhow::Result<Exit> {
     }
     ui::out(&format_volume(&vol, args.short, args.verbose, length));
     Ok(0)
+}
+
+/// `volume status -verbose`: the volumes each controller's storage provider knows, registered
+/// or not (Nomad's `ListExternal`), for the plugins whose controllers can list them.
+fn external_volumes(client: &Client, length: usize) -> anyhow::Result<Exit> {
+    let plugins: Vec<CsiPluginListStub> =
+        match client.get_json("/v1/plugins", &[("type", VOLUME_TYPE_CSI)]) {
+            Ok((p, _)) => p,
+            Err(e) => {
+                ui::err(&format!("Error querying CSI plugins: {e}"));
+                return Ok(1);
+            }
+        };
+    let mut code = 0;
+    for plugin in plugins.iter().filter(|p| p.controller_required) {
+        let list: CsiVolumeExternalList =
+            match client.get_json("/v1/volumes/external", &[("plugin_id", &plugin.id)]) {
+                Ok((l, _)) => l,
+                Err(e) if e.to_string().contains("does not support listing volumes") => continue,
+                Err(e) => {
+                    ui::err(&format!(
+                        "Error querying CSI external volumes for plugin {:?}: {e}",
+                        plugin.id
+                    ));
+                    code = 1;
+                    continue;
+                }
+            };
+        if list.volumes.is_empty() {
+            continue;
+        }
+        let mut rows = vec!["External ID|Condition|Nodes".to_string()];
+        for v in &list.volumes {
+            let condition = if v.is_abnormal {
+                format!("Abnormal ({})", v.status)
+            } else {
+                "OK".to_string()
+            };
+            rows.push(format!(
+                "{}|{}|{}",
+                limit(&v.external_id, length),
+                limit(&condition, 20),
+                v.published_external_node_ids.join(",")
+            ));
+        }
+        ui::out(&format!("\nExternal volumes of plugin {:?}", plugin.id));
+        ui::out(&format_list(&rows));
+    }
+    Ok(code)
 }
 
 /// Nomad's `csiVolMountOption`.
