@@ -194,3 +194,63 @@ fn volume_registers_reads_back_without_secrets_and_deregisters() {
         agent.get("/v1/plugin/csi/hostpath").is_err()
     });
 }
+
+/// A plugin task whose plugin never serves its socket is killed, failing, once its
+/// `health_timeout` passed (Nomad's plugin supervisor), instead of waiting forever.
+#[test]
+fn a_plugin_task_not_healthy_within_its_health_timeout_fails() {
+    let dir = TempDir::new("csi-health-timeout");
+    let agent = Agent::start_dev(dir.path(), &[]);
+    let job = write_job(
+        &dir,
+        "silent.nomad",
+        r#"
+job "silent-plugin" {
+  datacenters = ["dc1"]
+  group "nodes" {
+    restart {
+      attempts = 0
+      mode     = "fail"
+    }
+    task "plugin" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/sleep"
+        args    = ["600"]
+      }
+      csi_plugin {
+        id             = "silent"
+        type           = "node"
+        mount_dir      = "/csi"
+        health_timeout = "2s"
+      }
+      resources {
+        cpu    = 20
+        memory = 16
+      }
+    }
+  }
+}
+"#,
+    );
+    let out = agent.cli(&["job", "run", "-detach", &job]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    let mut alloc = Value::Null;
+    agent.eventually("the plugin task to fail", WAIT, || {
+        alloc = agent
+            .get("/v1/job/silent-plugin/allocations")
+            .ok()
+            .and_then(|a| a.as_array().and_then(|l| l.first().cloned()))
+            .unwrap_or_default();
+        alloc["ClientStatus"] == "failed"
+    });
+    let id = alloc["ID"].as_str().expect("an allocation id");
+    let full = agent
+        .get(&format!("/v1/allocation/{id}"))
+        .expect("the allocation");
+    let events = full["TaskStates"]["plugin"]["Events"].to_string();
+    assert!(
+        events.contains("CSI plugin did not become healthy before configured 2s health timeout"),
+        "{events}"
+    );
+}

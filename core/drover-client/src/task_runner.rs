@@ -99,9 +99,12 @@ pub struct TaskRunner {
     /// The task's templates once first rendered, and what they render with.
     templates: Option<crate::template::Templates>,
     template_env: Option<crate::template::RenderEnv>,
-    /// Why the templates failed: a start that fails with this set is Nomad's "Template
-    /// failed" kill, a running task stopped with it set fails instead of restarting.
+    /// Why the task is being killed as failed (its templates failed, or its CSI plugin never
+    /// became healthy): a start that fails with this set is Nomad's "Template failed" kill, a
+    /// running task stopped with it set fails instead of restarting.
     template_failure: Option<String>,
+    /// A plugin supervisor's failing kill, until the running loop acts on it.
+    plugin_kill: Option<TaskEvent>,
     /// Changes of the running task's templates waiting for their splay, and until when.
     template_due: Option<(tokio::time::Instant, crate::template::Changes)>,
     /// Change scripts of the running task's templates running in the task, until they end.
@@ -136,6 +139,7 @@ impl TaskRunner {
             templates: None,
             template_env: None,
             template_failure: None,
+            plugin_kill: None,
             template_due: None,
             template_scripts: None,
             artifacts_done: false,
@@ -202,6 +206,17 @@ impl TaskRunner {
     /// was not waiting for them, so that none is lost when the task ends first.
     fn take_outside_events(&mut self) {
         while let Ok(e) = self.plugin_events.1.try_recv() {
+            self.outside_event(e);
+        }
+    }
+
+    /// Records an event from outside the runner. A plugin supervisor's failing kill (a CSI
+    /// plugin not healthy within its `health_timeout`) is kept for the running loop to act on
+    /// (see `plugin_kill`) and recorded then.
+    fn outside_event(&mut self, e: TaskEvent) {
+        if e.event_type == TASK_EVENT_KILLING && e.fails_task {
+            self.plugin_kill = Some(e);
+        } else {
             self.state.events.push(e);
         }
     }
@@ -414,6 +429,13 @@ impl TaskRunner {
             self.template_due = None;
             self.template_scripts = None;
             let exit = loop {
+                // A plugin not healthy in time stops the task and fails it, as Nomad's does.
+                if let Some(ev) = self.plugin_kill.take()
+                    && self.template_failure.is_none()
+                {
+                    let failure = ev.display_message.clone();
+                    self.kill_failing(&task_id, failure, ev).await;
+                }
                 let due = self.template_due.as_ref().map(|(at, _)| *at);
                 tokio::select! {
                     exit = &mut wait => break Some(exit),
@@ -433,7 +455,10 @@ impl TaskRunner {
                         self.template_scripts = None;
                         self.after_template_scripts(runs, &task_id).await;
                     }
-                    Some(ev) = self.plugin_events.1.recv() => self.event(ev),
+                    Some(ev) = self.plugin_events.1.recv() => {
+                        self.outside_event(ev);
+                        self.publish();
+                    }
                     Some(command) = self.commands.recv() => {
                         self.command(command, &task_id, &mut restarting).await;
                     }
@@ -938,11 +963,11 @@ impl TaskRunner {
     async fn fail_by_template(&mut self, task_id: &str, failure: String) {
         let timeout = self.kill_timeout().as_nanos() as i64;
         let event = template_failed_event(&failure, timeout);
-        self.kill_for_template(task_id, failure, event).await;
+        self.kill_failing(task_id, failure, event).await;
     }
 
     /// Records `event` (a failing "Killing") and stops the task, failing it once it exited.
-    async fn kill_for_template(&mut self, task_id: &str, failure: String, event: TaskEvent) {
+    async fn kill_failing(&mut self, task_id: &str, failure: String, event: TaskEvent) {
         self.event(event);
         self.template_failure = Some(failure);
         if let Err(e) = self.stop_task(task_id).await {
@@ -1094,7 +1119,7 @@ impl TaskRunner {
             ev.kill_timeout = self.kill_timeout().as_nanos() as i64;
             ev.display_message = "Template script failed, task is being killed".into();
             let failure = "template change script failed".to_string();
-            self.kill_for_template(task_id, failure, ev).await;
+            self.kill_failing(task_id, failure, ev).await;
         }
     }
 

@@ -256,6 +256,17 @@ async fn sleep_or_stop(d: Duration, stop: &mut watch::Receiver<bool>) -> bool {
     }
 }
 
+/// Nomad's kill of a plugin task that did not become healthy in time: it fails the task.
+fn health_timeout_kill(timeout: Duration) -> TaskEvent {
+    let mut ev = TaskEvent::new(drover_structs::TASK_EVENT_KILLING);
+    ev.fails_task = true;
+    ev.display_message = format!(
+        "CSI plugin did not become healthy before configured {} health timeout",
+        drover_structs::time::go_duration(timeout.as_nanos() as i64)
+    );
+    ev
+}
+
 fn event(kind: &str, message: String) -> TaskEvent {
     TaskEvent::new(kind).with_message(message)
 }
@@ -295,7 +306,6 @@ async fn supervise(
     let id = task.config.id.clone();
     let socket = task.host_root.join(SOCKET_NAME);
     let started = tokio::time::Instant::now();
-    let mut reported_late = false;
     // Until it first registers: probe often, so a new plugin is usable quickly.
     loop {
         let result = match probe(&socket).await {
@@ -310,12 +320,15 @@ async fn supervise(
             }
             Err(e) => e,
         };
-        if !reported_late && started.elapsed() > task.health_timeout() {
-            reported_late = true;
+        if started.elapsed() > task.health_timeout() {
             let _ = events.send(event(
                 TASK_EVENT_PLUGIN_UNHEALTHY,
                 format!("plugin {id} did not become healthy: {last_error}"),
             ));
+            // Nomad kills the task, failing it: its allocation is replaced elsewhere.
+            let _ = events.send(health_timeout_kill(task.health_timeout()));
+            manager.deregister(&id, &task.alloc_id);
+            return;
         }
         tracing::debug!(plugin = %id, error = %last_error, "CSI plugin not ready");
         if sleep_or_stop(WAIT_INTERVAL, &mut stop).await {
@@ -370,6 +383,28 @@ mod tests {
             host_root,
             endpoint_from_task: false,
         }
+    }
+
+    #[tokio::test]
+    async fn a_plugin_not_healthy_within_its_health_timeout_is_killed_failing_its_task() {
+        let root = std::env::temp_dir().join(format!("drover-sup-late-{}", std::process::id()));
+        std::fs::create_dir_all(&root).unwrap();
+        let mut task = plugin(root.clone());
+        task.config.health_timeout = Duration::from_millis(100).as_nanos() as i64;
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let (_stop_tx, stop) = watch::channel(false);
+        // No socket ever appears: the supervisor gives up on its own.
+        supervise(task, CsiManager::new(&root), tx, stop).await;
+        let unhealthy = rx.try_recv().expect("an unhealthy event");
+        assert_eq!(unhealthy.event_type, TASK_EVENT_PLUGIN_UNHEALTHY);
+        let kill = rx.try_recv().expect("the kill");
+        assert_eq!(kill.event_type, drover_structs::TASK_EVENT_KILLING);
+        assert!(kill.fails_task);
+        assert_eq!(
+            kill.display_message,
+            "CSI plugin did not become healthy before configured 100ms health timeout"
+        );
+        let _ = std::fs::remove_dir_all(&root);
     }
 
     #[test]
