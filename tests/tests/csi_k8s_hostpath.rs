@@ -988,37 +988,42 @@ capability {{
         let fingerprinted =
             |api: &Api| api.node(&node_id)["CSIControllerPlugins"][PLUGIN]["UpdateTime"].clone();
         let first = fingerprinted(&api);
-        // While the controller's agent is down, a reader's claim (its ControllerPublish)
-        // cannot be served: the allocation waits and says why, then goes on once it is back.
-        c.controller.kill9();
-        api.run_job(&self.dir, "reader", &reader);
-        api.eventually("the reader to say it waits for its volume", || {
-            api.allocs("reader").iter().any(|a| {
-                a["ClientStatus"] == "pending"
-                    && a["ClientDescription"].as_str().is_some_and(|d| {
-                        d.starts_with(&format!("waiting for CSI volume \"{VOLUME}\": "))
-                    })
-            })
-        });
-        c.controller.restart();
-        c.controller.wait_ready(WAIT);
-        // Back, the controller answers the retried claim: this driver refuses a read-only
-        // publish beside the writer's read-write one on the same node (CSI's ALREADY_EXISTS),
-        // and the allocation says that instead.
-        api.eventually("the retried claim to reach the controller", || {
-            api.allocs("reader").iter().any(|a| {
-                a["ClientStatus"] == "pending"
-                    && a["ClientDescription"]
-                        .as_str()
-                        .is_some_and(|d| d.contains("ControllerPublishVolume"))
-            })
-        });
-        api.stop_job("reader");
-        api.eventually("the waiting reader to stop", || {
-            api.allocs("reader")
-                .iter()
-                .all(|a| a["ClientStatus"] == "complete")
-        });
+        if !self.attach {
+            c.controller.restart();
+            c.controller.wait_ready(WAIT);
+        } else {
+            // While the controller's agent is down, a reader's claim (its ControllerPublish)
+            // cannot be served: the allocation waits and says why, and retries once it is back.
+            c.controller.kill9();
+            api.run_job(&self.dir, "reader", &reader);
+            api.eventually("the reader to say it waits for its volume", || {
+                api.allocs("reader").iter().any(|a| {
+                    a["ClientStatus"] == "pending"
+                        && a["ClientDescription"].as_str().is_some_and(|d| {
+                            d.starts_with(&format!("waiting for CSI volume \"{VOLUME}\": "))
+                        })
+                })
+            });
+            c.controller.restart();
+            c.controller.wait_ready(WAIT);
+            // Back, the controller answers the retried claim: this driver refuses a read-only
+            // publish beside the writer's read-write one on the same node (CSI's ALREADY_EXISTS),
+            // and the allocation says that instead.
+            api.eventually("the retried claim to reach the controller", || {
+                api.allocs("reader").iter().any(|a| {
+                    a["ClientStatus"] == "pending"
+                        && a["ClientDescription"]
+                            .as_str()
+                            .is_some_and(|d| d.contains("ControllerPublishVolume"))
+                })
+            });
+            api.stop_job("reader");
+            api.eventually("the waiting reader to stop", || {
+                api.allocs("reader")
+                    .iter()
+                    .all(|a| a["ClientStatus"] == "complete")
+            });
+        }
         api.eventually("the controller to be fingerprinted again", || {
             fingerprinted(&api) != first
         });
@@ -1104,6 +1109,12 @@ capability {{
             self.reaper.leftover_processes()
         );
     }
+}
+
+#[test]
+fn k8s_hostpath_controller_on_another_client_without_attach_serves_claims_through_the_servers() {
+    let Some(bin) = hostpathplugin() else { return };
+    Scenario::cluster("k8s-cl-na", bin, false).run();
 }
 
 #[test]
