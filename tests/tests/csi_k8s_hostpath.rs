@@ -795,6 +795,44 @@ capability {{
             .as_array()
             .is_some_and(|v| v.iter().any(|v| v["ExternalID"] == external_id.as_str()));
         assert!(listed, "{external:#}");
+        // Registering the provider's volume under another id is validated by a controller
+        // (ValidateVolumeCapabilities), wherever it runs.
+        let spec = write_job(
+            &self.dir,
+            "registered.volume.hcl",
+            &format!(
+                r#"
+id          = "registered"
+name        = "registered"
+type        = "csi"
+plugin_id   = "{PLUGIN}"
+external_id = "{external_id}"
+
+capability {{
+  access_mode     = "single-node-writer"
+  attachment_mode = "file-system"
+}}
+"#
+            ),
+        );
+        let before = self.driver_calls();
+        let out = api.cli(&["volume", "register", &spec]);
+        assert!(
+            out.status.success(),
+            "volume register: {}",
+            output_text(&out)
+        );
+        // The driver's log reaches its file through the agent's log pipe a moment later.
+        api.eventually("the controller's validation call in its log", || {
+            let calls = self.driver_calls()[before.len()..].to_vec();
+            count_calls(&calls, "ValidateVolumeCapabilities") == (1, 0)
+        });
+        let out = api.cli(&["volume", "deregister", "registered"]);
+        assert!(
+            out.status.success(),
+            "volume deregister: {}",
+            output_text(&out)
+        );
         let out = api.cli(&["volume", "status", "-verbose"]);
         let text = output_text(&out);
         assert!(
