@@ -363,6 +363,15 @@ pub(crate) fn node_written(t: &mut Tables, node: &Node, index: u64) {
         (CsiPluginType::Node, &nodes),
     ] {
         for (plugin_id, info) in infos {
+            // The instance of an allocation that ended, or that the servers stopped, left the
+            // plugin: the node reporting it until the task is gone does not bring it back.
+            if !info.alloc_id.is_empty()
+                && t.allocs
+                    .get(info.alloc_id.as_str())
+                    .is_some_and(|a| a.terminal())
+            {
+                continue;
+            }
             let plugin = match changed.remove(plugin_id) {
                 Some(p) => Some(p),
                 None => match t.csi_plugins.get(plugin_id) {
@@ -422,7 +431,9 @@ pub(crate) fn alloc_written(t: &mut Tables, old: Option<&Allocation>, a: &Alloca
         return;
     }
     let index = a.modify_index;
-    let ended = a.client_terminal() && !old.is_some_and(|o| o.client_terminal());
+    // Server-terminal counts too (Nomad's): a plugin allocation the servers stop leaves the
+    // plugin at once, not only once its client reports it ended.
+    let ended = a.terminal() && !old.is_some_and(|o| o.terminal());
     let liveness_changed = old.is_none_or(|o| o.terminal() != a.terminal());
     let system = is_system(&job);
     if !(ended || system && liveness_changed) {
@@ -651,6 +662,30 @@ mod tests {
         s.upsert_plan_results(2, jv, vec![], vec![alloc("pa", "plug", "n1")], vec![]);
         s.upsert_node(3, node("n1", &[], &[info("hostpath", "pa", true, false)]));
         s
+    }
+
+    #[test]
+    fn a_plugin_allocation_the_servers_stop_leaves_the_plugin() {
+        let s = store_with_healthy_plugin();
+        assert_eq!(
+            s.snapshot().csi_plugin("hostpath").unwrap().nodes_healthy,
+            1
+        );
+        let jv = s.snapshot().job("default", "plug");
+        let stopped = Allocation {
+            desired_status: ALLOC_DESIRED_STOP.into(),
+            ..alloc("pa", "plug", "n1")
+        };
+        s.upsert_plan_results(4, jv, vec![], vec![stopped], vec![]);
+        let gone = |s: &StateStore| {
+            s.snapshot()
+                .csi_plugin("hostpath")
+                .is_none_or(|p| p.nodes.is_empty() && p.nodes_healthy == 0)
+        };
+        assert!(gone(&s));
+        // Its task still runs until the client stops it: the next fingerprint keeps it out.
+        s.upsert_node(5, node("n1", &[], &[info("hostpath", "pa", true, false)]));
+        assert!(gone(&s));
     }
 
     #[test]
