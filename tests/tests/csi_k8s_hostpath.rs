@@ -568,6 +568,9 @@ job "{name}" {{
       source          = "{VOLUME}"
       access_mode     = "single-node-writer"
       attachment_mode = "file-system"
+      mount_options {{
+        mount_flags = ["noatime"]
+      }}
     }}
     restart {{
       attempts = 0
@@ -637,6 +640,30 @@ job "{name}" {{
             .filter_map(|job| api.alloc_with_status(job, "running"))
             .map(|a| a["TaskStates"]["plugin"]["Restarts"].as_u64().unwrap_or(0))
             .sum()
+    }
+
+    /// The request of the driver's last logged `method` call (its `--v=5` gRPC log, which
+    /// reaches its file through the agent's log pipe a moment after the call).
+    fn driver_request(&self, method: &str) -> Value {
+        let api = self.api();
+        let mut found = Value::Null;
+        api.eventually(&format!("the driver's {method} call in its log"), || {
+            let log = api.task_log(&self.driver_alloc(), "plugin", true);
+            found = log
+                .lines()
+                .filter_map(|l| l.split_once("gRPCCall: ").map(|(_, json)| json))
+                .filter_map(|json| serde_json::from_str::<Value>(json).ok())
+                .filter(|call| {
+                    call["Method"]
+                        .as_str()
+                        .is_some_and(|m| m.ends_with(&format!("/{method}")))
+                })
+                .last()
+                .map(|call| call["Request"].clone())
+                .unwrap_or(Value::Null);
+            !found.is_null()
+        });
+        found
     }
 
     fn driver_calls(&self) -> Vec<(String, bool)> {
@@ -766,6 +793,18 @@ capability {{
   access_mode     = "single-node-writer"
   attachment_mode = "file-system"
 }}
+
+parameters {{
+  drover-test = "passed-through"
+}}
+
+secrets {{
+  drover-secret = "never-answered"
+}}
+
+mount_options {{
+  mount_flags = ["nodev"]
+}}
 "#
             ),
         );
@@ -776,7 +815,18 @@ capability {{
             output_text(&out),
             api.logs()
         );
+        // The plugin got the volume's parameters and secrets; the API never answers secrets.
+        let create = self.driver_request("CreateVolume");
+        assert_eq!(
+            create["parameters"]["drover-test"], "passed-through",
+            "{create:#}"
+        );
+        assert_eq!(
+            create["secrets"]["drover-secret"], "never-answered",
+            "{create:#}"
+        );
         let vol = api.volume();
+        assert!(!vol.to_string().contains("never-answered"), "{vol:#}");
         let external_id = vol["ExternalID"].as_str().unwrap_or_default().to_string();
         assert!(!external_id.is_empty(), "{vol:#}");
         assert_eq!(vol["Schedulable"], true, "{vol:#}");
@@ -877,6 +927,18 @@ capability {{
             let (ok, failed) = count_calls(&calls, method);
             assert!(ok >= 1 && failed == 0, "{method}: {calls:?}");
         }
+        // The node calls carry the volume's secrets and the group's mount options, which
+        // replace the volume's ("nodev").
+        let publish = self.driver_request("NodePublishVolume");
+        assert_eq!(
+            publish["secrets"]["drover-secret"], "never-answered",
+            "{publish:#}"
+        );
+        let flags = publish["volume_capability"]["AccessType"]["Mount"]["mount_flags"].to_string();
+        assert!(
+            flags.contains("noatime") && !flags.contains("nodev"),
+            "{publish:#}"
+        );
         let published = count_calls(&calls, "ControllerPublishVolume");
         if self.attach {
             api.eventually("the controller to detach the volume", || {
