@@ -4,6 +4,7 @@
 //! `volume_mount` (and a docker task reads it too, when a Docker daemon answers), a single-writer volume keeps a second writer out until the first stops, and
 //! an agent killed while a volume is published comes back without a duplicate claim or a stray
 //! mount; stopping releases the claim and unmounts everything; the plugin goes with its job.
+//! The same plugin also serves volumes from under exec (root, `cap_add = ["sys_admin"]`).
 
 use std::path::Path;
 use std::time::Duration;
@@ -391,4 +392,93 @@ fn hostpath_plugin_serves_volumes_to_exec_tasks_across_restarts() {
     });
     let mut agent = agent;
     agent.terminate();
+}
+
+/// A node (monolith) plugin under exec, as operators isolate them: root in its own root
+/// filesystem with `cap_add = ["sys_admin"]` (allowed by the exec plugin's `allow_caps`), its
+/// mounts reaching the host through the bidirectional stage directory. Volumes it serves are
+/// written and read by other tasks.
+#[test]
+fn a_plugin_under_exec_with_sys_admin_serves_volumes() {
+    let bin = drover_tests::csi::our_hostpath_plugin();
+    let dir = TempDir::new("csi-exec-plugin");
+    let config = dir.path().join("exec.hcl");
+    std::fs::write(
+        &config,
+        "client {\n  artifact {\n    disable_filesystem_isolation = true\n  }\n}\nplugin \"exec\" {\n  config {\n    allow_caps = [\"audit_write\", \"chown\", \"dac_override\", \"fowner\", \"fsetid\", \"kill\", \"mknod\", \"net_bind_service\", \"setfcap\", \"setgid\", \"setpcap\", \"setuid\", \"sys_chroot\", \"sys_admin\"]\n  }\n}\n",
+    )
+    .unwrap();
+    let agent = Agent::start_dev(dir.path(), &["--config", config.to_str().unwrap()]);
+    let plugin = format!(
+        r#"
+job "plugin-hostpath" {{
+  datacenters = ["dc1"]
+  group "monolith" {{
+    task "plugin" {{
+      driver = "exec"
+      user   = "root"
+      artifact {{
+        source      = "file://{bin}"
+        destination = "local/"
+      }}
+      config {{
+        command = "local/drover-csi-hostpath"
+        args    = ["--node-id", "${{node.unique.id}}", "--state-dir", "/local/state"]
+        cap_add = ["sys_admin"]
+      }}
+      csi_plugin {{
+        id        = "hostpath"
+        type      = "monolith"
+        mount_dir = "/csi"
+      }}
+      resources {{
+        cpu    = 50
+        memory = 64
+      }}
+    }}
+  }}
+}}
+"#,
+        bin = bin.display()
+    );
+    run_job(&agent, &dir, "plugin", &plugin);
+    agent.eventually("the exec plugin to be healthy", WAIT, || {
+        agent
+            .get("/v1/plugin/csi/hostpath")
+            .is_ok_and(|p| p["ControllersHealthy"] == 1 && p["NodesHealthy"] == 1)
+    });
+    let spec = write_job(&dir, "data.volume.hcl", drover_tests::csi::HOSTPATH_VOLUME);
+    let out = agent.cli(&["volume", "create", &spec]);
+    assert!(out.status.success(), "volume create: {}", output_text(&out));
+    for (name, script, expect) in [
+        (
+            "writer",
+            "echo from-exec-plugin > /data/greeting && echo wrote",
+            "wrote",
+        ),
+        ("reader", "cat /data/greeting", "from-exec-plugin"),
+    ] {
+        run_job(&agent, &dir, name, &volume_job(name, "batch", script));
+        agent.eventually(&format!("the {name} to end"), WAIT, || {
+            alloc_with_status(&agent, name, "complete").is_some()
+                || alloc_with_status(&agent, name, "failed").is_some()
+        });
+        let done = alloc_with_status(&agent, name, "complete").unwrap_or_else(|| {
+            panic!(
+                "{name} failed: {:?}\nlog:\n{}",
+                allocs(&agent, name),
+                agent.log()
+            )
+        });
+        let log = task_log(&agent, done["ID"].as_str().unwrap());
+        assert!(log.contains(expect), "{name} said: {log}");
+        agent.eventually(&format!("the {name}'s claim to be released"), WAIT, || {
+            let v = volume(&agent);
+            claim_count(&v, "WriteAllocs") == 0 && claim_count(&v, "ReadAllocs") == 0
+        });
+    }
+    stop_job(&agent, "plugin-hostpath");
+    agent.eventually("the plugin to go", WAIT, || {
+        agent.get("/v1/plugin/csi/hostpath").is_err()
+    });
 }
