@@ -651,14 +651,14 @@ job "{name}" {{
             let log = api.task_log(&self.driver_alloc(), "plugin", true);
             found = log
                 .lines()
+                .rev()
                 .filter_map(|l| l.split_once("gRPCCall: ").map(|(_, json)| json))
                 .filter_map(|json| serde_json::from_str::<Value>(json).ok())
-                .filter(|call| {
+                .find(|call| {
                     call["Method"]
                         .as_str()
                         .is_some_and(|m| m.ends_with(&format!("/{method}")))
                 })
-                .last()
                 .map(|call| call["Request"].clone())
                 .unwrap_or(Value::Null);
             !found.is_null()
