@@ -313,21 +313,7 @@ fn tokens_and_policies_decide_what_each_request_may_do() {
     assert_eq!(get_as(&agent, None, "/v1/jobs").0, 200);
     assert_eq!(get_as(&agent, None, "/v1/jobs?namespace=dev").0, 403);
 
-    let out = cli_as(
-        &agent,
-        &root,
-        &[
-            "acl",
-            "token",
-            "create",
-            "-policy",
-            "dev-write",
-            "-ttl",
-            "1s",
-        ],
-    );
-    let short = field(&output_text(&out), "Secret ID");
-    std::thread::sleep(Duration::from_millis(1500));
+    let short = expired_token(&agent, &root, "dev-write");
     assert_eq!(
         get_as(&agent, Some(&short), "/v1/jobs?namespace=dev"),
         (403, "ACL token expired".to_string())
@@ -481,6 +467,33 @@ fn send_as(agent: &Agent, token: &str, method: &str, path: &str, body: &str) -> 
     )
 }
 
+/// A dev agent with ACLs on, bootstrapped (the management secret answered) and namespace
+/// `dev` made.
+fn acl_agent_with_dev(name: &str) -> (TempDir, Agent, String) {
+    let dir = TempDir::new(name);
+    let config = dir.path().join("acl.hcl");
+    std::fs::write(&config, "acl {\n  enabled = true\n}\n").expect("config");
+    let agent = Agent::start_dev(dir.path(), &["--config", config.to_str().expect("utf-8")]);
+    let out = agent.cli(&["acl", "bootstrap"]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    let root = field(&output_text(&out), "Secret ID");
+    let out = cli_as(&agent, &root, &["namespace", "apply", "dev"]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    (dir, agent, root)
+}
+
+/// The secret of a token of `policy` made with a 1 s TTL, once it has expired.
+fn expired_token(agent: &Agent, root: &str, policy: &str) -> String {
+    let out = cli_as(
+        agent,
+        root,
+        &["acl", "token", "create", "-policy", policy, "-ttl", "1s"],
+    );
+    let secret = field(&output_text(&out), "Secret ID");
+    std::thread::sleep(Duration::from_millis(1500));
+    secret
+}
+
 /// A client token of policy `name` with `rules`, made with the management token `root`.
 fn token_with(
     agent: &Agent,
@@ -501,15 +514,7 @@ fn token_with(
 #[test]
 fn a_namespace_token_cannot_reach_another_namespace_through_volumes_scaling_or_a_stream_it_outlives()
  {
-    let dir = TempDir::new("acl-attacks");
-    let config = dir.path().join("acl.hcl");
-    std::fs::write(&config, "acl {\n  enabled = true\n}\n").expect("config");
-    let agent = Agent::start_dev(dir.path(), &["--config", config.to_str().expect("utf-8")]);
-    let out = agent.cli(&["acl", "bootstrap"]);
-    assert!(out.status.success(), "{}", output_text(&out));
-    let root = field(&output_text(&out), "Secret ID");
-    let out = cli_as(&agent, &root, &["namespace", "apply", "dev"]);
-    assert!(out.status.success(), "{}", output_text(&out));
+    let (dir, agent, root) = acl_agent_with_dev("acl-attacks");
     let rules = "namespace \"dev\" {\n  policy = \"write\"\n  capabilities = [\"csi-write-volume\", \"csi-read-volume\", \"read-scaling-policy\"]\n}\n";
     let (dev, dev_accessor) = token_with(&agent, &dir, &root, "dev-write", rules);
 
@@ -618,21 +623,7 @@ job "scaled" {
     assert_eq!(get_as(&agent, Some(&dev), "/v1/acl/token/self").0, 403);
 
     // An expired token is refused by token/self too.
-    let out = cli_as(
-        &agent,
-        &root,
-        &[
-            "acl",
-            "token",
-            "create",
-            "-policy",
-            "dev-write",
-            "-ttl",
-            "1s",
-        ],
-    );
-    let short = field(&output_text(&out), "Secret ID");
-    std::thread::sleep(Duration::from_millis(1500));
+    let short = expired_token(&agent, &root, "dev-write");
     assert_eq!(
         get_as(&agent, Some(&short), "/v1/acl/token/self"),
         (403, "ACL token expired".to_string())
@@ -641,15 +632,7 @@ job "scaled" {
 
 #[test]
 fn a_namespace_token_reads_and_writes_only_the_variables_its_paths_grant() {
-    let dir = TempDir::new("acl-vars");
-    let config = dir.path().join("acl.hcl");
-    std::fs::write(&config, "acl {\n  enabled = true\n}\n").expect("config");
-    let agent = Agent::start_dev(dir.path(), &["--config", config.to_str().expect("utf-8")]);
-    let out = agent.cli(&["acl", "bootstrap"]);
-    assert!(out.status.success(), "{}", output_text(&out));
-    let root = field(&output_text(&out), "Secret ID");
-    let out = cli_as(&agent, &root, &["namespace", "apply", "dev"]);
-    assert!(out.status.success(), "{}", output_text(&out));
+    let (dir, agent, root) = acl_agent_with_dev("acl-vars");
     let rules = "namespace \"dev\" {\n  policy = \"write\"\n  variables {\n    path \"app/*\" {\n      capabilities = [\"write\", \"read\", \"destroy\"]\n    }\n  }\n}\n";
     let (dev, _) = token_with(&agent, &dir, &root, "dev-vars", rules);
 
