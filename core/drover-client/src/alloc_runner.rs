@@ -44,6 +44,8 @@ pub struct RunnerEnv {
 /// Handle the client keeps for a running allocation.
 pub struct AllocRunnerHandle {
     stop_tx: watch::Sender<bool>,
+    /// The allocation as the runner was started with it (labels and resources of gauges).
+    pub alloc: Arc<Allocation>,
     pub alloc_dir: std::path::PathBuf,
     /// The tasks that run now, for resource usage.
     pub live: LiveTasks,
@@ -137,6 +139,7 @@ pub fn start(
     );
     let handle = AllocRunnerHandle {
         stop_tx,
+        alloc: alloc.clone(),
         alloc_dir: dir.path().to_path_buf(),
         live: live.clone(),
         control,

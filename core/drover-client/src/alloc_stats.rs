@@ -179,6 +179,11 @@ impl LiveTasks {
         );
     }
 
+    /// Whether any task of the allocation runs now.
+    pub fn any_running(&self) -> bool {
+        !self.lock().is_empty()
+    }
+
     /// Task `task` no longer runs.
     pub fn ended(&self, task: &str) {
         self.lock().remove(task);

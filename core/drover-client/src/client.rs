@@ -23,6 +23,7 @@ use crate::taskenv::EnvDenylist;
 
 mod alloc_sync;
 mod heartbeat;
+mod telemetry;
 
 use alloc_sync::{sync_updates, watch_allocs};
 use heartbeat::{RunnerStops, register_and_heartbeat};
@@ -98,6 +99,8 @@ pub struct ClientConfig {
     pub artifact: crate::artifact::ArtifactConfig,
     /// The `host_volume "name" { path read_only }` blocks, by name; each path must exist.
     pub host_volumes: BTreeMap<String, ClientHostVolumeConfig>,
+    /// The agent's `telemetry` settings the client acts on.
+    pub telemetry: crate::client_metrics::Telemetry,
 }
 
 impl ClientConfig {
@@ -123,6 +126,7 @@ impl ClientConfig {
             env_denylist: EnvDenylist::default(),
             artifact: Default::default(),
             host_volumes: BTreeMap::new(),
+            telemetry: Default::default(),
         }
     }
 }
@@ -165,6 +169,8 @@ pub struct Client {
     /// The last successful heartbeat (kept across restarts).
     heartbeat: Arc<HeartbeatClock>,
     pub(crate) db: ClientStateDb,
+    /// Host statistics and gauges, collected every `config.telemetry.collection_interval`.
+    telemetry: Arc<crate::client_metrics::ClientTelemetry>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -240,8 +246,18 @@ impl Client {
             csi: csi.clone(),
             heartbeat: heartbeat.clone(),
             db: db.clone(),
+            telemetry: Arc::new(crate::client_metrics::ClientTelemetry::new(
+                crate::host_stats::HostStatsCollector::new(&config.data_dir),
+                config.telemetry,
+            )),
         };
         let known = client.restore(&env, &db);
+        let collecting = client.clone();
+        tokio::spawn(crate::client_metrics::collection_loop(
+            client.telemetry.clone(),
+            move || collecting.collect_telemetry(),
+            shutdown_rx.clone(),
+        ));
         tokio::spawn(sync_updates(
             server.clone(),
             db.clone(),

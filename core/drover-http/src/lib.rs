@@ -81,6 +81,8 @@ pub struct AgentInfo {
     pub version: String,
     /// The agent configuration, returned as `config` by `/v1/agent/self`.
     pub config_json: serde_json::Value,
+    /// `telemetry { prometheus_metrics }`: whether `/v1/metrics?format=prometheus` is served.
+    pub prometheus_metrics: bool,
 }
 
 /// The node agent running beside this API, for the `/v1/client/...` endpoints.
@@ -96,6 +98,11 @@ pub trait NodeClient: Send + Sync + 'static {
     }
     /// Host statistics in Nomad's `HostStats` shape, for `/v1/client/stats`.
     fn stats(&self) -> serde_json::Value;
+    /// The client's gauges for `/v1/metrics` (allocation counts; host and allocation figures
+    /// when published).
+    fn gauges(&self) -> Vec<drover_structs::metrics::Gauge> {
+        Vec::new()
+    }
     /// Resource usage of an allocation this client runs (of one task, if given) in Nomad's
     /// `AllocResourceUsage` shape, for `/v1/client/allocation/:id/stats`; `None` when the
     /// client does not run it. Blocks on the drivers; the API calls it on a blocking thread.

@@ -19,31 +19,11 @@ use crate::error::ApiError;
 use crate::query::{Params, flag};
 use crate::response::respond_json;
 
-/// The gauges of this agent: its server's, and its client's allocations by status.
+/// The gauges of this agent: its server's, and its client's.
 fn gauges(s: &AppState) -> Vec<Gauge> {
     let mut gauges = s.server.gauges();
     if let Some(client) = &s.client {
-        let node_id = client.node_id();
-        let snap = s.server.snapshot();
-        let mut by_status: BTreeMap<&str, usize> =
-            [("pending", 0), ("running", 0), ("terminal", 0)].into();
-        for alloc in snap.allocs_by_node(&node_id) {
-            let status = match alloc.client_status.as_str() {
-                "pending" => "pending",
-                "running" => "running",
-                _ if alloc.terminal() => "terminal",
-                _ => "pending",
-            };
-            *by_status.entry(status).or_default() += 1;
-        }
-        for (status, n) in by_status {
-            gauges.push(
-                Gauge::new(format!("nomad.client.allocations.{status}"), n as f64)
-                    .label("node_id", node_id.clone())
-                    .label("datacenter", s.agent.datacenter.clone())
-                    .label("host", s.agent.name.clone()),
-            );
-        }
+        gauges.extend(client.gauges());
     }
     gauges
 }
@@ -106,6 +86,22 @@ pub(crate) fn prometheus_text(gauges: &[Gauge]) -> String {
     out
 }
 
+/// Counters as Prometheus counters (the sum of their increments).
+pub(crate) fn prometheus_counters(
+    counters: &BTreeMap<String, drover_server::metrics::Summary>,
+) -> String {
+    let mut out = String::new();
+    for (name, c) in counters {
+        let name = prometheus_name(name);
+        let _ = writeln!(
+            out,
+            "# HELP {name} {name}\n# TYPE {name} counter\n{name} {}",
+            c.sum
+        );
+    }
+    out
+}
+
 /// Timings as Prometheus summaries (`_sum` and `_count`, in milliseconds as Nomad's sink).
 pub(crate) fn prometheus_summaries(
     timings: &BTreeMap<String, drover_server::metrics::Summary>,
@@ -130,23 +126,61 @@ pub(crate) async fn metrics(
     let pretty = flag(&params, "pretty")?;
     let gauges = gauges(&s);
     Ok(metrics_response(
-        &gauges,
+        gauges,
+        &s.agent,
         params.get("format").map(String::as_str),
         pretty,
     ))
 }
 
-/// `gauges` answered as `/v1/metrics` does: Nomad's JSON, or the Prometheus text with
-/// `format = prometheus`; another format is a 400.
-pub fn metrics_response(gauges: &[Gauge], format: Option<&str>, pretty: bool) -> Response {
+/// A summary in Nomad's JSON (`Rate`: the sum per second since the agent began recording).
+fn summary_json(name: &str, t: &drover_server::metrics::Summary, host: &str) -> serde_json::Value {
+    json!({
+        "Name": name,
+        "Count": t.count,
+        "Sum": t.sum,
+        "Min": t.min,
+        "Max": t.max,
+        "Mean": t.mean(),
+        "Stddev": t.stddev(),
+        "Rate": t.sum / drover_server::metrics::recording_for().as_secs_f64().max(1.0),
+        "Labels": {"host": host},
+    })
+}
+
+/// `gauges` and this process's counters and timings answered as `/v1/metrics` does: Nomad's
+/// JSON, or the Prometheus text with `format = prometheus` (Nomad's 415 when the agent's
+/// `prometheus_metrics` is off); another format is a 400. Every figure is labelled with the
+/// agent's `host`, as Nomad's go-metrics labels them.
+pub fn metrics_response(
+    mut gauges: Vec<Gauge>,
+    agent: &crate::AgentInfo,
+    format: Option<&str>,
+    pretty: bool,
+) -> Response {
+    for g in &mut gauges {
+        g.labels
+            .entry("host".to_string())
+            .or_insert_with(|| agent.name.clone());
+    }
+    let gauges = &gauges;
+    let counters = drover_server::metrics::counters();
+    let timings = drover_server::metrics::timings();
     match format {
+        Some("prometheus") if !agent.prometheus_metrics => ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "Prometheus is not enabled",
+        )
+        .into_response(),
         Some("prometheus") => (
             StatusCode::OK,
             [(
                 header::CONTENT_TYPE,
                 "text/plain; version=0.0.4; charset=utf-8",
             )],
-            prometheus_text(gauges) + &prometheus_summaries(&drover_server::metrics::timings()),
+            prometheus_text(gauges)
+                + &prometheus_counters(&counters)
+                + &prometheus_summaries(&timings),
         )
             .into_response(),
         None | Some("") | Some("json") => {
@@ -157,18 +191,8 @@ pub fn metrics_response(gauges: &[Gauge], format: Option<&str>, pretty: bool) ->
                     "Value": g.value,
                     "Labels": g.labels,
                 })).collect::<Vec<_>>(),
-                "Counters": [],
-                "Samples": drover_server::metrics::timings().iter().map(|(name, t)| json!({
-                    "Name": name,
-                    "Count": t.count,
-                    "Sum": t.sum,
-                    "Min": t.min,
-                    "Max": t.max,
-                    "Mean": t.mean(),
-                    "Stddev": t.stddev(),
-                    "Rate": 0.0,
-                    "Labels": {},
-                })).collect::<Vec<_>>(),
+                "Counters": counters.iter().map(|(name, c)| summary_json(name, c, &agent.name)).collect::<Vec<_>>(),
+                "Samples": timings.iter().map(|(name, t)| summary_json(name, t, &agent.name)).collect::<Vec<_>>(),
                 "Points": [],
             });
             respond_json(&body, None, pretty).unwrap_or_else(IntoResponse::into_response)
@@ -233,12 +257,21 @@ mod tests {
                     .unwrap_or_default(),
             1.0
         );
-        // The job's registration went through Raft: its timing is a sample.
-        let raft_apply = body["Samples"]
-            .as_array()
-            .and_then(|s| s.iter().find(|s| s["Name"] == "nomad.raft.apply").cloned())
-            .unwrap_or_else(|| panic!("no raft apply sample: {body}"));
+        assert_eq!(gauge("nomad.raft.leader")["Labels"]["host"], "test-agent");
+        let summary = gauge("nomad.nomad.job_summary.queued");
+        assert_eq!(summary["Labels"]["job"], "web", "{summary}");
+        // The job's registration went through Raft: counted, and its commit timed.
+        let named = |list: &str, name: &str| {
+            body[list]
+                .as_array()
+                .and_then(|s| s.iter().find(|s| s["Name"] == name).cloned())
+                .unwrap_or_else(|| panic!("no {name} in {list}: {body}"))
+        };
+        let raft_apply = named("Counters", "nomad.raft.apply");
         assert!(raft_apply["Count"].as_u64() >= Some(1), "{raft_apply}");
+        assert!(raft_apply["Sum"].as_f64() >= Some(1.0), "{raft_apply}");
+        let commit = named("Samples", "nomad.raft.commitTime");
+        assert!(commit["Count"].as_u64() >= Some(1), "{commit}");
 
         let r = api.get("/v1/metrics?format=prometheus").await;
         assert_eq!(r.status, StatusCode::OK);
@@ -252,9 +285,16 @@ mod tests {
             text.contains("# TYPE nomad_raft_appliedIndex gauge\n"),
             "{text}"
         );
-        assert!(text.contains("\nnomad_nomad_broker_total_ready "), "{text}");
         assert!(
-            text.contains("# TYPE nomad_raft_apply summary\nnomad_raft_apply_sum "),
+            text.contains("\nnomad_nomad_broker_total_ready{host=\"test-agent\"} "),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE nomad_raft_apply counter\nnomad_raft_apply "),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE nomad_raft_commitTime summary\nnomad_raft_commitTime_sum "),
             "{text}"
         );
         assert_eq!(

@@ -51,6 +51,7 @@ pub(crate) fn agent_info() -> AgentInfo {
         client: false,
         version: "0.1.0".into(),
         config_json: json!({"Region": "global", "Datacenter": "dc1"}),
+        prometheus_metrics: true,
     }
 }
 

@@ -83,7 +83,10 @@ pub struct EvalBroker {
 pub struct BrokerStats {
     pub ready: usize,
     pub unacked: usize,
+    /// Evaluations waiting behind the outstanding one of their job (Nomad's broker "blocked").
     pub pending: usize,
+    /// By scheduler type (`service`, `batch`, `system`, `_core`...): (ready, unacked).
+    pub by_type: BTreeMap<String, (usize, usize)>,
 }
 
 impl EvalBroker {
@@ -267,10 +270,23 @@ impl EvalBroker {
 
     pub fn stats(&self) -> BrokerStats {
         let i = self.lock();
+        // Every scheduler is listed (at zero when idle), as Nomad's broker lists those it saw.
+        let mut by_type: BTreeMap<String, (usize, usize)> =
+            ["_core", "batch", "service", "sysbatch", "system"]
+                .into_iter()
+                .map(|t| (t.to_string(), (0, 0)))
+                .collect();
+        for r in &i.ready {
+            by_type.entry(r.eval.eval_type.clone()).or_default().0 += 1;
+        }
+        for u in i.unacked.values() {
+            by_type.entry(u.eval.eval_type.clone()).or_default().1 += 1;
+        }
         BrokerStats {
             ready: i.ready.len(),
             unacked: i.unacked.len(),
             pending: i.job_pending.values().map(VecDeque::len).sum(),
+            by_type,
         }
     }
 }

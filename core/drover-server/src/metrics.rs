@@ -6,28 +6,7 @@ use std::collections::BTreeMap;
 
 use crate::server::Server;
 
-/// One gauge: Nomad's metric name, its labels, its value now.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Gauge {
-    pub name: String,
-    pub labels: BTreeMap<String, String>,
-    pub value: f64,
-}
-
-impl Gauge {
-    pub fn new(name: impl Into<String>, value: f64) -> Gauge {
-        Gauge {
-            name: name.into(),
-            labels: BTreeMap::new(),
-            value,
-        }
-    }
-
-    pub fn label(mut self, key: &str, value: impl Into<String>) -> Gauge {
-        self.labels.insert(key.to_string(), value.into());
-        self
-    }
-}
+pub use drover_structs::metrics::Gauge;
 
 impl Server {
     /// The server's gauges now (see the module doc).
@@ -48,8 +27,14 @@ impl Server {
         let snap = self.snapshot();
         let mut job_status: BTreeMap<&str, usize> =
             [("pending", 0), ("running", 0), ("dead", 0)].into();
+        let leader = self.is_leader();
+        let mut summaries = Vec::new();
         for job in snap.jobs(None) {
             *job_status.entry(job_status_name(&job.status)).or_default() += 1;
+            // Nomad's leader alone publishes the summaries (every server holds the same).
+            if leader && let Some(summary) = snap.job_summary(&job.namespace, &job.id) {
+                summaries.push(summary);
+            }
         }
         let mut node_status: BTreeMap<String, usize> = BTreeMap::new();
         for node in snap.nodes() {
@@ -68,7 +53,7 @@ impl Server {
             Gauge::new("nomad.raft.snapshotIndex", raft.snapshot_index as f64),
             Gauge::new("nomad.nomad.broker.total_ready", broker.ready as f64),
             Gauge::new("nomad.nomad.broker.total_unacked", broker.unacked as f64),
-            Gauge::new("nomad.nomad.broker.total_pending", broker.pending as f64),
+            Gauge::new("nomad.nomad.broker.total_blocked", broker.pending as f64),
             Gauge::new("nomad.nomad.blocked_evals.total_blocked", blocked as f64),
             Gauge::new("nomad.nomad.plan.queue_depth", plan_queue as f64),
             Gauge::new(
@@ -76,11 +61,40 @@ impl Server {
                 self.inner.heartbeats.len() as f64,
             ),
         ];
+        for (sched, (ready, unacked)) in &broker.by_type {
+            gauges.push(Gauge::new(
+                format!("nomad.nomad.broker.{sched}.ready"),
+                *ready as f64,
+            ));
+            gauges.push(Gauge::new(
+                format!("nomad.nomad.broker.{sched}.unacked"),
+                *unacked as f64,
+            ));
+        }
         for (status, n) in job_status {
             gauges.push(Gauge::new(
                 format!("nomad.nomad.job_status.{status}"),
                 n as f64,
             ));
+        }
+        for summary in summaries {
+            for (group, tg) in &summary.summary {
+                for (name, n) in [
+                    ("queued", tg.queued),
+                    ("complete", tg.complete),
+                    ("failed", tg.failed),
+                    ("running", tg.running),
+                    ("starting", tg.starting),
+                    ("lost", tg.lost),
+                ] {
+                    gauges.push(
+                        Gauge::new(format!("nomad.nomad.job_summary.{name}"), n as f64)
+                            .label("job", summary.job_id.clone())
+                            .label("task_group", group.clone())
+                            .label("namespace", summary.namespace.clone()),
+                    );
+                }
+            }
         }
         for (status, n) in node_status {
             gauges.push(Gauge::new("nomad.nomad.nodes", n as f64).label("status", status));
@@ -110,6 +124,7 @@ pub struct Summary {
 }
 
 impl Summary {
+    /// Adds one observation (milliseconds for a timing, the increment for a counter).
     fn add(&mut self, ms: f64) {
         if self.count == 0 || ms < self.min {
             self.min = ms;
@@ -141,6 +156,17 @@ impl Summary {
     }
 }
 
+/// When this process began recording counters and timings (the first use of either).
+fn recording_since() -> std::time::Instant {
+    static SINCE: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    *SINCE.get_or_init(std::time::Instant::now)
+}
+
+/// How long this process has been recording: the window every counter and timing covers.
+pub fn recording_for() -> std::time::Duration {
+    recording_since().elapsed()
+}
+
 fn samples() -> &'static std::sync::Mutex<BTreeMap<String, Summary>> {
     static SAMPLES: std::sync::OnceLock<std::sync::Mutex<BTreeMap<String, Summary>>> =
         std::sync::OnceLock::new();
@@ -149,6 +175,7 @@ fn samples() -> &'static std::sync::Mutex<BTreeMap<String, Summary>> {
 
 /// Records one timing of `name` (Nomad's metric name).
 pub fn record_time(name: &str, took: std::time::Duration) {
+    recording_since();
     let mut s = samples().lock().unwrap_or_else(|p| p.into_inner());
     match s.get_mut(name) {
         Some(summary) => summary.add(took.as_secs_f64() * 1000.0),
@@ -158,6 +185,29 @@ pub fn record_time(name: &str, took: std::time::Duration) {
             s.insert(name.to_string(), summary);
         }
     }
+}
+
+fn counter_samples() -> &'static std::sync::Mutex<BTreeMap<&'static str, Summary>> {
+    static COUNTERS: std::sync::OnceLock<std::sync::Mutex<BTreeMap<&'static str, Summary>>> =
+        std::sync::OnceLock::new();
+    COUNTERS.get_or_init(Default::default)
+}
+
+/// Adds one to counter `name` (Nomad's metric name), as go-metrics' `IncrCounter`.
+pub fn incr_counter(name: &'static str) {
+    recording_since();
+    let mut c = counter_samples().lock().unwrap_or_else(|p| p.into_inner());
+    c.entry(name).or_default().add(1.0);
+}
+
+/// Every counter so far, by name: its count of increments and their sum.
+pub fn counters() -> BTreeMap<String, Summary> {
+    counter_samples()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .map(|(k, v)| (k.to_string(), *v))
+        .collect()
 }
 
 /// Every timing recorded so far, by name.

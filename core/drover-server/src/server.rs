@@ -163,7 +163,7 @@ impl Inner {
     pub async fn apply(&self, entry: LogEntry) -> Result<u64, ServerError> {
         let started = std::time::Instant::now();
         let index = self.raft.propose(entry.encode()).await?;
-        crate::metrics::record_time("nomad.raft.apply", started.elapsed());
+        committed(started);
         Ok(index)
     }
 
@@ -172,15 +172,20 @@ impl Inner {
     pub async fn apply_kept(&self, entry: LogEntry) -> Result<u64, ServerError> {
         let bytes = entry.encode();
         let ticket = self.proposed.keep(&bytes, entry);
-        self.raft.propose(bytes).await.map_err(|e| {
+        let started = std::time::Instant::now();
+        let index = self.raft.propose(bytes).await.map_err(|e| {
             self.proposed.forget(ticket);
-            e.into()
-        })
+            ServerError::from(e)
+        })?;
+        committed(started);
+        Ok(index)
     }
 
     /// As `apply`, failing with `Conflict` when the FSM refused the entry's condition.
     pub async fn apply_checked(&self, entry: LogEntry) -> Result<u64, ServerError> {
+        let started = std::time::Instant::now();
         let applied = self.raft.propose_for_response(entry.encode()).await?;
+        committed(started);
         if applied.response.is_empty() {
             Ok(applied.index)
         } else {
@@ -907,4 +912,11 @@ impl Server {
     pub fn broker_stats(&self) -> crate::broker::BrokerStats {
         self.inner.broker.stats()
     }
+}
+
+/// Nomad's `nomad.raft.apply` (entries this server proposed) and `nomad.raft.commitTime`
+/// (from proposing to the entry applied here), for one entry proposed at `started`.
+fn committed(started: std::time::Instant) {
+    crate::metrics::incr_counter("nomad.raft.apply");
+    crate::metrics::record_time("nomad.raft.commitTime", started.elapsed());
 }

@@ -21,12 +21,16 @@ pub(crate) async fn run_worker(inner: Arc<Inner>, id: usize) {
         if *shutdown.borrow() {
             return;
         }
+        let dequeuing = std::time::Instant::now();
         let next = tokio::select! {
             r = inner.broker.dequeue(Duration::from_secs(1)) => r,
             _ = shutdown.changed() => return,
         };
         let (eval, token) = match next {
-            Ok(Some(x)) => x,
+            Ok(Some(x)) => {
+                crate::metrics::record_time("nomad.nomad.worker.dequeue_eval", dequeuing.elapsed());
+                x
+            }
             Ok(None) => continue,
             Err(BrokerError::Disabled) => {
                 tokio::time::sleep(Duration::from_millis(50)).await;
@@ -103,11 +107,14 @@ struct WorkerPlanner {
     snapshot_index: u64,
 }
 
-impl Planner for WorkerPlanner {
-    fn submit_plan(
+impl WorkerPlanner {
+    /// Hands the plan to the plan applier (`nomad.nomad.plan.submit`: until its result) and,
+    /// when the plan was refused in part, waits for the state it must be retried on.
+    fn submit_and_refresh(
         &mut self,
         plan: Plan,
     ) -> Result<(PlanResult, Option<Box<dyn State>>), SchedulerError> {
+        let submitted = std::time::Instant::now();
         let (tx, rx) = oneshot::channel();
         self.inner
             .plan_tx
@@ -117,6 +124,7 @@ impl Planner for WorkerPlanner {
             .blocking_recv()
             .map_err(|_| SchedulerError::Planner("plan applier dropped the plan".into()))?
             .map_err(SchedulerError::Planner)?;
+        crate::metrics::record_time("nomad.nomad.plan.submit", submitted.elapsed());
         if result.refresh_index == 0 {
             return Ok((result, None));
         }
@@ -132,17 +140,33 @@ impl Planner for WorkerPlanner {
         self.snapshot_index = snap.latest_index();
         Ok((result, Some(Box::new(SnapshotState(snap)))))
     }
+}
+
+impl Planner for WorkerPlanner {
+    fn submit_plan(
+        &mut self,
+        plan: Plan,
+    ) -> Result<(PlanResult, Option<Box<dyn State>>), SchedulerError> {
+        let submitting = std::time::Instant::now();
+        let outcome = self.submit_and_refresh(plan);
+        crate::metrics::record_time("nomad.nomad.worker.submit_plan", submitting.elapsed());
+        outcome
+    }
 
     fn update_eval(&mut self, eval: Evaluation) -> Result<(), SchedulerError> {
+        let updating = std::time::Instant::now();
         let inner = self.inner.clone();
-        self.rt
+        let outcome = self
+            .rt
             .block_on(async move {
                 inner
                     .apply(LogEntry::EvalUpdate { evals: vec![eval] })
                     .await
             })
             .map(|_| ())
-            .map_err(|e| SchedulerError::Planner(e.to_string()))
+            .map_err(|e| SchedulerError::Planner(e.to_string()));
+        crate::metrics::record_time("nomad.nomad.worker.update_eval", updating.elapsed());
+        outcome
     }
 
     fn create_eval(&mut self, mut eval: Evaluation) -> Result<(), SchedulerError> {

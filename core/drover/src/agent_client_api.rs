@@ -81,42 +81,14 @@ fn metrics_routes(client: Option<Client>, agent: drover_http::AgentInfo) -> Rout
         "/v1/metrics",
         get(
             move |Query(params): Query<std::collections::BTreeMap<String, String>>| {
-                let gauges = client
-                    .as_ref()
-                    .map(|c| client_gauges(c, &agent))
-                    .unwrap_or_default();
+                let gauges = client.as_ref().map(Client::gauges).unwrap_or_default();
                 let format = params.get("format").cloned();
                 let pretty = params.contains_key("pretty");
-                async move { drover_http::metrics_response(&gauges, format.as_deref(), pretty) }
+                let agent = agent.clone();
+                async move { drover_http::metrics_response(gauges, &agent, format.as_deref(), pretty) }
             },
         ),
     )
-}
-
-fn client_gauges(c: &Client, agent: &drover_http::AgentInfo) -> Vec<drover_server::metrics::Gauge> {
-    use drover_server::metrics::Gauge;
-    let (running, terminal) = c.alloc_counts();
-    let node_id = c.node_id();
-    let labelled = |g: Gauge| {
-        g.label("node_id", node_id.clone())
-            .label("datacenter", agent.datacenter.clone())
-            .label("host", agent.name.clone())
-    };
-    let since = c.last_heartbeat().elapsed().unwrap_or_default();
-    vec![
-        labelled(Gauge::new(
-            "nomad.client.allocations.running",
-            running as f64,
-        )),
-        labelled(Gauge::new(
-            "nomad.client.allocations.terminal",
-            terminal as f64,
-        )),
-        labelled(Gauge::new(
-            "nomad.client.heartbeat.age_seconds",
-            since.as_secs_f64(),
-        )),
-    ]
 }
 
 /// What Nomad's client agent answers itself rather than through a server: its server list

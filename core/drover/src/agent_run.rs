@@ -19,7 +19,7 @@ use serde_json::json;
 
 use crate::agent::AgentArgs;
 use crate::agent_remote::RemoteServers;
-use crate::config::{AgentFile, ClientBlock, parse_file};
+use crate::config::{AgentFile, ClientBlock};
 
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -101,14 +101,12 @@ impl drover_http::NodeClient for HttpClient {
         self.0.exec_task(alloc_id, task, options, stream)
     }
     fn stats(&self) -> serde_json::Value {
-        json!({
-            "Timestamp": drover_structs::time::now_nanos(),
-            "AllocDirStats": null,
-            "Memory": null,
-            "CPU": null,
-            "Uptime": 0,
-            "AllocationsKnown": self.0.alloc_count(),
-        })
+        serde_json::to_value(self.0.host_stats())
+            .inspect_err(|e| tracing::warn!(error = %e, "encoding host stats"))
+            .unwrap_or_default()
+    }
+    fn gauges(&self) -> Vec<drover_structs::metrics::Gauge> {
+        self.0.gauges()
     }
     fn alloc_stats(&self, alloc_id: &str, task: Option<&str>) -> Option<serde_json::Value> {
         let usage = self.0.alloc_stats(alloc_id, task)?;
@@ -218,10 +216,7 @@ fn plugin_configs(file: &AgentFile, dev: bool) -> BTreeMap<String, serde_json::V
 }
 
 pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
-    let mut file = AgentFile::default();
-    for path in &args.config {
-        file = file.merge(parse_file(path)?);
-    }
+    let file = crate::config::load(&args.config)?;
     let dev = args.dev;
     let server_enabled = dev
         || args.server
@@ -273,18 +268,22 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         .clone()
         .or(file.datacenter.clone())
         .unwrap_or_else(|| "dc1".into());
-    let http_addr: SocketAddr = format!("{bind}:{http_port}")
+    let addresses = file.addresses.clone().unwrap_or_default();
+    let http_bind = addresses.http.as_deref().unwrap_or(&bind);
+    let rpc_bind = addresses.rpc.as_deref().unwrap_or(&bind);
+    let http_addr: SocketAddr = format!("{http_bind}:{http_port}")
         .parse()
-        .with_context(|| format!("invalid bind address {bind:?}"))?;
-    let rpc_addr: SocketAddr = format!("{bind}:{rpc_port}")
+        .with_context(|| format!("invalid HTTP bind address {http_bind:?}"))?;
+    let rpc_addr: SocketAddr = format!("{rpc_bind}:{rpc_port}")
         .parse()
-        .with_context(|| format!("invalid bind address {bind:?}"))?;
+        .with_context(|| format!("invalid RPC bind address {rpc_bind:?}"))?;
     let plugin_dir = args.plugin_dir.clone().or(file.plugin_dir.clone());
 
     let tls = match &file.tls {
         Some(block) => drover_tls::AgentTls::load(block.settings(&region)?)?,
         None => None,
     };
+    let telemetry = crate::config::telemetry::settings(file.telemetry.as_ref())?;
     let acl_on = file.acl.as_ref().and_then(|a| a.enabled) == Some(true);
     if acl_on && server_enabled && !tls.as_ref().is_some_and(|t| t.rpc_enabled()) {
         // The HTTP API checks every token; the RPC port (Raft, forwarding, client sessions)
@@ -320,6 +319,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         server: server_enabled,
         client: client_enabled,
         version: VERSION.into(),
+        prometheus_metrics: telemetry.prometheus_metrics,
         config_json: json!({
             "DataDir": data_dir,
             "BindAddr": bind,
@@ -439,6 +439,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
                 cc.artifact = artifact_config(a)?;
             }
         }
+        cc.telemetry = telemetry.client;
         let c = match &server {
             Some(server) => Client::start(cc, Arc::new(LocalServer(server.clone()))).await,
             None => {
@@ -776,38 +777,13 @@ fn ignored_settings(file: &AgentFile) -> Vec<String> {
         .flat_map(|c| c.options.iter().flat_map(|o| o.keys()))
         .filter(|k| !CLIENT_OPTIONS.contains(&k.as_str()))
         .map(|k| format!("client.options[{k:?}]"));
-    server
+    file.unsupported_settings()
+        .into_iter()
+        .chain(server)
         .chain(client)
         .chain(options)
-        .chain(ignored_telemetry(file.telemetry.as_ref()))
+        .chain(crate::config::telemetry::ignored(file.telemetry.as_ref()))
         .collect()
-}
-
-/// `telemetry` keys with no effect: Drover computes its metrics when `/v1/metrics` is asked
-/// and always serves the Prometheus format, so only `prometheus_metrics = true` is as Nomad.
-fn ignored_telemetry(telemetry: Option<&serde_json::Value>) -> Vec<String> {
-    let blocks: Vec<&serde_json::Map<String, serde_json::Value>> = match telemetry {
-        Some(serde_json::Value::Object(m)) => vec![m],
-        Some(serde_json::Value::Array(items)) => items
-            .iter()
-            .filter_map(serde_json::Value::as_object)
-            .collect(),
-        _ => Vec::new(),
-    };
-    let mut ignored = Vec::new();
-    for block in blocks {
-        for (k, v) in block {
-            match (k.as_str(), v) {
-                ("prometheus_metrics", serde_json::Value::Bool(true)) => {}
-                ("prometheus_metrics", _) => ignored.push(
-                    "telemetry.prometheus_metrics (the Prometheus format is always served)"
-                        .to_string(),
-                ),
-                _ => ignored.push(format!("telemetry.{k}")),
-            }
-        }
-    }
-    ignored
 }
 
 /// Says once at start-up which settings have no effect, so nobody believes they took effect.
@@ -997,28 +973,6 @@ client {
         assert_eq!(client_denylist(assigned), EnvDenylist::parse("OLD"));
         let both = "client {\n  options {\n    \"env.blacklist\" = \"OLD\"\n    \"env.denylist\" = \"NEW\"\n  }\n}\n";
         assert_eq!(client_denylist(both), EnvDenylist::parse("NEW"));
-    }
-
-    #[test]
-    fn telemetry_settings_without_effect_are_reported_as_ignored() {
-        let file = parse_str(
-            "telemetry {\n  prometheus_metrics = true\n  collection_interval = \"1s\"\n  publish_node_metrics = true\n}\n",
-            "agent.hcl",
-        )
-        .unwrap();
-        assert_eq!(
-            ignored_settings(&file),
-            vec![
-                "telemetry.collection_interval".to_string(),
-                "telemetry.publish_node_metrics".to_string()
-            ]
-        );
-        let off = parse_str(
-            "telemetry {\n  prometheus_metrics = false\n}\n",
-            "agent.hcl",
-        )
-        .unwrap();
-        assert_eq!(ignored_settings(&off).len(), 1);
     }
 
     #[test]

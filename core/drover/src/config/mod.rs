@@ -1,13 +1,20 @@
 //! The agent configuration: Nomad's agent HCL format (`data_dir`, `bind_addr`, `ports`,
 //! `server`, `client`, `plugin "NAME" { config { ... } }`), merged over defaults, then the
-//! command-line flags over that.
+//! command-line flags over that. `files` reads and merges the files.
+
+mod files;
+pub mod telemetry;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Map, Value};
+
+pub use files::load;
+#[cfg(test)]
+pub use files::parse_str;
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -24,20 +31,120 @@ pub struct AgentFile {
     pub client: Option<ClientBlock>,
     /// `plugin "raw_exec" { config { enabled = true } }`.
     pub plugin: Option<BTreeMap<String, PluginBlock>>,
-    /// Accepted for compatibility with Nomad agent files; not used by Drover yet.
+    /// `advertise { rpc = "host[:port]" }` is acted on; its other keys are warned about.
     pub advertise: Option<Value>,
-    pub addresses: Option<Value>,
+    #[serde(deserialize_with = "one_block")]
+    pub addresses: Option<Addresses>,
     pub telemetry: Option<Value>,
-    pub consul: Option<Value>,
-    pub vault: Option<Value>,
     pub acl: Option<AclBlock>,
     #[serde(deserialize_with = "one_block")]
     pub tls: Option<TlsBlock>,
+    /// Drover never checks for updates, which is what `true` asks for.
+    pub disable_update_check: Option<bool>,
+    /// Settings of Nomad's agent format Drover does not act on yet: accepted so that Nomad's
+    /// files load, and each named in a warning at start-up (see `unsupported_settings`).
+    pub consul: Option<Value>,
+    pub vault: Option<Value>,
     pub ui: Option<Value>,
     pub leave_on_interrupt: Option<bool>,
     pub leave_on_terminate: Option<bool>,
     pub enable_debug: Option<bool>,
-    pub disable_update_check: Option<bool>,
+    pub log_json: Option<bool>,
+    pub log_file: Option<Value>,
+    pub log_rotate_bytes: Option<Value>,
+    pub log_rotate_duration: Option<Value>,
+    pub log_rotate_max_files: Option<Value>,
+    pub enable_syslog: Option<bool>,
+    pub syslog_facility: Option<Value>,
+    pub disable_anonymous_signature: Option<bool>,
+    pub http_api_response_headers: Option<Value>,
+    pub audit: Option<Value>,
+    pub autopilot: Option<Value>,
+    pub sentinel: Option<Value>,
+    pub limits: Option<Value>,
+}
+
+/// Nomad's `addresses` block: the IP each listener binds to, over `bind_addr`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Addresses {
+    pub http: Option<String>,
+    pub rpc: Option<String>,
+    /// Drover has no gossip listener; warned about when set.
+    pub serf: Option<String>,
+}
+
+impl AgentFile {
+    /// The settings this file holds that Drover accepts from Nomad's format but does not act
+    /// on, by their key paths. A setting whose value asks for what Drover does anyway (a
+    /// feature turned off) is not listed.
+    pub fn unsupported_settings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(Value::Object(a)) = &self.advertise {
+            out.extend(
+                a.keys()
+                    .filter(|k| *k != "rpc")
+                    .map(|k| format!("advertise.{k}")),
+            );
+        }
+        if self.addresses.as_ref().is_some_and(|a| a.serf.is_some()) {
+            out.push("addresses.serf (Drover has no gossip listener)".into());
+        }
+        for (key, block) in [
+            ("consul", &self.consul),
+            ("vault", &self.vault),
+            ("ui", &self.ui),
+        ] {
+            if block.as_ref().is_some_and(|b| !turned_off(b)) {
+                out.push(key.to_string());
+            }
+        }
+        for (key, on) in [
+            ("leave_on_interrupt", self.leave_on_interrupt),
+            ("leave_on_terminate", self.leave_on_terminate),
+            ("enable_debug", self.enable_debug),
+            ("log_json", self.log_json),
+            ("enable_syslog", self.enable_syslog),
+            (
+                "disable_anonymous_signature",
+                self.disable_anonymous_signature,
+            ),
+        ] {
+            if on == Some(true) {
+                out.push(key.to_string());
+            }
+        }
+        for (key, value) in [
+            ("log_file", &self.log_file),
+            ("log_rotate_bytes", &self.log_rotate_bytes),
+            ("log_rotate_duration", &self.log_rotate_duration),
+            ("log_rotate_max_files", &self.log_rotate_max_files),
+            ("syslog_facility", &self.syslog_facility),
+            ("http_api_response_headers", &self.http_api_response_headers),
+            ("audit", &self.audit),
+            ("autopilot", &self.autopilot),
+            ("sentinel", &self.sentinel),
+            ("limits", &self.limits),
+        ] {
+            if value.is_some() {
+                out.push(key.to_string());
+            }
+        }
+        out
+    }
+}
+
+/// `block { enabled = false }` (and nothing else set to on) asks for what an agent without
+/// the feature does.
+fn turned_off(block: &Value) -> bool {
+    let blocks: Vec<&Map<String, Value>> = match block {
+        Value::Object(m) => vec![m],
+        Value::Array(items) => items.iter().filter_map(Value::as_object).collect(),
+        _ => return false,
+    };
+    blocks
+        .iter()
+        .all(|m| m.get("enabled") == Some(&Value::Bool(false)))
 }
 
 /// Nomad's agent `acl` block.
@@ -343,124 +450,10 @@ pub struct PluginBlock {
     pub args: Option<Vec<String>>,
 }
 
-/// hcl-rs turns a repeated or single labeled block into a map; a block written twice would
-/// come out as an array of maps, which we merge in order.
-fn normalize_plugin_blocks(v: &mut Value) {
-    if let Some(Value::Array(items)) = v.get("plugin").cloned() {
-        let mut merged = serde_json::Map::new();
-        for item in items {
-            if let Value::Object(m) = item {
-                merged.extend(m);
-            }
-        }
-        v["plugin"] = Value::Object(merged);
-    }
-    // `config { ... }` inside a plugin block may also arrive as a one-element array.
-    if let Some(Value::Object(plugins)) = v.get_mut("plugin") {
-        for p in plugins.values_mut() {
-            if let Some(Value::Array(cfgs)) = p.get("config").cloned() {
-                let mut merged = serde_json::Map::new();
-                for c in cfgs {
-                    if let Value::Object(m) = c {
-                        merged.extend(m);
-                    }
-                }
-                p["config"] = Value::Object(merged);
-            }
-        }
-    }
-}
-
-/// Nomad's agent files are HCL1, where `chroot_env { "/host" = "/task" }` and
-/// `options { "env.denylist" = "..." }` are blocks with quoted keys; HCL2 (hcl-rs) only takes
-/// quoted keys in an object, `chroot_env = { ... }`. Turns such blocks into that object (same
-/// content, one `=` added), leaving every other text alone.
-fn quoted_key_blocks_as_objects(text: &str) -> std::borrow::Cow<'_, str> {
-    const KEYS: [&str; 2] = ["chroot_env", "options"];
-    let mut ends: Vec<usize> = KEYS
-        .iter()
-        .flat_map(|key| {
-            text.match_indices(key).filter_map(|(at, _)| {
-                let before = text[..at].chars().next_back();
-                let starts_word = before.is_none_or(|c| c.is_whitespace() || c == '{' || c == ';');
-                let end = at + key.len();
-                (starts_word && text[end..].trim_start().starts_with('{')).then_some(end)
-            })
-        })
-        .collect();
-    if ends.is_empty() {
-        return std::borrow::Cow::Borrowed(text);
-    }
-    ends.sort_unstable();
-    let mut out = String::new();
-    let mut copied = 0;
-    for end in ends {
-        out.push_str(&text[copied..end]);
-        out.push_str(" =");
-        copied = end;
-    }
-    out.push_str(&text[copied..]);
-    std::borrow::Cow::Owned(out)
-}
-
-/// Parses one agent config file (HCL or JSON).
-pub fn parse_file(path: &Path) -> anyhow::Result<AgentFile> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading agent config {}", path.display()))?;
-    parse_str(&text, &path.display().to_string())
-}
-
-pub fn parse_str(text: &str, name: &str) -> anyhow::Result<AgentFile> {
-    let mut value: Value = if text.trim_start().starts_with('{') {
-        serde_json::from_str(text).with_context(|| format!("{name}: invalid JSON"))?
-    } else {
-        match hcl::from_str::<Value>(&quoted_key_blocks_as_objects(text)) {
-            Ok(v) => v,
-            Err(e) => bail!("{name}: {e}"),
-        }
-    };
-    normalize_plugin_blocks(&mut value);
-    let file = serde_path_to_error::deserialize::<_, AgentFile>(value)
-        .map_err(|e| anyhow::anyhow!("{name}: {}: {}", e.path(), e.inner()))?;
-    Ok(file)
-}
-
-impl AgentFile {
-    /// Merges `other` over `self`: set fields of the later file win.
-    pub fn merge(mut self, other: AgentFile) -> AgentFile {
-        macro_rules! take {
-            ($($f:ident),*) => { $( if other.$f.is_some() { self.$f = other.$f; } )* };
-        }
-        take!(
-            name, region, datacenter, data_dir, bind_addr, log_level, plugin_dir, acl, tls
-        );
-        if let Some(p) = other.ports {
-            let mine = self.ports.get_or_insert_with(Ports::default);
-            if p.http.is_some() {
-                mine.http = p.http;
-            }
-            if p.rpc.is_some() {
-                mine.rpc = p.rpc;
-            }
-            if p.serf.is_some() {
-                mine.serf = p.serf;
-            }
-        }
-        if let Some(s) = other.server {
-            self.server = Some(s);
-        }
-        if let Some(c) = other.client {
-            self.client = Some(c);
-        }
-        if let Some(p) = other.plugin {
-            self.plugin.get_or_insert_with(BTreeMap::new).extend(p);
-        }
-        self
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
 
     #[test]
@@ -707,5 +700,33 @@ client {
             .unwrap_err()
             .to_string();
         assert!(e.contains("bogus_key"), "{e}");
+    }
+
+    #[test]
+    fn nomad_settings_drover_does_not_act_on_are_listed_unless_turned_off() {
+        let f = parse_str(
+            "consul { address = \"127.0.0.1:8500\" }\nvault { enabled = false }\nui { enabled = false }\n\
+             leave_on_terminate = true\nenable_debug = false\nlog_file = \"/tmp/x.log\"\n\
+             advertise {\n  rpc = \"10.0.0.1\"\n  http = \"10.0.0.1\"\n}\n\
+             addresses {\n  http = \"127.0.0.1\"\n  serf = \"0.0.0.0\"\n}\ndisable_update_check = true\n",
+            "a.hcl",
+        )
+        .unwrap();
+        assert_eq!(
+            f.unsupported_settings(),
+            [
+                "advertise.http",
+                "addresses.serf (Drover has no gossip listener)",
+                "consul",
+                "leave_on_terminate",
+                "log_file"
+            ]
+        );
+        assert_eq!(f.addresses.unwrap().http.as_deref(), Some("127.0.0.1"));
+        let e = parse_str("addresses { grpc = \"x\" }\n", "a.hcl").unwrap_err();
+        assert!(
+            e.to_string().contains("addresses.grpc") || e.to_string().contains("grpc"),
+            "{e}"
+        );
     }
 }
