@@ -659,11 +659,32 @@ mod tests {
             api.get("/v1/job/nope/versions").await.status,
             StatusCode::NOT_FOUND
         );
-        let r = api.call(Method::DELETE, "/v1/job/nope", None).await;
-        assert_eq!(
-            (r.status, r.text().as_str()),
-            (StatusCode::NOT_FOUND, "job not found")
-        );
+        // Nomad 1.1 answers a deregistration of an unknown job with an evaluation of it.
+        for path in ["/v1/job/nope", "/v1/job/nope?purge=true"] {
+            let r = api.call(Method::DELETE, path, None).await;
+            assert_eq!(r.status, StatusCode::OK, "{path}: {}", r.text());
+            let body = r.json();
+            let eval_id = body["EvalID"].as_str().unwrap_or_default().to_string();
+            assert!(!eval_id.is_empty(), "{body}");
+            assert_eq!(body["JobModifyIndex"], body["EvalCreateIndex"], "{body}");
+            let eval = api.get(&format!("/v1/evaluation/{eval_id}")).await.json();
+            assert_eq!(
+                (&eval["JobID"], &eval["TriggeredBy"], &eval["Type"], &eval["Priority"]),
+                (&"nope".into(), &"job-deregister".into(), &"service".into(), &50.into()),
+                "{eval}"
+            );
+            // The scheduler finds nothing to stop and completes it.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            loop {
+                let eval = api.get(&format!("/v1/evaluation/{eval_id}")).await.json();
+                if eval["Status"] == "complete" {
+                    break;
+                }
+                assert!(std::time::Instant::now() < deadline, "{eval}");
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        }
+        assert_eq!(api.get("/v1/job/nope").await.status, StatusCode::NOT_FOUND);
 
         let r = api.get("/v1/no/such/path").await;
         assert_eq!(

@@ -555,6 +555,40 @@ impl Server {
         Ok(result)
     }
 
+    /// Nomad 1.1's answer to deregistering a job it does not have: an evaluation of that job
+    /// id (service type, default priority), committed and scheduled (it finds nothing to
+    /// stop and completes), and a 200 naming it, with or without `purge`.
+    async fn deregister_unknown_job(
+        &self,
+        namespace: &str,
+        job_id: &str,
+    ) -> Result<(String, u64), ServerError> {
+        let now = now_nanos();
+        let mut eval = Evaluation {
+            id: drover_structs::generate_id(),
+            namespace: namespace.to_string(),
+            priority: drover_structs::job::JOB_DEFAULT_PRIORITY,
+            eval_type: drover_structs::job::JOB_TYPE_SERVICE.to_string(),
+            triggered_by: TRIGGER_JOB_DEREGISTER.to_string(),
+            job_id: job_id.to_string(),
+            status: drover_structs::EVAL_STATUS_PENDING.to_string(),
+            create_time: now,
+            modify_time: now,
+            ..Default::default()
+        };
+        let index = self
+            .inner
+            .apply(LogEntry::EvalUpdate {
+                evals: vec![eval.clone()],
+            })
+            .await?;
+        eval.create_index = index;
+        eval.modify_index = index;
+        let id = eval.id.clone();
+        self.inner.enqueue_when_due(eval);
+        Ok((id, index))
+    }
+
     /// Stops a job (`Stop = true`, a new version) or, with `purge`, removes it. Returns the
     /// evaluation that stops its allocations. On the leader.
     pub(crate) async fn deregister_job_here(
@@ -564,7 +598,7 @@ impl Server {
         purge: bool,
     ) -> Result<(String, u64), ServerError> {
         let Some(job) = self.snapshot().job(namespace, job_id) else {
-            return Err(ServerError::NotFound("job not found".into()));
+            return self.deregister_unknown_job(namespace, job_id).await;
         };
         let mut eval = Evaluation::for_job(&job, TRIGGER_JOB_DEREGISTER);
         // A periodic or parameterized parent has no allocations to stop: no evaluation (its

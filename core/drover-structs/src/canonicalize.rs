@@ -111,7 +111,7 @@ pub fn canonicalize_job(job: &mut Value) {
         obj.insert("Namespace".into(), json!(crate::DEFAULT_NAMESPACE));
     }
     set_default(obj, "Type", json!("service"));
-    set_default(obj, "Priority", json!(50));
+    set_default(obj, "Priority", json!(crate::job::JOB_DEFAULT_PRIORITY));
     // Nomad 1.5+ (`Job.Canonicalize`): a job that names no datacenter may run in any.
     let no_dcs = match obj.get("Datacenters") {
         None | Some(Value::Null) => true,

@@ -7,6 +7,8 @@ use serde::{Deserialize, Serialize};
 use crate::resources::{NetworkResource, Resources};
 
 pub const JOB_TYPE_SERVICE: &str = "service";
+/// Nomad's `JobDefaultPriority`: a job's priority when it names none.
+pub const JOB_DEFAULT_PRIORITY: i64 = 50;
 pub const JOB_TYPE_BATCH: &str = "batch";
 pub const JOB_TYPE_SYSTEM: &str = "system";
 pub const JOB_TYPE_SYSBATCH: &str = "sysbatch";
