@@ -669,8 +669,18 @@ mod tests {
             assert_eq!(body["JobModifyIndex"], body["EvalCreateIndex"], "{body}");
             let eval = api.get(&format!("/v1/evaluation/{eval_id}")).await.json();
             assert_eq!(
-                (&eval["JobID"], &eval["TriggeredBy"], &eval["Type"], &eval["Priority"]),
-                (&"nope".into(), &"job-deregister".into(), &"service".into(), &50.into()),
+                (
+                    &eval["JobID"],
+                    &eval["TriggeredBy"],
+                    &eval["Type"],
+                    &eval["Priority"]
+                ),
+                (
+                    &"nope".into(),
+                    &"job-deregister".into(),
+                    &"service".into(),
+                    &50.into()
+                ),
                 "{eval}"
             );
             // The scheduler finds nothing to stop and completes it.
