@@ -765,3 +765,29 @@ fn a_namespace_token_reads_and_writes_only_the_variables_its_paths_grant() {
         output_text(&out)
     );
 }
+
+#[test]
+fn agent_host_data_needs_a_token_that_reads_the_agent() {
+    let (dir, agent, root) = acl_agent_with_dev("acl-agent-host");
+    let (reader, _) = token_with(
+        &agent,
+        &dir,
+        &root,
+        "agent-read",
+        "agent {\n  policy = \"read\"\n}\n",
+    );
+    let (jobs_only, _) = token_with(
+        &agent,
+        &dir,
+        &root,
+        "jobs-only",
+        "namespace \"default\" {\n  policy = \"read\"\n}\n",
+    );
+    assert_eq!(get_as(&agent, None, "/v1/agent/host").0, 403);
+    assert_eq!(get_as(&agent, Some(&jobs_only), "/v1/agent/host").0, 403);
+    for token in [&reader, &root] {
+        let (status, body) = get_as(&agent, Some(token), "/v1/agent/host");
+        assert_eq!(status, 200, "{body}");
+        assert!(body.contains("\"ResolvConf\""), "{body}");
+    }
+}

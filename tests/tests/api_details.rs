@@ -117,3 +117,44 @@ fn deregistering_an_unknown_job_answers_with_an_evaluation_as_nomad_1_1() {
     let out = agent.cli(&["job", "stop", "never-registered"]);
     assert_eq!(out.status.code(), Some(1));
 }
+
+#[test]
+fn agent_host_describes_the_host_and_needs_enable_debug_without_acls() {
+    let dir = TempDir::new("api-details-host");
+    let agent = Agent::start_dev(dir.path(), &[]);
+    let host = agent.get("/v1/agent/host").expect("agent host");
+    for key in [
+        "OS",
+        "Network",
+        "ResolvConf",
+        "Hosts",
+        "Environment",
+        "Disk",
+    ] {
+        assert!(host.get(key).is_some(), "{key} missing: {host}");
+    }
+    let addresses: Vec<&str> = host["Network"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|n| n["address"].as_str())
+        .collect();
+    assert!(addresses.contains(&"127.0.0.1"), "{addresses:?}");
+    assert_eq!(
+        host["Environment"]["PATH"].as_str(),
+        std::env::var("PATH").ok().as_deref()
+    );
+
+    let off = TempDir::new("api-details-host-off");
+    let config = off.path().join("agent.hcl");
+    std::fs::write(&config, "enable_debug = false\n").unwrap();
+    std::fs::create_dir_all(off.path().join("data")).unwrap();
+    let agent = Agent::start_dev(
+        &off.path().join("data"),
+        &["--config", config.to_str().unwrap()],
+    );
+    assert_eq!(
+        agent.send("GET", "/v1/agent/host", ""),
+        (403, "Permission denied".to_string())
+    );
+}

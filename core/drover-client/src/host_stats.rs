@@ -120,15 +120,7 @@ impl HostStatsCollector {
             .ok()
             .and_then(|t| t.split_whitespace().next()?.parse::<f64>().ok())
             .map_or(0, |s| s as u64);
-        let physical = std::fs::read_to_string("/proc/filesystems")
-            .map(|t| physical_filesystems(&t))
-            .unwrap_or_default();
-        let disk_stats = std::fs::read_to_string("/proc/mounts")
-            .map(|t| physical_mounts(&t, &physical))
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|(device, mountpoint)| disk_stats(&device, &mountpoint))
-            .collect();
+        let disk_stats = physical_disks();
         let alloc_dir_stats = disk_stats_of(&self.data_dir).map(|s| HostDiskStats {
             device: String::new(),
             mountpoint: String::new(),
@@ -218,6 +210,19 @@ fn cpu_percentages(
                 total: if delta == 0.0 { 0.0 } else { 100.0 - idle },
             }
         })
+        .collect()
+}
+
+/// The sizes of every mounted device-backed filesystem (each device once).
+pub fn physical_disks() -> Vec<HostDiskStats> {
+    let physical = std::fs::read_to_string("/proc/filesystems")
+        .map(|t| physical_filesystems(&t))
+        .unwrap_or_default();
+    std::fs::read_to_string("/proc/mounts")
+        .map(|t| physical_mounts(&t, &physical))
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|(device, mountpoint)| disk_stats(&device, &mountpoint))
         .collect()
 }
 

@@ -21,6 +21,7 @@ pub mod driver_events;
 pub mod fingerprint;
 pub mod gc;
 pub mod heartbeat_stop;
+pub mod host_data;
 pub mod host_stats;
 pub mod host_volumes;
 pub mod interpolate;

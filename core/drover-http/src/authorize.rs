@@ -65,7 +65,7 @@ fn need(method: &Method, path: &str) -> Need {
         ["v1", "event", "stream"] => Token,
         ["v1", "agent", "join"] | ["v1", "agent", "force-leave"] => AgentWrite,
         ["v1", "agent", "members"] => NodeRead,
-        ["v1", "agent", "pprof", ..] | ["v1", "agent", "host"] => AgentWrite,
+        ["v1", "agent", "pprof", ..] => AgentWrite,
         ["v1", "agent", ..] => AgentRead,
         ["v1", "jobs"] if read => Namespace(cap::CAP_LIST_JOBS),
         ["v1", "jobs"] => JobBody(cap::CAP_SUBMIT_JOB),

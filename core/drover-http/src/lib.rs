@@ -64,6 +64,7 @@ pub use monitor::{LogFeed, LogRecord, level_rank, log_feed, monitor};
 pub use proxy::{call_over, serve_connection};
 pub use query::parse_go_duration;
 pub use starting::{ReadyRouter, late_router, starting_router};
+pub use system::host_data_response;
 
 /// Largest request body accepted (a job with many groups stays far below this).
 pub const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
@@ -83,6 +84,8 @@ pub struct AgentInfo {
     pub config_json: serde_json::Value,
     /// `telemetry { prometheus_metrics }`: whether `/v1/metrics?format=prometheus` is served.
     pub prometheus_metrics: bool,
+    /// `enable_debug` (on in dev mode): whether an agent without ACLs serves `/v1/agent/host`.
+    pub enable_debug: bool,
 }
 
 /// The node agent running beside this API, for the `/v1/client/...` endpoints.

@@ -52,6 +52,7 @@ pub(crate) fn agent_info() -> AgentInfo {
         version: "0.1.0".into(),
         config_json: json!({"Region": "global", "Datacenter": "dc1"}),
         prometheus_metrics: true,
+        enable_debug: true,
     }
 }
 

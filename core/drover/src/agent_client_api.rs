@@ -44,6 +44,7 @@ pub fn router(
 ) -> Router {
     let servers = remote.servers();
     let (metrics_client, metrics_agent) = (client.clone(), agent.clone());
+    let enable_debug = agent.enable_debug;
     let node_id = client.as_ref().map(Client::node_id).unwrap_or_default();
     let self_report = json!({
         "config": agent.config_json,
@@ -69,6 +70,17 @@ pub fn router(
                 }
                 async move { json_response(StatusCode::OK, body) }
             }),
+        )
+        .route(
+            "/v1/agent/host",
+            get(
+                move |Query(params): Query<std::collections::BTreeMap<String, String>>| async move {
+                    // A client agent does not know the servers' ACL state: only its own
+                    // `enable_debug` opens its host data.
+                    drover_http::host_data_response(enable_debug, params.contains_key("pretty"))
+                        .await
+                },
+            ),
         )
         .merge(server_list_routes(remote))
         .merge(metrics_routes(metrics_client, metrics_agent))

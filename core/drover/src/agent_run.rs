@@ -320,6 +320,8 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         client: client_enabled,
         version: VERSION.into(),
         prometheus_metrics: telemetry.prometheus_metrics,
+        // Nomad's dev mode turns debugging on; otherwise the file decides (off by default).
+        enable_debug: file.enable_debug.unwrap_or(dev),
         config_json: json!({
             "DataDir": data_dir,
             "BindAddr": bind,
@@ -329,7 +331,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             "NodeName": node_name,
             "LogLevel": args.log_level.clone().unwrap_or_else(|| "info".into()).to_uppercase(),
             "LogJson": false,
-            "EnableDebug": false,
+            "EnableDebug": file.enable_debug.unwrap_or(dev),
             "PluginDir": plugin_dir.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
             "Ports": {"HTTP": http_port, "RPC": rpc_port},
             "TLSConfig": {

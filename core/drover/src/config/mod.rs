@@ -41,6 +41,8 @@ pub struct AgentFile {
     pub tls: Option<TlsBlock>,
     /// Drover never checks for updates, which is what `true` asks for.
     pub disable_update_check: Option<bool>,
+    /// Opens `/v1/agent/host` on an agent without ACLs (on in dev mode, as Nomad's).
+    pub enable_debug: Option<bool>,
     /// Settings of Nomad's agent format Drover does not act on yet: accepted so that Nomad's
     /// files load, and each named in a warning at start-up (see `unsupported_settings`).
     pub consul: Option<Value>,
@@ -48,7 +50,6 @@ pub struct AgentFile {
     pub ui: Option<Value>,
     pub leave_on_interrupt: Option<bool>,
     pub leave_on_terminate: Option<bool>,
-    pub enable_debug: Option<bool>,
     pub log_json: Option<bool>,
     pub log_file: Option<Value>,
     pub log_rotate_bytes: Option<Value>,
@@ -102,7 +103,6 @@ impl AgentFile {
         for (key, on) in [
             ("leave_on_interrupt", self.leave_on_interrupt),
             ("leave_on_terminate", self.leave_on_terminate),
-            ("enable_debug", self.enable_debug),
             ("log_json", self.log_json),
             ("enable_syslog", self.enable_syslog),
             (
