@@ -10,6 +10,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use drover_tests::{Agent, TempDir, drover_bin, output_text, write_job};
+use serde_json::Value;
 
 fn cli_as(agent: &Agent, token: &str, args: &[&str]) -> Output {
     Command::new(drover_bin())
@@ -790,4 +791,114 @@ fn agent_host_data_needs_a_token_that_reads_the_agent() {
         assert_eq!(status, 200, "{body}");
         assert!(body.contains("\"ResolvConf\""), "{body}");
     }
+}
+
+/// Reads the event stream at `path` as `token` until a line contains `want` (or 20 s pass),
+/// and returns what was read.
+fn stream_as(agent: &Agent, token: &str, path: &str, want: &str) -> String {
+    let url = format!("{}{path}", agent.addr());
+    let (token, wanted) = (token.to_string(), want.to_string());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let Ok(mut resp) = ureq::get(&url).header("X-Nomad-Token", &token).call() else {
+            return;
+        };
+        let reader = std::io::BufReader::new(resp.body_mut().as_reader());
+        for line in std::io::BufRead::lines(reader).map_while(Result::ok) {
+            let done = line.contains(&wanted);
+            if tx.send(line).is_err() || done {
+                return;
+            }
+        }
+    });
+    let mut seen = String::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+        match rx.recv_timeout(left) {
+            Ok(line) => {
+                seen.push_str(&line);
+                seen.push('\n');
+                if line.contains(want) {
+                    break;
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    seen
+}
+
+#[test]
+fn acl_token_and_policy_changes_stream_to_management_tokens_without_secrets() {
+    let (dir, agent, root) = acl_agent_with_dev("acl-events");
+    let (reader, accessor) = token_with(
+        &agent,
+        &dir,
+        &root,
+        "ops-read",
+        "node {\n  policy = \"read\"\n}\n",
+    );
+    let out = cli_as(&agent, &root, &["acl", "token", "delete", &accessor]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    let out = cli_as(&agent, &root, &["acl", "policy", "delete", "ops-read"]);
+    assert!(out.status.success(), "{}", output_text(&out));
+
+    let seen = stream_as(
+        &agent,
+        &root,
+        "/v1/event/stream?topic=ACLToken&topic=ACLPolicy&index=1",
+        "ACLPolicyDeleted",
+    );
+    let events: Vec<Value> = seen
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .flat_map(|b| b["Events"].as_array().cloned().unwrap_or_default())
+        .collect();
+    let kinds: Vec<(String, String)> = events
+        .iter()
+        .map(|e| {
+            (
+                e["Type"].as_str().unwrap_or_default().to_string(),
+                e["Key"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    for want in [
+        ("ACLPolicyUpserted", "ops-read"),
+        ("ACLTokenUpserted", accessor.as_str()),
+        ("ACLTokenDeleted", accessor.as_str()),
+        ("ACLPolicyDeleted", "ops-read"),
+    ] {
+        assert!(
+            kinds.iter().any(|(t, k)| t == want.0 && k == want.1),
+            "{want:?} not in {kinds:?}\n{seen}"
+        );
+    }
+    for e in events.iter().filter(|e| e["Topic"] == "ACLToken") {
+        assert_eq!(e["Payload"]["ACLToken"]["SecretID"], "", "{e}");
+        assert!(!seen.contains(&reader), "a secret was streamed");
+    }
+
+    // A token that may not manage ACLs sees none of it: its stream, replayed past a node
+    // change made after every ACL change, holds the node and no ACL event.
+    let (nodes, _) = token_with(
+        &agent,
+        &dir,
+        &root,
+        "nodes",
+        "node {\n  policy = \"read\"\n}\n",
+    );
+    let (_, list) = get_as(&agent, Some(&root), "/v1/nodes");
+    let list: Value = serde_json::from_str(&list).expect("nodes");
+    let node = list[0]["ID"].as_str().expect("node id").to_string();
+    let out = cli_as(&agent, &root, &["node", "eligibility", "-disable", &node]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    let seen = stream_as(
+        &agent,
+        &nodes,
+        "/v1/event/stream?index=1",
+        "\"Type\":\"NodeDrain\"",
+    );
+    assert!(seen.contains("\"Type\":\"NodeDrain\""), "{seen}");
+    assert!(!seen.contains("\"Topic\":\"ACL"), "{seen}");
 }

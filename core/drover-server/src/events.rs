@@ -34,6 +34,9 @@ pub enum Payload {
     /// Serialized without its secret.
     Node(Arc<Node>),
     Deployment(Arc<drover_structs::Deployment>),
+    /// Serialized without its secret, as Nomad sends it.
+    AclToken(Arc<drover_structs::AclToken>),
+    AclPolicy(Arc<drover_structs::AclPolicy>),
 }
 
 impl Payload {
@@ -44,6 +47,8 @@ impl Payload {
             Payload::Allocation(_) => "Allocation",
             Payload::Node(_) => "Node",
             Payload::Deployment(_) => "Deployment",
+            Payload::AclToken(_) => "ACLToken",
+            Payload::AclPolicy(_) => "ACLPolicy",
         }
     }
 
@@ -55,6 +60,8 @@ impl Payload {
             Payload::Allocation(a) => (&a.id, &a.namespace, vec![&a.job_id, &a.deployment_id]),
             Payload::Node(n) => (&n.id, "", Vec::new()),
             Payload::Deployment(d) => (&d.id, &d.namespace, vec![&d.job_id]),
+            Payload::AclToken(t) => (&t.accessor_id, "", Vec::new()),
+            Payload::AclPolicy(p) => (&p.name, "", Vec::new()),
         }
     }
 }
@@ -147,6 +154,12 @@ impl Serialize for PayloadJson<'_> {
             }
             Payload::Node(n) => m.serialize_entry("Node", &n.sanitized())?,
             Payload::Deployment(d) => m.serialize_entry("Deployment", &**d)?,
+            Payload::AclToken(t) => {
+                let mut redacted = (**t).clone();
+                redacted.secret_id = String::new();
+                m.serialize_entry("ACLToken", &redacted)?
+            }
+            Payload::AclPolicy(p) => m.serialize_entry("ACLPolicy", &**p)?,
         }
         m.end()
     }

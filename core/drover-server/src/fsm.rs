@@ -541,7 +541,7 @@ impl drover_raft::StateMachine for Fsm {
             // What the entry touches is read before it is consumed; the events themselves
             // after, from the state it left, and only for an entry that applied.
             let touched = if self.events.enabled() {
-                crate::events::EntryEvents::of(&e)
+                crate::events::EntryEvents::of(&e, || self.state.snapshot())
             } else {
                 None
             };

@@ -16,6 +16,12 @@ pub(crate) struct EntryEvents {
     allocs: Vec<String>,
     node: Option<String>,
     deployments: Vec<String>,
+    /// ACL tokens (accessors) and policies (names) written, read after the entry.
+    acl_tokens: Vec<String>,
+    acl_policies: Vec<String>,
+    /// Objects the entry deletes, as they were before it (Nomad streams a deleted token or
+    /// policy whole).
+    deleted: Vec<Payload>,
 }
 
 fn ids<'a, T: 'a>(items: impl IntoIterator<Item = &'a T>, id: fn(&T) -> &String) -> Vec<String> {
@@ -24,8 +30,8 @@ fn ids<'a, T: 'a>(items: impl IntoIterator<Item = &'a T>, id: fn(&T) -> &String)
 
 impl EntryEvents {
     /// `None` for entries Nomad streams nothing for (evaluation GC, scheduler configuration,
-    /// CSI bookkeeping).
-    pub(crate) fn of(entry: &LogEntry) -> Option<EntryEvents> {
+    /// CSI bookkeeping). `before` is the state the entry applies to (read only for deletes).
+    pub(crate) fn of(entry: &LogEntry, before: impl Fn() -> StateSnapshot) -> Option<EntryEvents> {
         let eval_ids = |evals: &[drover_structs::Evaluation]| ids(evals, |e| &e.id);
         let alloc_ids = |allocs: &[drover_structs::Allocation]| ids(allocs, |a| &a.id);
         let out = match entry {
@@ -179,6 +185,45 @@ impl EntryEvents {
                 job: Some((namespace.clone(), job_id.clone())),
                 ..EntryEvents::default()
             },
+            LogEntry::AclTokenUpsert { tokens } => EntryEvents {
+                event_type: "ACLTokenUpserted",
+                acl_tokens: ids(tokens, |t| &t.accessor_id),
+                ..EntryEvents::default()
+            },
+            LogEntry::AclBootstrap { token } => EntryEvents {
+                event_type: "ACLTokenUpserted",
+                acl_tokens: vec![token.accessor_id.clone()],
+                ..EntryEvents::default()
+            },
+            LogEntry::AclPolicyUpsert { policies } => EntryEvents {
+                event_type: "ACLPolicyUpserted",
+                acl_policies: ids(policies, |p| &p.name),
+                ..EntryEvents::default()
+            },
+            LogEntry::AclTokenDelete { accessors } => {
+                let state = before();
+                EntryEvents {
+                    event_type: "ACLTokenDeleted",
+                    deleted: accessors
+                        .iter()
+                        .filter_map(|a| state.acl_token(a))
+                        .map(Payload::AclToken)
+                        .collect(),
+                    ..EntryEvents::default()
+                }
+            }
+            LogEntry::AclPolicyDelete { names } => {
+                let state = before();
+                EntryEvents {
+                    event_type: "ACLPolicyDeleted",
+                    deleted: names
+                        .iter()
+                        .filter_map(|n| state.acl_policy(n))
+                        .map(Payload::AclPolicy)
+                        .collect(),
+                    ..EntryEvents::default()
+                }
+            }
             LogEntry::EvalDelete { .. }
             | LogEntry::DeploymentDelete { .. }
             | LogEntry::ScalingEvent { .. }
@@ -186,11 +231,6 @@ impl EntryEvents {
             | LogEntry::SchedulerConfigUpdate { .. }
             | LogEntry::NamespaceUpsert { .. }
             | LogEntry::NamespaceDelete { .. }
-            | LogEntry::AclPolicyUpsert { .. }
-            | LogEntry::AclPolicyDelete { .. }
-            | LogEntry::AclTokenUpsert { .. }
-            | LogEntry::AclTokenDelete { .. }
-            | LogEntry::AclBootstrap { .. }
             | LogEntry::VariableWrite { .. }
             | LogEntry::Csi(_) => return None,
         };
@@ -237,6 +277,19 @@ impl EntryEvents {
                 .filter_map(|id| state.eval(id))
                 .map(|e| event(Payload::Evaluation(e))),
         );
+        events.extend(
+            self.acl_tokens
+                .iter()
+                .filter_map(|a| state.acl_token(a))
+                .map(|t| event(Payload::AclToken(t))),
+        );
+        events.extend(
+            self.acl_policies
+                .iter()
+                .filter_map(|n| state.acl_policy(n))
+                .map(|p| event(Payload::AclPolicy(p))),
+        );
+        events.extend(self.deleted.into_iter().map(event));
         EventBatch { index, events }
     }
 }
@@ -266,7 +319,7 @@ mod tests {
             evals: vec![eval.clone()],
             enforce_index: None,
         };
-        let events = EntryEvents::of(&entry).unwrap();
+        let events = EntryEvents::of(&entry, || state.snapshot()).unwrap();
         state.upsert_job(5, job);
         state.upsert_evals(5, vec![eval]);
         let batch = events.into_batch(5, &state.snapshot());
@@ -289,7 +342,7 @@ mod tests {
         let entry = LogEntry::EvalDelete {
             ids: vec!["e1".into()],
         };
-        assert!(EntryEvents::of(&entry).is_none());
+        assert!(EntryEvents::of(&entry, || StateStore::new().snapshot()).is_none());
     }
 
     #[test]
@@ -310,10 +363,67 @@ mod tests {
             }],
             ..Default::default()
         });
-        let touched = EntryEvents::of(&entry).expect("deployment events");
+        let touched = EntryEvents::of(&entry, || state.snapshot()).expect("deployment events");
         let batch = touched.into_batch(3, &state.snapshot());
         assert_eq!(batch.events.len(), 1);
         assert_eq!(batch.events[0].event_type, "DeploymentStatusUpdate");
         assert_eq!(batch.events[0].payload.topic(), "Deployment");
+    }
+
+    #[test]
+    fn acl_writes_stream_tokens_without_secrets_and_deletes_stream_what_was_deleted() {
+        let state = StateStore::new();
+        let token = drover_structs::AclToken {
+            accessor_id: "acc-1".into(),
+            secret_id: "secret-1".into(),
+            name: "ops".into(),
+            ..Default::default()
+        };
+        let upsert = LogEntry::AclTokenUpsert {
+            tokens: vec![token.clone()],
+        };
+        let touched = EntryEvents::of(&upsert, || state.snapshot()).expect("token events");
+        state.upsert_acl_tokens(4, vec![token]);
+        let batch = touched.into_batch(4, &state.snapshot());
+        let json = serde_json::to_value(&batch.events[0]).unwrap();
+        assert_eq!(
+            (&json["Topic"], &json["Type"], &json["Key"]),
+            (
+                &"ACLToken".into(),
+                &"ACLTokenUpserted".into(),
+                &"acc-1".into()
+            )
+        );
+        assert_eq!(json["Payload"]["ACLToken"]["Name"], "ops");
+        assert_eq!(json["Payload"]["ACLToken"]["SecretID"], "", "{json}");
+
+        let delete = LogEntry::AclTokenDelete {
+            accessors: vec!["acc-1".into()],
+        };
+        let touched = EntryEvents::of(&delete, || state.snapshot()).expect("delete events");
+        state.delete_acl_tokens(5, &["acc-1".to_string()]);
+        let batch = touched.into_batch(5, &state.snapshot());
+        assert_eq!(batch.events.len(), 1);
+        assert_eq!(batch.events[0].event_type, "ACLTokenDeleted");
+        assert_eq!(batch.events[0].key(), "acc-1");
+
+        let policy = drover_structs::AclPolicy {
+            name: "readers".into(),
+            ..Default::default()
+        };
+        let upsert = LogEntry::AclPolicyUpsert {
+            policies: vec![policy.clone()],
+        };
+        let touched = EntryEvents::of(&upsert, || state.snapshot()).expect("policy events");
+        state.upsert_acl_policies(6, vec![policy]);
+        let batch = touched.into_batch(6, &state.snapshot());
+        assert_eq!(
+            (
+                batch.events[0].topic(),
+                batch.events[0].event_type,
+                batch.events[0].key()
+            ),
+            ("ACLPolicy", "ACLPolicyUpserted", "readers")
+        );
     }
 }
