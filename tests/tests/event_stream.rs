@@ -146,6 +146,41 @@ fn a_stream_opened_before_job_run_shows_registration_evaluation_and_the_running_
     let again = replay.collect_until(|s| s.iter().any(running));
     assert!(again.iter().all(|e| e.index >= from), "{again:#?}");
     assert_eq!(again[0].kind, "PlanResult");
+
+    // `drover event stream` prints the same batches, a JSON object per line.
+    let mut child = std::process::Command::new(drover_tests::drover_bin())
+        .args(["event", "stream", "-topic", "Job:events", "-index", "1"])
+        .env("DROVER_ADDR", agent.addr())
+        .env_remove("NOMAD_ADDR")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn drover event stream");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let line = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("a line from drover event stream");
+    let _ = child.kill();
+    let _ = child.wait();
+    let batch: Value = serde_json::from_str(&line).expect("a JSON line");
+    let first = EventLine::all_of(&batch);
+    assert_eq!(
+        (
+            first[0].topic.as_str(),
+            first[0].kind.as_str(),
+            first[0].key.as_str()
+        ),
+        ("Job", "JobRegistered", "events"),
+        "{line}"
+    );
 }
 
 #[test]

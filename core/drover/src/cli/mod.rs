@@ -17,6 +17,7 @@ mod api_tls;
 mod argv;
 mod deployment;
 mod eval;
+mod event;
 mod format;
 mod job;
 mod job_diff;
@@ -102,6 +103,8 @@ enum Command {
     System(system::SystemCli),
     /// Stream the agent's log
     Monitor(agent_monitor::MonitorArgs),
+    /// Follow the cluster's events
+    Event(event::EventCli),
     /// Cluster operations: the Raft configuration, snapshots
     Operator(operator::OperatorCli),
     /// Display the status of jobs, or of the object an identifier names
@@ -261,6 +264,7 @@ fn dispatch(command: Command) -> anyhow::Result<Exit> {
         Command::Server(cmd) => server::run(cmd),
         Command::System(cmd) => system::run(cmd),
         Command::Monitor(args) => agent_monitor::run(args),
+        Command::Event(cmd) => event::run(cmd),
         Command::Operator(cmd) => operator::run(cmd),
         Command::Status(args) => status::run(args),
         Command::Volume(cmd) => volume::run(cmd),
