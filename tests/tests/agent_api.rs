@@ -120,6 +120,32 @@ fn a_server_waiting_to_be_joined_answers_http_and_joins_from_either_side() {
         let m = members(first);
         m.len() == 3 && m.iter().all(|m| m["Status"] == "alive")
     });
+    // Every server names the same three Raft peers and the one region.
+    for (i, agent) in [first, &second, &third].into_iter().enumerate() {
+        until("three peers", agent, || {
+            agent
+                .get("/v1/status/peers")
+                .ok()
+                .and_then(|p| p.as_array().map(Vec::len))
+                == Some(3)
+        });
+        let peers = agent.get("/v1/status/peers").expect("peers");
+        let mut peers: Vec<&str> = peers
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        peers.sort_unstable();
+        assert!(
+            peers.contains(&first_rpc.as_str()) && peers.contains(&third_rpc.as_str()),
+            "server {i}: {peers:?}"
+        );
+        assert_eq!(
+            agent.get("/v1/regions").expect("regions"),
+            serde_json::json!(["global"])
+        );
+    }
     let list = members(first);
     let names: Vec<&str> = list.iter().filter_map(|m| m["Name"].as_str()).collect();
     assert_eq!(names, vec!["s0.global", "w1.global", "w2.global"]);
@@ -280,6 +306,29 @@ fn monitor_streams_the_agents_own_log_and_metrics_have_prometheus_text() {
         !agent.log().contains("[DEBUG]"),
         "the agent's own log stays at info"
     );
+
+    // With `log_json=true`, each line is one of hclog's JSON records.
+    let seen = stream_until(
+        &agent.addr(),
+        "/v1/agent/monitor?log_level=debug&log_json=true&plain=true",
+        "\"@level\":\"debug\"",
+        || {
+            n += 1;
+            let _ = agent.send("GET", &format!("/v1/job/m{n}"), "");
+            let body = format!(
+                "{{\"Job\": {{\"ID\": \"j{n}\", \"Datacenters\": [\"dc1\"], \"TaskGroups\": [{{\"Name\": \"g\", \"Tasks\": [{{\"Name\": \"t\", \"Driver\": \"mock_driver\", \"Config\": {{\"run_for\": \"1s\"}}}}]}}]}}}}"
+            );
+            let _ = agent.send("PUT", "/v1/jobs", &body);
+        },
+    );
+    let record = seen
+        .lines()
+        .find(|l| l.contains("\"@level\":\"debug\""))
+        .and_then(|l| serde_json::from_str::<Value>(l.trim()).ok())
+        .unwrap_or_else(|| panic!("no JSON debug record in:\n{seen}"));
+    for key in ["@level", "@message", "@timestamp"] {
+        assert!(record.get(key).is_some(), "{key} missing: {record}");
+    }
 
     // `drover monitor` prints the same lines.
     let mut child = Command::new(drover_bin())
