@@ -193,6 +193,65 @@ fn volume_registers_reads_back_without_secrets_and_deregisters() {
     agent.eventually("the plugin to be gone", WAIT, || {
         agent.get("/v1/plugin/csi/hostpath").is_err()
     });
+
+    // The event stream, replayed from the start, has the volume's life and the plugin.
+    let events = replay_events(
+        &agent,
+        "topic=CSIVolume&topic=CSIPlugin",
+        "CSIVolumeDeregistered",
+    );
+    for (topic, kind, key) in [
+        ("CSIVolume", "CSIVolumeRegistered", "mysql"),
+        ("CSIVolume", "CSIVolumeDeregistered", "mysql"),
+    ] {
+        assert!(
+            events
+                .iter()
+                .any(|e| e["Topic"] == topic && e["Type"] == kind && e["Key"] == key),
+            "no {kind} of {key}: {events:#?}"
+        );
+    }
+    assert!(
+        events
+            .iter()
+            .any(|e| e["Topic"] == "CSIPlugin" && e["Key"] == "hostpath"),
+        "{events:#?}"
+    );
+    let registered = events
+        .iter()
+        .find(|e| e["Type"] == "CSIVolumeRegistered")
+        .expect("registered");
+    assert_eq!(registered["Payload"]["Volume"]["PluginID"], "hostpath");
+    assert!(!registered.to_string().contains("s3cr3t"), "{registered}");
+}
+
+/// The events of `/v1/event/stream?{topics}&index=1` until one of type `until` (or 30 s).
+fn replay_events(agent: &Agent, topics: &str, until: &str) -> Vec<Value> {
+    use std::io::BufRead;
+    let url = format!("{}/v1/event/stream?{topics}&index=1", agent.addr());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let Ok(mut resp) = ureq::get(&url).call() else {
+            return;
+        };
+        let reader = std::io::BufReader::new(resp.body_mut().as_reader());
+        for line in reader.lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let deadline = std::time::Instant::now() + WAIT;
+    let mut events = Vec::new();
+    while !events.iter().any(|e: &Value| e["Type"] == until) {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let Ok(line) = rx.recv_timeout(left) else {
+            break;
+        };
+        let batch: Value = serde_json::from_str(&line).unwrap_or_default();
+        events.extend(batch["Events"].as_array().cloned().unwrap_or_default());
+    }
+    events
 }
 
 /// A plugin task whose plugin never serves its socket is killed, failing, once its

@@ -103,6 +103,9 @@ impl Filter {
         if let Some(acl) = self.acl.as_ref().filter(|a| !a.is_management()) {
             let allowed = match e.topic() {
                 "Node" | "NodeDrain" | "NodePool" => acl.allow_node_read(),
+                "CSIPlugin" => acl.allow_plugin_read(),
+                "CSIVolume" => acl
+                    .allow_namespace_operation(ns, drover_server::acl::policy::CAP_CSI_READ_VOLUME),
                 _ if !ns.is_empty() => {
                     acl.allow_namespace_operation(ns, drover_server::acl::policy::CAP_READ_JOB)
                 }

@@ -37,6 +37,8 @@ pub enum Payload {
     /// Serialized without its secret, as Nomad sends it.
     AclToken(Arc<drover_structs::AclToken>),
     AclPolicy(Arc<drover_structs::AclPolicy>),
+    CsiVolume(Arc<drover_structs::csi::CsiVolume>),
+    CsiPlugin(Arc<drover_structs::csi::CsiPlugin>),
 }
 
 impl Payload {
@@ -49,6 +51,8 @@ impl Payload {
             Payload::Deployment(_) => "Deployment",
             Payload::AclToken(_) => "ACLToken",
             Payload::AclPolicy(_) => "ACLPolicy",
+            Payload::CsiVolume(_) => "CSIVolume",
+            Payload::CsiPlugin(_) => "CSIPlugin",
         }
     }
 
@@ -62,6 +66,8 @@ impl Payload {
             Payload::Deployment(d) => (&d.id, &d.namespace, vec![&d.job_id]),
             Payload::AclToken(t) => (&t.accessor_id, "", Vec::new()),
             Payload::AclPolicy(p) => (&p.name, "", Vec::new()),
+            Payload::CsiVolume(v) => (&v.id, &v.namespace, Vec::new()),
+            Payload::CsiPlugin(p) => (&p.id, "", Vec::new()),
         }
     }
 }
@@ -160,6 +166,9 @@ impl Serialize for PayloadJson<'_> {
                 m.serialize_entry("ACLToken", &redacted)?
             }
             Payload::AclPolicy(p) => m.serialize_entry("ACLPolicy", &**p)?,
+            // Nomad's `CSIVolumeEvent` and `CSIPluginEvent`.
+            Payload::CsiVolume(v) => m.serialize_entry("Volume", &v.sanitized())?,
+            Payload::CsiPlugin(p) => m.serialize_entry("Plugin", &**p)?,
         }
         m.end()
     }

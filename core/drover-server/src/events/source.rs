@@ -19,6 +19,9 @@ pub(crate) struct EntryEvents {
     /// ACL tokens (accessors) and policies (names) written, read after the entry.
     acl_tokens: Vec<String>,
     acl_policies: Vec<String>,
+    /// CSI volumes (namespace, id) and plugins written, read after the entry.
+    csi_volumes: Vec<(String, String)>,
+    csi_plugins: Vec<String>,
     /// Objects the entry deletes, as they were before it (Nomad streams a deleted token or
     /// policy whole).
     deleted: Vec<Payload>,
@@ -44,6 +47,10 @@ impl EntryEvents {
                 },
                 job: Some((job.namespace.clone(), job.id.clone())),
                 evals: eval_ids(evals),
+                // A job serving CSI plugins sets how many instances they expect.
+                csi_plugins: drover_structs::csi::job_csi_plugins(job)
+                    .into_keys()
+                    .collect(),
                 ..EntryEvents::default()
             },
             LogEntry::JobPurge { evals, .. } => EntryEvents {
@@ -105,9 +112,16 @@ impl EntryEvents {
                 evals: eval_ids(evals),
                 ..EntryEvents::default()
             },
+            // A node's fingerprint carries its CSI plugins: their counts change with it.
             LogEntry::NodeRegister { node } => EntryEvents {
                 event_type: "NodeRegistration",
                 node: Some(node.id.clone()),
+                csi_plugins: node
+                    .csi_controller_plugins
+                    .iter()
+                    .chain(node.csi_node_plugins.iter())
+                    .flat_map(|m| m.keys().cloned())
+                    .collect(),
                 ..EntryEvents::default()
             },
             LogEntry::NodeStatusUpdate { node_id, evals, .. } => EntryEvents {
@@ -224,6 +238,7 @@ impl EntryEvents {
                     ..EntryEvents::default()
                 }
             }
+            LogEntry::Csi(csi) => csi_events(csi, before),
             LogEntry::EvalDelete { .. }
             | LogEntry::DeploymentDelete { .. }
             | LogEntry::ScalingEvent { .. }
@@ -231,8 +246,7 @@ impl EntryEvents {
             | LogEntry::SchedulerConfigUpdate { .. }
             | LogEntry::NamespaceUpsert { .. }
             | LogEntry::NamespaceDelete { .. }
-            | LogEntry::VariableWrite { .. }
-            | LogEntry::Csi(_) => return None,
+            | LogEntry::VariableWrite { .. } => return None,
         };
         Some(out)
     }
@@ -289,8 +303,69 @@ impl EntryEvents {
                 .filter_map(|n| state.acl_policy(n))
                 .map(|p| event(Payload::AclPolicy(p))),
         );
+        events.extend(
+            self.csi_volumes
+                .iter()
+                .filter_map(|(ns, id)| state.csi_volume(ns, id))
+                .map(|v| event(Payload::CsiVolume(v))),
+        );
+        let mut plugins = self.csi_plugins.clone();
+        plugins.sort_unstable();
+        plugins.dedup();
+        events.extend(
+            plugins
+                .iter()
+                .filter_map(|id| state.csi_plugin(id))
+                .map(|p| event(Payload::CsiPlugin(p))),
+        );
         events.extend(self.deleted.into_iter().map(event));
         EventBatch { index, events }
+    }
+}
+
+/// Nomad's CSI event types: a volume registered, deregistered (streamed as it was) or
+/// claimed; a plugin deleted (streamed as it was).
+fn csi_events(entry: &crate::csi::CsiEntry, before: impl Fn() -> StateSnapshot) -> EntryEvents {
+    use crate::csi::CsiEntry;
+    match entry {
+        CsiEntry::VolumeRegister { volumes } => EntryEvents {
+            event_type: "CSIVolumeRegistered",
+            csi_volumes: volumes
+                .iter()
+                .map(|v| (v.namespace.clone(), v.id.clone()))
+                .collect(),
+            ..EntryEvents::default()
+        },
+        CsiEntry::VolumeDeregister { namespace, ids, .. } => {
+            let state = before();
+            EntryEvents {
+                event_type: "CSIVolumeDeregistered",
+                deleted: ids
+                    .iter()
+                    .filter_map(|id| state.csi_volume(namespace, id))
+                    .map(Payload::CsiVolume)
+                    .collect(),
+                ..EntryEvents::default()
+            }
+        }
+        CsiEntry::VolumeClaim {
+            namespace,
+            volume_id,
+            ..
+        } => EntryEvents {
+            event_type: "CSIVolumeClaim",
+            csi_volumes: vec![(namespace.clone(), volume_id.clone())],
+            ..EntryEvents::default()
+        },
+        CsiEntry::PluginDelete { id } => EntryEvents {
+            event_type: "CSIPluginDeregistered",
+            deleted: before()
+                .csi_plugin(id)
+                .map(Payload::CsiPlugin)
+                .into_iter()
+                .collect(),
+            ..EntryEvents::default()
+        },
     }
 }
 
@@ -425,5 +500,57 @@ mod tests {
             ),
             ("ACLPolicy", "ACLPolicyUpserted", "readers")
         );
+    }
+
+    #[test]
+    fn csi_volume_writes_stream_the_volume_and_a_deregistration_streams_it_as_it_was() {
+        let state = StateStore::new();
+        let volume = drover_structs::csi::CsiVolume {
+            id: "vol1".into(),
+            namespace: "default".into(),
+            plugin_id: "hostpath".into(),
+            secrets: Some([("token".to_string(), "v0lume-s3cr3t".to_string())].into()),
+            ..Default::default()
+        };
+        let register = LogEntry::Csi(crate::csi::CsiEntry::VolumeRegister {
+            volumes: vec![volume.clone()],
+        });
+        let touched = EntryEvents::of(&register, || state.snapshot()).expect("volume events");
+        state.upsert_csi_volumes(7, vec![volume]).unwrap();
+        let batch = touched.into_batch(7, &state.snapshot());
+        let json = serde_json::to_value(&batch.events[0]).unwrap();
+        assert_eq!(
+            (
+                &json["Topic"],
+                &json["Type"],
+                &json["Key"],
+                &json["Namespace"]
+            ),
+            (
+                &"CSIVolume".into(),
+                &"CSIVolumeRegistered".into(),
+                &"vol1".into(),
+                &"default".into()
+            )
+        );
+        assert_eq!(json["Payload"]["Volume"]["PluginID"], "hostpath", "{json}");
+        assert!(
+            !json.to_string().contains("v0lume-s3cr3t"),
+            "a secret streamed: {json}"
+        );
+
+        let deregister = LogEntry::Csi(crate::csi::CsiEntry::VolumeDeregister {
+            namespace: "default".into(),
+            ids: vec!["vol1".into()],
+            force: false,
+        });
+        let touched = EntryEvents::of(&deregister, || state.snapshot()).expect("events");
+        state
+            .delete_csi_volumes(8, "default", &["vol1".to_string()], false)
+            .unwrap();
+        let batch = touched.into_batch(8, &state.snapshot());
+        assert_eq!(batch.events.len(), 1);
+        assert_eq!(batch.events[0].event_type, "CSIVolumeDeregistered");
+        assert_eq!(batch.events[0].key(), "vol1");
     }
 }
