@@ -902,3 +902,88 @@ fn acl_token_and_policy_changes_stream_to_management_tokens_without_secrets() {
     assert!(seen.contains("\"Type\":\"NodeDrain\""), "{seen}");
     assert!(!seen.contains("\"Topic\":\"ACL"), "{seen}");
 }
+
+#[test]
+fn search_shows_a_token_only_what_it_may_read() {
+    let (dir, agent, root) = acl_agent_with_dev("acl-search");
+    for ns in ["default", "dev"] {
+        let out = cli_as(&agent, &root, &["job", "run", "-detach", &job_in(&dir, ns)]);
+        assert!(out.status.success(), "{}", output_text(&out));
+    }
+    let (dev, _) = token_with(
+        &agent,
+        &dir,
+        &root,
+        "dev-read",
+        "namespace \"dev\" {\n  policy = \"read\"\n}\n",
+    );
+    let search = |token: &str, path: &str, body: &str| -> Value {
+        let (status, text) = send_as(&agent, token, "POST", path, body);
+        assert_eq!(status, 200, "{path}: {text}");
+        serde_json::from_str(&text).expect("search JSON")
+    };
+    // Management sees both jobs' namespaces and the node.
+    let all = search(
+        &root,
+        "/v1/search?namespace=*",
+        r#"{"Prefix": "", "Context": "all"}"#,
+    );
+    assert_eq!(all["Matches"]["jobs"], serde_json::json!(["web"]), "{all}");
+    assert!(
+        all["Matches"]["nodes"]
+            .as_array()
+            .is_some_and(|n| n.len() == 1),
+        "{all}"
+    );
+    let namespaces = all["Matches"]["namespaces"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(namespaces.len(), 2, "{all}");
+
+    // The dev reader: its namespace's job, no node, no default namespace.
+    let mine = search(
+        &dev,
+        "/v1/search?namespace=dev",
+        r#"{"Prefix": "", "Context": "all"}"#,
+    );
+    assert_eq!(
+        mine["Matches"]["jobs"],
+        serde_json::json!(["web"]),
+        "{mine}"
+    );
+    assert_eq!(mine["Matches"]["nodes"], Value::Null, "{mine}");
+    assert_eq!(
+        mine["Matches"]["namespaces"],
+        serde_json::json!(["dev"]),
+        "{mine}"
+    );
+    let theirs = search(
+        &dev,
+        "/v1/search?namespace=default",
+        r#"{"Prefix": "", "Context": "jobs"}"#,
+    );
+    assert_eq!(theirs["Matches"]["jobs"], Value::Null, "{theirs}");
+    let fuzzy = search(
+        &dev,
+        "/v1/search/fuzzy?namespace=*",
+        r#"{"Text": "web", "Context": "jobs"}"#,
+    );
+    let scopes: Vec<&Value> = fuzzy["Matches"]["jobs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|m| &m["Scope"][0])
+        .collect();
+    assert_eq!(scopes, [&Value::from("dev")], "{fuzzy}");
+    // No token at all: the anonymous policy (none) sees nothing.
+    let (status, text) = send_as(
+        &agent,
+        "",
+        "POST",
+        "/v1/search",
+        r#"{"Prefix": "", "Context": "jobs"}"#,
+    );
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("\"jobs\":null"), "{text}");
+}

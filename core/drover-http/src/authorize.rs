@@ -63,6 +63,8 @@ fn need(method: &Method, path: &str) -> Need {
         ["v1", "metrics"] => Nothing,
         // Any token (or none): the stream leaves out what the token may not read.
         ["v1", "event", "stream"] => Token,
+        // Any token: the results leave out what the token may not read.
+        ["v1", "search", ..] => Token,
         ["v1", "agent", "join"] | ["v1", "agent", "force-leave"] => AgentWrite,
         ["v1", "agent", "members"] => NodeRead,
         ["v1", "agent", "pprof", ..] => AgentWrite,

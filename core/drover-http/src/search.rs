@@ -92,13 +92,60 @@ fn contexts_of<'a>(
     }
 }
 
+/// What a search may show: the request's namespace and, with ACLs, what its token reads
+/// (jobs and what belongs to them: `read-job`; volumes: `csi-list-volume`; nodes:
+/// `node:read`; plugins: `plugin:list`; namespaces: any access to them).
+struct Scope<'a> {
+    opts: &'a QueryOptions,
+    acl: Option<&'a drover_server::acl::Acl>,
+}
+
+impl Scope<'_> {
+    /// Whether the token has any access to namespace `name` (namespaces are listed whatever
+    /// the request's own namespace).
+    fn acl_sees_namespace(&self, name: &str) -> bool {
+        self.acl
+            .filter(|a| !a.is_management())
+            .is_none_or(|a| a.allow_namespace(name))
+    }
+
+    /// Whether an object of `ctx` in namespace `ns` (`None`: not namespaced) is shown.
+    fn sees(&self, ctx: &str, ns: Option<&str>) -> bool {
+        use drover_server::acl::policy::{CAP_CSI_LIST_VOLUME, CAP_READ_JOB};
+        if ns.is_some_and(|ns| !self.opts.in_namespace(ns)) {
+            return false;
+        }
+        let Some(acl) = self.acl.filter(|a| !a.is_management()) else {
+            return true;
+        };
+        let ns = ns.unwrap_or_default();
+        match ctx {
+            "nodes" => acl.allow_node_read(),
+            "plugins" => acl.allow_plugin_list(),
+            "volumes" => acl.allow_namespace_operation(ns, CAP_CSI_LIST_VOLUME),
+            _ => acl.allow_namespace_operation(ns, CAP_READ_JOB),
+        }
+    }
+}
+
+fn token_acl(
+    perms: &Option<axum::Extension<drover_server::acl::Permissions>>,
+) -> Option<&drover_server::acl::Acl> {
+    perms.as_ref().and_then(|axum::Extension(p)| p.acl())
+}
+
 /// `POST /v1/search`.
 pub(crate) async fn prefix(
     State(s): State<AppState>,
     Query(params): Query<Params>,
+    perms: Option<axum::Extension<drover_server::acl::Permissions>>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let opts = QueryOptions::parse(&params)?;
+    let scope = Scope {
+        opts: &opts,
+        acl: token_acl(&perms),
+    };
     let req: PrefixRequest = decode_body(&body, "search request")?;
     let contexts = contexts_of(&req.context, PREFIX_CONTEXTS)?;
     let snap = s.server.snapshot();
@@ -110,7 +157,7 @@ pub(crate) async fn prefix(
         } else {
             req.prefix.as_str()
         };
-        let mut ids = prefix_ids(&snap, &opts, ctx, prefix);
+        let mut ids = prefix_ids(&snap, &scope, ctx, prefix);
         let truncated = ids.len() > PREFIX_LIMIT;
         ids.truncate(PREFIX_LIMIT);
         matches.insert(
@@ -145,32 +192,32 @@ fn respond(
 }
 
 /// Every id of `ctx` starting with `prefix`, sorted.
-fn prefix_ids(snap: &StateSnapshot, opts: &QueryOptions, ctx: &str, prefix: &str) -> Vec<String> {
+fn prefix_ids(snap: &StateSnapshot, scope: &Scope<'_>, ctx: &str, prefix: &str) -> Vec<String> {
     let mut ids: Vec<String> = match ctx {
         "jobs" => snap
             .jobs(None)
             .into_iter()
-            .filter(|j| opts.in_namespace(&j.namespace) && j.id.starts_with(prefix))
+            .filter(|j| scope.sees("jobs", Some(&j.namespace)) && j.id.starts_with(prefix))
             .map(|j| j.id.clone())
             .collect(),
         "evals" => snap
             .evals_by_prefix(prefix)
             .into_iter()
-            .filter(|e| opts.in_namespace(&e.namespace))
+            .filter(|e| scope.sees("evals", Some(&e.namespace)))
             .map(|e| e.id.clone())
             .collect(),
         "allocs" => snap
             .allocs_by_prefix(prefix)
             .into_iter()
-            .filter(|a| opts.in_namespace(&a.namespace))
+            .filter(|a| scope.sees("allocs", Some(&a.namespace)))
             .map(|a| a.id.clone())
             .collect(),
-        "nodes" => snap
+        "nodes" if scope.sees("nodes", None) => snap
             .nodes_by_prefix(prefix)
             .into_iter()
             .map(|n| n.id.clone())
             .collect(),
-        "plugins" => snap
+        "plugins" if scope.sees("plugins", None) => snap
             .csi_plugins()
             .into_iter()
             .filter(|p| p.id.starts_with(prefix))
@@ -178,23 +225,25 @@ fn prefix_ids(snap: &StateSnapshot, opts: &QueryOptions, ctx: &str, prefix: &str
             .collect(),
         "volumes" => snap
             .csi_volumes(&CsiVolumeFilter {
-                namespace: opts.namespace.as_deref(),
+                namespace: scope.opts.namespace.as_deref(),
                 prefix,
                 plugin_id: None,
                 node_id: None,
             })
             .into_iter()
+            .filter(|v| scope.sees("volumes", Some(&v.namespace)))
             .map(|v| v.id)
             .collect(),
         "namespaces" => snap
             .namespaces(prefix)
             .iter()
+            .filter(|n| scope.acl_sees_namespace(&n.name))
             .map(|n| n.name.clone())
             .collect(),
         "deployment" => snap
             .deployments(None, prefix)
             .iter()
-            .filter(|d| opts.in_namespace(&d.namespace))
+            .filter(|d| scope.sees("deployment", Some(&d.namespace)))
             .map(|d| d.id.clone())
             .collect(),
         // Scaling policies are searched by nobody yet.
@@ -244,9 +293,14 @@ fn fuzzy_json(found: &[FuzzyMatch]) -> Value {
 pub(crate) async fn fuzzy(
     State(s): State<AppState>,
     Query(params): Query<Params>,
+    perms: Option<axum::Extension<drover_server::acl::Permissions>>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let opts = QueryOptions::parse(&params)?;
+    let scope = Scope {
+        opts: &opts,
+        acl: token_acl(&perms),
+    };
     let req: FuzzyRequest = decode_body(&body, "search request")?;
     let contexts = contexts_of(&req.context, FUZZY_CONTEXTS)?;
     let length = req.text.chars().count();
@@ -259,7 +313,7 @@ pub(crate) async fn fuzzy(
     let snap = s.server.snapshot();
     let mut by_context: BTreeMap<String, Vec<FuzzyMatch>> = BTreeMap::new();
     for ctx in &contexts {
-        for (kind, m) in fuzzy_in(&snap, &opts, ctx, &text) {
+        for (kind, m) in fuzzy_in(&snap, &scope, ctx, &text) {
             by_context.entry(kind.to_string()).or_default().push(m);
         }
     }
@@ -276,7 +330,7 @@ pub(crate) async fn fuzzy(
     if req.context == "all" {
         // The contexts with only UUIDs are prefix-searched beside the fuzzy ones.
         for ctx in ["deployment", "evals", "volumes"] {
-            let mut ids = prefix_ids(&snap, &opts, ctx, &req.text);
+            let mut ids = prefix_ids(&snap, &scope, ctx, &req.text);
             let truncated = ids.len() > FUZZY_LIMIT;
             ids.truncate(FUZZY_LIMIT);
             let items: Vec<Value> = ids.iter().map(|id| json!({"ID": id})).collect();
@@ -291,7 +345,7 @@ pub(crate) async fn fuzzy(
 /// also yields `groups`, `tasks`, `images`, `commands` and `classes`).
 fn fuzzy_in(
     snap: &StateSnapshot,
-    opts: &QueryOptions,
+    scope: &Scope<'_>,
     ctx: &str,
     text: &str,
 ) -> Vec<(&'static str, FuzzyMatch)> {
@@ -311,7 +365,7 @@ fn fuzzy_in(
     match ctx {
         "jobs" => {
             for job in snap.jobs(None) {
-                if !opts.in_namespace(&job.namespace) {
+                if !scope.sees("jobs", Some(&job.namespace)) {
                     continue;
                 }
                 let ns = job.namespace.clone();
@@ -340,7 +394,7 @@ fn fuzzy_in(
         }
         "allocs" => {
             for a in snap.allocs() {
-                if opts.in_namespace(&a.namespace) {
+                if scope.sees("allocs", Some(&a.namespace)) {
                     push(
                         "allocs",
                         &a.name,
@@ -349,18 +403,21 @@ fn fuzzy_in(
                 }
             }
         }
-        "nodes" => {
+        "nodes" if scope.sees("nodes", None) => {
             for n in snap.nodes() {
                 push("nodes", &n.name, Some(vec![n.id.clone()]));
             }
         }
-        "plugins" => {
+        "plugins" if scope.sees("plugins", None) => {
             for p in snap.csi_plugins() {
                 push("plugins", &p.id, None);
             }
         }
         "namespaces" => {
             for n in snap.namespaces("") {
+                if !scope.acl_sees_namespace(&n.name) {
+                    continue;
+                }
                 push("namespaces", &n.name, None);
             }
         }
