@@ -86,16 +86,17 @@ fn decode(value: Value, name: &str) -> anyhow::Result<AgentFile> {
 fn normalize_top_level_blocks(v: &mut Value) {
     let Some(top) = v.as_object_mut() else { return };
     for value in top.values_mut() {
-        if let Value::Array(items) = value {
-            if !items.is_empty() && items.iter().all(Value::is_object) {
-                let mut merged = Map::new();
-                for item in items.drain(..) {
-                    if let Value::Object(m) = item {
-                        merge_map(&mut merged, m, false);
-                    }
+        if let Value::Array(items) = value
+            && !items.is_empty()
+            && items.iter().all(Value::is_object)
+        {
+            let mut merged = Map::new();
+            for item in items.drain(..) {
+                if let Value::Object(m) = item {
+                    merge_map(&mut merged, m, false);
                 }
-                *value = Value::Object(merged);
             }
+            *value = Value::Object(merged);
         }
     }
 }
