@@ -16,7 +16,9 @@
 //! [`events::EmittingDriver`]); sidecars stream them as Nomad's `TaskEvents`.
 //!
 //! What the agent calls, and in which order, is the contract's lifecycle: see the
-//! [`drover_abi`] crate docs. `examples/minimal-driver` is a complete driver in one file.
+//! [`drover_abi`] crate docs. A driver whose tasks are plain child processes can hand the
+//! task methods to [`process::HostProcesses`]. `examples/minimal-driver` is a complete driver
+//! in one file.
 //!
 //! Test the driver with the conformance kit in `drover-driver-testkit`. The guide is
 //! docs/writing-a-driver-plugin.md.
@@ -36,6 +38,7 @@ pub use drover_abi::{
 
 pub mod events;
 pub mod log;
+pub mod process;
 
 /// Exports the cdylib's driver plugin root module. `$make` builds the driver: a function or
 /// closure taking nothing, for example `MyDriver::new` or `|| MyDriver::with_defaults()`. The
