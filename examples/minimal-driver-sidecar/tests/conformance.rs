@@ -12,9 +12,11 @@ fn the_shell_sidecar_passes_the_conformance_kit() {
     let script = |s: &str| json!({ "script": s });
     let configs = TaskConfigs {
         print_line: Box::new(move |line| script(&format!("echo '{}'", line.replace('\'', "")))),
-        exit_with: Box::new(move |code| script(&format!("exit {code}"))),
+        exit_with: Some(Box::new(move |code| script(&format!("exit {code}")))),
         run_until_stopped: script("exec sleep 1000"),
-        ignore_sigterm: script("trap '' TERM; echo ready; while :; do sleep 0.1; done"),
+        ignore_sigterm: Some(script(
+            "trap '' TERM; echo ready; while :; do sleep 0.1; done",
+        )),
         // The agent refuses these from the schemas, naming the argument, before the driver.
         bad_config: (json!({ "scriptz": "true" }), "scriptz".into()),
         bad_plugin_config: Some((json!({ "colour": "red" }), "colour".into())),

@@ -165,7 +165,12 @@ fn start_output_and_wait(kit: &Kit) -> Result<(), String> {
 fn exit_code_is_reported(kit: &Kit) -> Result<(), String> {
     let d = (kit.new_driver)();
     let dirs = dirs("exit")?;
-    let task = start(&d, &dirs, "exit", (kit.configs.exit_with)(3))?;
+    let exit_with = kit
+        .configs
+        .exit_with
+        .as_ref()
+        .ok_or("no exit_with config")?;
+    let task = start(&d, &dirs, "exit", exit_with(3))?;
     let exit = wait_exit(&d, task.id())?;
     if exit.exit_code != 3 || exit.signal != 0 || exit.successful() {
         return Err(format!("expected exit code 3, got {exit:?}"));
@@ -222,7 +227,12 @@ fn stop_sends_the_given_signal(kit: &Kit) -> Result<(), String> {
 fn stop_kills_after_the_timeout(kit: &Kit) -> Result<(), String> {
     let d = (kit.new_driver)();
     let mut dirs = dirs("stop-kill")?;
-    let task = start(&d, &dirs, "stubborn", kit.configs.ignore_sigterm.clone())?;
+    let stubborn = kit
+        .configs
+        .ignore_sigterm
+        .clone()
+        .ok_or("no ignore_sigterm config")?;
+    let task = start(&d, &dirs, "stubborn", stubborn)?;
     if !dirs.stdout.wait_for("ready", LONG) {
         return Err(format!(
             "the task never printed \"ready\"; got {:?}",
@@ -486,5 +496,24 @@ mod tests {
             .run_check("bad_config_is_rejected_naming_the_field")
             .unwrap_err();
         assert!(why.contains("some_other_field"), "{why}");
+    }
+
+    #[test]
+    fn behaviours_a_driver_cannot_have_skip_their_checks_instead_of_failing_them() {
+        let mut configs = TaskConfigs::command();
+        configs.exit_with = None;
+        configs.ignore_sigterm = None;
+        let kit = Kit::new("raw_exec without two behaviours", raw_exec, configs);
+        let report = kit.run();
+        assert!(report.failed.is_empty(), "{report:?}");
+        let skipped: Vec<&str> = report.skipped.iter().map(|(n, _)| *n).collect();
+        assert_eq!(
+            skipped,
+            ["exit_code_is_reported", "stop_kills_after_the_timeout"]
+        );
+        assert!(!report.passed.contains(&"exit_code_is_reported"));
+        let why = kit.run_check("exit_code_is_reported").unwrap_err();
+        assert!(why.contains("does not apply"), "{why}");
+        kit.assert_conforms();
     }
 }

@@ -20,7 +20,11 @@
 //!
 //! Fill in [`TaskConfigs`] yourself: each field is the task `config` that makes the driver do
 //! what one check needs, and together they are everything the kit asks of a driver's config, so
-//! the driver needs no test-only options. For a driver whose config is `{ "script": ... }`:
+//! the driver needs no test-only options. A behaviour the driver's tasks cannot have (a chosen
+//! exit code, ignoring SIGTERM) is `None`: its check is skipped and listed in
+//! [`Report::skipped`], not failed. The configs are built before any task directory exists, so
+//! a file a config names is given by absolute path (a fixture the test made). For a driver
+//! whose config is `{ "script": ... }`:
 //!
 //! ```
 //! use drover_driver_testkit::TaskConfigs;
@@ -29,9 +33,9 @@
 //! let script = |s: &str| json!({ "script": s });
 //! let configs = TaskConfigs {
 //!     print_line: Box::new(move |line| script(&format!("echo '{line}'"))),
-//!     exit_with: Box::new(move |code| script(&format!("exit {code}"))),
+//!     exit_with: Some(Box::new(move |code| script(&format!("exit {code}")))),
 //!     run_until_stopped: script("exec sleep 1000"),
-//!     ignore_sigterm: script("trap '' TERM; echo ready; while :; do sleep 0.1; done"),
+//!     ignore_sigterm: Some(script("trap '' TERM; echo ready; while :; do sleep 0.1; done")),
 //!     bad_config: (json!({ "scriptz": "true" }), "scriptz".into()),
 //!     bad_plugin_config: None,
 //!     exec: (Vec::new(), String::new()),
@@ -63,12 +67,14 @@ pub use host::{FifoReader, TaskDirs};
 pub struct TaskConfigs {
     /// Prints the given line on stdout, then exits 0.
     pub print_line: Box<dyn Fn(&str) -> Value + Send + Sync>,
-    /// Exits with the given code.
-    pub exit_with: Box<dyn Fn(i32) -> Value + Send + Sync>,
+    /// Exits with the given code (the kit asks for 3). `None`: the driver's tasks cannot choose
+    /// their exit code, and `exit_code_is_reported` is skipped (listed in [`Report::skipped`]).
+    pub exit_with: Option<Box<dyn Fn(i32) -> Value + Send + Sync>>,
     /// Runs until signalled; SIGINT and SIGTERM end it (default dispositions).
     pub run_until_stopped: Value,
-    /// Prints the line `ready` once it ignores SIGTERM, then runs until SIGKILL.
-    pub ignore_sigterm: Value,
+    /// Prints the line `ready` once it ignores SIGTERM, then runs until SIGKILL. `None`: the
+    /// driver's tasks cannot ignore SIGTERM, and `stop_kills_after_the_timeout` is skipped.
+    pub ignore_sigterm: Option<Value>,
     /// A config the driver must refuse, and the field its error must name.
     pub bad_config: (Value, String),
     /// A plugin config the driver must refuse, and the field its error must name; `None` skips.
@@ -88,9 +94,9 @@ impl TaskConfigs {
     pub fn command() -> Self {
         TaskConfigs {
             print_line: Box::new(|line| sh(&format!("echo '{}'", line.replace('\'', "")))),
-            exit_with: Box::new(|code| sh(&format!("exit {code}"))),
+            exit_with: Some(Box::new(|code| sh(&format!("exit {code}")))),
             run_until_stopped: json!({"command": "sleep", "args": ["1000"]}),
-            ignore_sigterm: sh("trap '' TERM; echo ready; while :; do sleep 0.1; done"),
+            ignore_sigterm: Some(sh("trap '' TERM; echo ready; while :; do sleep 0.1; done")),
             bad_config: (
                 json!({"command": "/bin/true", "argz": []}),
                 "argz".to_string(),
@@ -124,6 +130,22 @@ pub struct Report {
     pub passed: Vec<&'static str>,
     /// The checks that failed, each with what went wrong.
     pub failed: Vec<(&'static str, String)>,
+    /// The checks not run because the driver said they do not apply (a `None` in its
+    /// [`TaskConfigs`]), each with why.
+    pub skipped: Vec<(&'static str, &'static str)>,
+}
+
+/// Why check `name` does not apply to the driver `configs` describe, if it does not.
+fn not_applicable(configs: &TaskConfigs, name: &str) -> Option<&'static str> {
+    match name {
+        "exit_code_is_reported" if configs.exit_with.is_none() => {
+            Some("its tasks cannot choose their exit code (TaskConfigs::exit_with is None)")
+        }
+        "stop_kills_after_the_timeout" if configs.ignore_sigterm.is_none() => {
+            Some("its tasks cannot ignore SIGTERM (TaskConfigs::ignore_sigterm is None)")
+        }
+        _ => None,
+    }
 }
 
 impl Kit {
@@ -141,19 +163,27 @@ impl Kit {
         }
     }
 
-    /// Runs one check by name (see [`CHECKS`]).
+    /// Runs one check by name (see [`CHECKS`]); a check that does not apply to the driver is
+    /// an error saying so.
     pub fn run_check(&self, name: &str) -> Result<(), String> {
         let (_, check) = CHECKS
             .iter()
             .find(|(n, _)| *n == name)
             .ok_or_else(|| format!("no check named {name:?}"))?;
+        if let Some(why) = not_applicable(&self.configs, name) {
+            return Err(format!("{name} does not apply to {}: {why}", self.name));
+        }
         check(self)
     }
 
-    /// Runs every check, one after the other.
+    /// Runs every check that applies, one after the other.
     pub fn run(&self) -> Report {
         let mut report = Report::default();
         for (name, check) in CHECKS {
+            if let Some(why) = not_applicable(&self.configs, name) {
+                report.skipped.push((name, why));
+                continue;
+            }
             match check(self) {
                 Ok(()) => report.passed.push(name),
                 Err(why) => report.failed.push((name, why)),
@@ -162,7 +192,7 @@ impl Kit {
         report
     }
 
-    /// Runs every check and panics listing each failure.
+    /// Runs every check that applies and panics listing each failure.
     pub fn assert_conforms(&self) {
         let report = self.run();
         assert!(

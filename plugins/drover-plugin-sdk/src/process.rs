@@ -178,8 +178,9 @@ impl HostProcesses {
         }
     }
 
-    /// The contract's `stop_task`: sends `signal` (empty: SIGTERM), waits up to `timeout`, then
-    /// kills; returns once the process no longer runs.
+    /// The contract's `stop_task`: sends `signal` (empty: SIGTERM) to the task's process (not
+    /// to its process group: a shell that should pass it on `exec`s its last command or traps
+    /// it), waits up to `timeout`, then kills; returns once the process no longer runs.
     pub fn stop(&self, id: &str, timeout: Duration, signal: &str) -> Result<(), DriverError> {
         let pid = self.pid(id)?;
         if self.with(id, |t| t.exit.is_some())? {

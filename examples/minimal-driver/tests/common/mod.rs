@@ -9,9 +9,11 @@ pub fn shell_configs() -> TaskConfigs {
     let script = |s: &str| json!({ "script": s });
     TaskConfigs {
         print_line: Box::new(move |line| script(&format!("echo '{}'", line.replace('\'', "")))),
-        exit_with: Box::new(move |code| script(&format!("exit {code}"))),
+        exit_with: Some(Box::new(move |code| script(&format!("exit {code}")))),
         run_until_stopped: script("exec sleep 1000"),
-        ignore_sigterm: script("trap '' TERM; echo ready; while :; do sleep 0.1; done"),
+        ignore_sigterm: Some(script(
+            "trap '' TERM; echo ready; while :; do sleep 0.1; done",
+        )),
         bad_config: (json!({ "scriptz": "true" }), "scriptz".into()),
         bad_plugin_config: Some((json!({ "colour": "red" }), "colour".into())),
         exec: (Vec::new(), String::new()),
