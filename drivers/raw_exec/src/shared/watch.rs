@@ -1,14 +1,16 @@
 //! Watching one task process until it exits, and signalling its process group safely.
 //!
-//! For a process this agent started, one thread per task blocks in `waitid(WNOWAIT)`: it learns
-//! the exit status without reaping, so the exited leader stays a zombie and its pid (which is
-//! also the task's process group id) cannot be reused until `reap` at destroy time. That makes
-//! every `kill(-pgid)` this module sends hit the task's group and nothing else.
+//! Every watched process is polled through its pidfd by the one `exit_poller` thread. For a
+//! process this agent started, the exit is then read with `waitid(WNOWAIT)`: the status without
+//! reaping, so the exited leader stays a zombie and its pid (which is also the task's process
+//! group id) cannot be reused until `reap` at destroy time. That makes every `kill(-pgid)` this
+//! module sends hit the task's group and nothing else. (On a kernel without pidfds, before 5.3,
+//! a thread per child blocks in `waitid` instead.)
 //!
-//! A process recovered after an agent restart is not our child: it is watched through a pidfd
-//! (`poll` reports its exit) and its exit status cannot be learned.
+//! A process recovered after an agent restart is not our child: its pidfd reports its exit,
+//! whose status cannot be learned.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -16,8 +18,8 @@ use drover_abi::ExitResult;
 use nix::errno::Errno;
 use thiserror::Error;
 
-use super::procfs;
 use super::time::unix_nanos_now;
+use super::{exit_poller, procfs};
 
 /// The error reported for a recovered task, whose exit status only its former parent could see.
 pub const UNKNOWN_EXIT_STATUS: &str =
@@ -91,11 +93,20 @@ impl ProcessWatch {
             exited: Condvar::new(),
         });
         let watcher = Arc::clone(&watch);
-        std::thread::Builder::new()
-            .name(format!("drover-wait-{pid}"))
-            .stack_size(WATCHER_STACK)
-            .spawn(move || watcher.wait_for_child(on_exit))
-            .map_err(|source| WatchError::Thread { pid, source })?;
+        let finish = move || watcher.wait_for_child(on_exit);
+        match exit_poller::pidfd_open(pid) {
+            Ok(pidfd) => exit_poller::watch(pidfd, Box::new(finish))
+                .map_err(|source| WatchError::Pidfd { pid, source })?,
+            // No pidfds (Linux before 5.3): a thread of its own blocks in waitid.
+            Err(Errno::ENOSYS) => {
+                std::thread::Builder::new()
+                    .name(format!("drover-wait-{pid}"))
+                    .stack_size(WATCHER_STACK)
+                    .spawn(finish)
+                    .map_err(|source| WatchError::Thread { pid, source })?;
+            }
+            Err(source) => return Err(WatchError::Pidfd { pid, source }),
+        }
         Ok(watch)
     }
 
@@ -114,19 +125,15 @@ impl ProcessWatch {
             Ok(())
         };
         check_identity()?;
-        // SAFETY: pidfd_open takes two integers and returns a new descriptor or -1.
-        let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-        if raw < 0 {
-            return Err(WatchError::Pidfd {
-                pid,
-                source: Errno::last(),
-            });
-        }
-        // SAFETY: `raw` is a descriptor we just opened and own; it fits an i32 as every fd does.
-        let pidfd = unsafe { OwnedFd::from_raw_fd(raw as i32) };
+        let pidfd =
+            exit_poller::pidfd_open(pid).map_err(|source| WatchError::Pidfd { pid, source })?;
         // The pidfd pins one process; checking again after opening it closes the race with a
         // pid reused between the first check and the open.
         check_identity()?;
+        let polled = pidfd.try_clone().map_err(|e| WatchError::Pidfd {
+            pid,
+            source: Errno::from_raw(e.raw_os_error().unwrap_or(libc::EBADF)),
+        })?;
         let watch = Arc::new(ProcessWatch {
             pid,
             origin: Origin::Recovered { pidfd },
@@ -134,11 +141,16 @@ impl ProcessWatch {
             exited: Condvar::new(),
         });
         let watcher = Arc::clone(&watch);
-        std::thread::Builder::new()
-            .name(format!("drover-poll-{pid}"))
-            .stack_size(WATCHER_STACK)
-            .spawn(move || watcher.poll_recovered())
-            .map_err(|source| WatchError::Thread { pid, source })?;
+        exit_poller::watch(
+            polled,
+            Box::new(move || {
+                watcher.finish(ExitResult {
+                    err: Some(UNKNOWN_EXIT_STATUS.to_string()),
+                    ..ExitResult::default()
+                })
+            }),
+        )
+        .map_err(|source| WatchError::Pidfd { pid, source })?;
         Ok(watch)
     }
 
@@ -202,28 +214,6 @@ impl ProcessWatch {
             hook(&mut result);
         }
         self.finish(result);
-    }
-
-    fn poll_recovered(&self) {
-        let Origin::Recovered { pidfd } = &self.origin else {
-            return;
-        };
-        let mut fds = libc::pollfd {
-            fd: pidfd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        loop {
-            // SAFETY: `fds` is one valid pollfd.
-            let rc = unsafe { libc::poll(&mut fds, 1, -1) };
-            if rc > 0 || Errno::last() != Errno::EINTR {
-                break;
-            }
-        }
-        self.finish(ExitResult {
-            err: Some(UNKNOWN_EXIT_STATUS.to_string()),
-            ..ExitResult::default()
-        });
     }
 
     /// The exit result, once the process has exited.
