@@ -402,6 +402,16 @@ pub trait Driver: Send + Sync {
         Err(DriverError::NotSupported("exec_task".into()))
     }
 
+    /// Arranges for `notify` to be called once task `task_id` has ended (at once when it
+    /// already has), from any thread, so that the host can await the exit without holding a
+    /// thread blocked in [`Driver::wait_task`]; the host then calls `wait_task` for the result.
+    /// Returns whether it will: `false` (the default, and for a task the driver does not know)
+    /// means the host waits with `wait_task`. `notify` must not block.
+    fn notify_exit(&self, task_id: &str, notify: Box<dyn FnOnce() + Send>) -> bool {
+        let _ = (task_id, notify);
+        false
+    }
+
     /// Runs `options.command` inside the running task `task_id` interactively (Nomad's
     /// `ExecTaskStreaming`): in the task's environment, directory, user and isolation, with
     /// stdin and terminal sizes from `stream` and its output sent to it as it comes. Returns

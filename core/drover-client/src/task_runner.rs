@@ -1242,7 +1242,17 @@ fn first_render(
     Ok(vars)
 }
 
+/// The task's exit. A driver that notifies exits is awaited without a thread (then asked once
+/// for the result); others are waited on by a blocking call at a time.
 async fn wait_exit(driver: Arc<dyn Driver>, task_id: String) -> ExitResult {
+    let (exited, notified) = tokio::sync::oneshot::channel();
+    let notify = Box::new(move || {
+        let _ = exited.send(());
+    });
+    if driver.notify_exit(&task_id, notify) {
+        // A dropped notifier (the driver forgot the task) falls through to `wait_task` too.
+        let _ = notified.await;
+    }
     loop {
         let d = driver.clone();
         let id = task_id.clone();

@@ -428,6 +428,16 @@ impl Driver for ExecDriver {
         Ok(self.task(task_id)?.watch.wait(timeout))
     }
 
+    fn notify_exit(&self, task_id: &str, notify: Box<dyn FnOnce() + Send>) -> bool {
+        match self.task(task_id) {
+            Ok(task) => {
+                task.watch.on_exit(notify);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
     /// The signal goes to the task's process group. Like any PID 1, the task's main process
     /// does not receive signals it has no handler for (only SIGKILL), so a command that does not
     /// handle `signal` ends at the SIGKILL after `timeout`.

@@ -243,6 +243,16 @@ impl Driver for RawExecDriver {
         Ok(self.task(task_id)?.watch.wait(timeout))
     }
 
+    fn notify_exit(&self, task_id: &str, notify: Box<dyn FnOnce() + Send>) -> bool {
+        match self.task(task_id) {
+            Ok(task) => {
+                task.watch.on_exit(notify);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
     fn stop_task(&self, task_id: &str, timeout: Duration, signal: &str) -> Result<(), DriverError> {
         let task = self.task(task_id)?;
         let signal = parse_signal(signal, DEFAULT_STOP_SIGNAL)?;

@@ -129,7 +129,10 @@ fn run() {
         for i in (1..fds.len()).rev() {
             if fds[i].revents != 0 {
                 let (pidfd, on_exit) = watched.swap_remove(i - 1);
-                on_exit();
+                // A panicking callback must not take every other task's exit with it.
+                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(on_exit)).is_err() {
+                    eprintln!("drover-exits: an exit callback panicked");
+                }
                 drop(pidfd);
             }
         }

@@ -68,6 +68,8 @@ struct WatchState {
     exit: Option<ExitResult>,
     completed_at: i64,
     reaped: bool,
+    /// Called once the exit is known (`on_exit`).
+    waiters: Vec<Box<dyn FnOnce() + Send>>,
 }
 
 /// One task process, from start until it is reaped.
@@ -163,10 +165,29 @@ impl ProcessWatch {
     }
 
     fn finish(&self, result: ExitResult) {
+        let waiters = {
+            let mut state = self.lock();
+            state.exit = Some(result);
+            state.completed_at = unix_nanos_now();
+            self.exited.notify_all();
+            std::mem::take(&mut state.waiters)
+        };
+        // Outside the lock: a waiter may look at the watch.
+        for notify in waiters {
+            notify();
+        }
+    }
+
+    /// Calls `notify` once the process has exited: at once if it has, else when its exit is
+    /// seen (on the exit poller's thread).
+    pub fn on_exit(&self, notify: Box<dyn FnOnce() + Send>) {
         let mut state = self.lock();
-        state.exit = Some(result);
-        state.completed_at = unix_nanos_now();
-        self.exited.notify_all();
+        if state.exit.is_none() {
+            state.waiters.push(notify);
+            return;
+        }
+        drop(state);
+        notify();
     }
 
     fn wait_for_child(&self, on_exit: Option<ExitHook>) {
@@ -412,6 +433,20 @@ mod tests {
         );
         watch.reap();
         assert!(!watch.signal_group(libc::SIGKILL).unwrap());
+    }
+
+    #[test]
+    fn exit_waiters_are_called_once_the_exit_is_known_or_at_once_after_it() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let watch = ProcessWatch::child(spawn_in_own_group("sleep 0.2"), None).unwrap();
+        let early = tx.clone();
+        watch.on_exit(Box::new(move || early.send("early").unwrap()));
+        assert!(rx.try_recv().is_err(), "called before the exit");
+        assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok("early"));
+        assert!(watch.exit_result().is_some());
+        watch.on_exit(Box::new(move || tx.send("late").unwrap()));
+        assert_eq!(rx.try_recv(), Ok("late"), "called at once after the exit");
+        watch.reap();
     }
 
     #[test]
