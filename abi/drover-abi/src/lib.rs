@@ -13,8 +13,9 @@
 //!    `plugin "NAME" { config { ... } }` block (an empty object without one);
 //! 2. [`Driver::capabilities`], and [`Driver::fingerprint`] periodically from then on;
 //! 3. per task: [`Driver::validate_task_config`], [`Driver::start_task`] (events about it may
-//!    be reported from here on, see [`DriverTaskEvent`]), [`Driver::wait_task`] in a loop with a
-//!    timeout until it returns the [`ExitResult`], [`Driver::stop_task`] when the task must stop,
+//!    be reported from here on, see [`DriverTaskEvent`]), [`Driver::notify_exit`] once (a driver
+//!    that accepts it calls back when the task ended), then [`Driver::wait_task`] in a loop with
+//!    a timeout until it returns the [`ExitResult`], [`Driver::stop_task`] when the task must stop,
 //!    [`Driver::destroy_task`] when the agent forgets it; [`Driver::inspect_task`],
 //!    [`Driver::signal_task`], [`Driver::task_stats`], [`Driver::exec_task`] and
 //!    [`Driver::exec_task_streaming`] at any time while it runs;

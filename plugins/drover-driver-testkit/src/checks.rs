@@ -37,6 +37,7 @@ pub const CHECKS: &[(&str, Check)] = &[
         bad_config_is_rejected_naming_the_field,
     ),
     ("unknown_task_is_not_found", unknown_task_is_not_found),
+    ("exit_notification", exit_notification),
 ];
 
 fn dirs(tag: &str) -> Result<TaskDirs, String> {
@@ -160,6 +161,38 @@ fn start_output_and_wait(kit: &Kit) -> Result<(), String> {
             "inspect_task after destroy gave {other:?}, expected TaskNotFound"
         )),
     }
+}
+
+/// `notify_exit` is optional; a driver that accepts it must call back once the task ended,
+/// and at once for a task that already has.
+fn exit_notification(kit: &Kit) -> Result<(), String> {
+    let d = (kit.new_driver)();
+    let dirs = dirs("notify")?;
+    let task = start(&d, &dirs, "notify", kit.configs.run_until_stopped.clone())?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let early = tx.clone();
+    if !d.notify_exit(task.id(), Box::new(move || drop(early.send(())))) {
+        return Ok(()); // The driver waits with wait_task only: nothing to check.
+    }
+    if rx.try_recv().is_ok() {
+        return Err("notify_exit called back while the task ran".into());
+    }
+    d.stop_task(task.id(), Duration::from_secs(5), "SIGTERM")
+        .map_err(|e| format!("stop_task: {e}"))?;
+    rx.recv_timeout(LONG)
+        .map_err(|_| "notify_exit never called back after the task ended".to_string())?;
+    if d.wait_task(task.id(), Duration::ZERO)
+        .ok()
+        .flatten()
+        .is_none()
+    {
+        return Err("wait_task had no exit after notify_exit called back".into());
+    }
+    if !d.notify_exit(task.id(), Box::new(move || drop(tx.send(())))) {
+        return Err("notify_exit refused an ended task it had accepted while running".into());
+    }
+    rx.recv_timeout(Duration::from_secs(1))
+        .map_err(|_| "notify_exit did not call back at once for an ended task".to_string())
 }
 
 fn exit_code_is_reported(kit: &Kit) -> Result<(), String> {
