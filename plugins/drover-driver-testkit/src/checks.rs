@@ -171,7 +171,12 @@ fn exit_notification(kit: &Kit) -> Result<(), String> {
     let task = start(&d, &dirs, "notify", kit.configs.run_until_stopped.clone())?;
     let (tx, rx) = std::sync::mpsc::channel();
     let early = tx.clone();
-    if !d.notify_exit(task.id(), Box::new(move || drop(early.send(())))) {
+    if !d.notify_exit(
+        task.id(),
+        Box::new(move || {
+            let _ = early.send(());
+        }),
+    ) {
         return Ok(()); // The driver waits with wait_task only: nothing to check.
     }
     if rx.try_recv().is_ok() {
@@ -188,7 +193,12 @@ fn exit_notification(kit: &Kit) -> Result<(), String> {
     {
         return Err("wait_task had no exit after notify_exit called back".into());
     }
-    if !d.notify_exit(task.id(), Box::new(move || drop(tx.send(())))) {
+    if !d.notify_exit(
+        task.id(),
+        Box::new(move || {
+            let _ = tx.send(());
+        }),
+    ) {
         return Err("notify_exit refused an ended task it had accepted while running".into());
     }
     rx.recv_timeout(Duration::from_secs(1))
