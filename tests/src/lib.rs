@@ -1063,3 +1063,20 @@ impl Drop for PluginReaper {
         }
     }
 }
+
+/// A response of Nomad 1.1.2 from `../shared/reference/nomad-api-samples/NAME`, parsed.
+pub fn nomad_sample(name: &str) -> Value {
+    let path = workspace_root()
+        .join("../shared/reference/nomad-api-samples")
+        .join(name);
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The keys of a JSON object (none for anything else), to compare shapes with Nomad's.
+pub fn json_keys(v: &Value) -> std::collections::BTreeSet<String> {
+    v.as_object()
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default()
+}

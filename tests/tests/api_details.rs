@@ -3,26 +3,12 @@
 //! `node status -verbose`), `?resources=true` on the node and allocation lists, and the answer
 //! to deregistering a job that does not exist.
 
-use std::collections::BTreeSet;
 use std::time::Duration;
 
-use drover_tests::{Agent, TempDir, allocs, run_long_sleep, workspace_root};
+use drover_tests::{Agent, TempDir, allocs, json_keys, nomad_sample, run_long_sleep};
 use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(60);
-
-fn sample(name: &str) -> Value {
-    let path = workspace_root()
-        .join("../shared/reference/nomad-api-samples")
-        .join(name);
-    serde_json::from_str(&std::fs::read_to_string(&path).expect("sample")).expect("sample JSON")
-}
-
-fn keys(v: &Value) -> BTreeSet<String> {
-    v.as_object()
-        .map(|m| m.keys().cloned().collect())
-        .unwrap_or_default()
-}
 
 #[test]
 fn node_json_has_nomads_blocks_and_lists_carry_resources_when_asked() {
@@ -31,8 +17,8 @@ fn node_json_has_nomads_blocks_and_lists_carry_resources_when_asked() {
     let nodes = agent.get("/v1/nodes").expect("nodes");
     let id = nodes[0]["ID"].as_str().expect("node id").to_string();
     let node = agent.get(&format!("/v1/node/{id}")).expect("node");
-    let nomad = sample("node_by_id.json");
-    assert_eq!(keys(&node), keys(&nomad));
+    let nomad = nomad_sample("node_by_id.json");
+    assert_eq!(json_keys(&node), json_keys(&nomad));
     for block in [
         "Resources",
         "Reserved",
@@ -40,8 +26,8 @@ fn node_json_has_nomads_blocks_and_lists_carry_resources_when_asked() {
         "ReservedResources",
     ] {
         assert_eq!(
-            keys(&node[block]),
-            keys(&nomad[block]),
+            json_keys(&node[block]),
+            json_keys(&nomad[block]),
             "{block}: {}",
             node[block]
         );
@@ -60,7 +46,7 @@ fn node_json_has_nomads_blocks_and_lists_carry_resources_when_asked() {
     assert!(node["Reserved"].is_object(), "{}", node["Reserved"]);
 
     let stub = &agent.get("/v1/nodes?resources=true").expect("nodes")[0];
-    assert_eq!(keys(stub), keys(&sample("nodes.json")[0]));
+    assert_eq!(json_keys(stub), json_keys(&nomad_sample("nodes.json")[0]));
     assert!(
         stub["NodeResources"]["Memory"]["MemoryMB"].as_i64() > Some(0),
         "{stub}"
@@ -68,8 +54,8 @@ fn node_json_has_nomads_blocks_and_lists_carry_resources_when_asked() {
 
     run_long_sleep(&agent, &dir, "raw_exec", "7311.4");
     let plain = agent.get("/v1/allocations").expect("allocations");
-    let nomad = sample("allocations.json");
-    assert_eq!(keys(&plain[0]), keys(&nomad[0]));
+    let nomad = nomad_sample("allocations.json");
+    assert_eq!(json_keys(&plain[0]), json_keys(&nomad[0]));
     assert_eq!(
         plain[0]["AllocatedResources"], nomad[0]["AllocatedResources"],
         "null, as Nomad's"

@@ -6,23 +6,10 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use drover_tests::{Agent, TempDir, run_long_sleep, workspace_root};
+use drover_tests::{Agent, TempDir, json_keys, nomad_sample, run_long_sleep};
 use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(60);
-
-fn sample(name: &str) -> Value {
-    let path = workspace_root()
-        .join("../shared/reference/nomad-api-samples")
-        .join(name);
-    serde_json::from_str(&std::fs::read_to_string(&path).expect("sample")).expect("sample JSON")
-}
-
-fn keys(v: &Value) -> BTreeSet<String> {
-    v.as_object()
-        .map(|m| m.keys().cloned().collect())
-        .unwrap_or_default()
-}
 
 fn names(body: &Value, list: &str) -> BTreeSet<String> {
     body[list]
@@ -97,11 +84,15 @@ fn telemetry_from_a_config_directory_publishes_node_and_allocation_metrics_as_no
         body = agent.get("/v1/metrics").unwrap_or_default();
         names(&body, "Gauges").contains("nomad.client.allocs.memory.rss")
     });
-    let nomad = sample("metrics.json");
-    assert_eq!(keys(&body), keys(&nomad));
+    let nomad = nomad_sample("metrics.json");
+    assert_eq!(json_keys(&body), json_keys(&nomad));
     for list in ["Gauges", "Counters", "Samples"] {
         let ours = &body[list][0];
-        assert_eq!(keys(ours), keys(&nomad[list][0]), "{list}: {ours}");
+        assert_eq!(
+            json_keys(ours),
+            json_keys(&nomad[list][0]),
+            "{list}: {ours}"
+        );
     }
     // Every figure Drover has that Nomad's sample agent had (a dev agent running a sleep job
     // with both publish settings on), under the same name.
@@ -166,8 +157,8 @@ fn telemetry_from_a_config_directory_publishes_node_and_allocation_metrics_as_no
         .find(|g| g["Name"] == "nomad.client.allocs.memory.rss")
         .unwrap();
     assert_eq!(
-        keys(&rss["Labels"]),
-        keys(
+        json_keys(&rss["Labels"]),
+        json_keys(
             &nomad["Gauges"]
                 .as_array()
                 .unwrap()
@@ -214,11 +205,14 @@ fn telemetry_from_a_config_directory_publishes_node_and_allocation_metrics_as_no
 
     // `/v1/client/stats` is the latest collection, in Nomad's shape.
     let stats = agent.get("/v1/client/stats").expect("client stats");
-    let nomad = sample("client_stats.json");
-    assert_eq!(keys(&stats), keys(&nomad));
-    assert_eq!(keys(&stats["Memory"]), keys(&nomad["Memory"]));
-    assert_eq!(keys(&stats["CPU"][0]), keys(&nomad["CPU"][0]));
-    assert_eq!(keys(&stats["AllocDirStats"]), keys(&nomad["AllocDirStats"]));
+    let nomad = nomad_sample("client_stats.json");
+    assert_eq!(json_keys(&stats), json_keys(&nomad));
+    assert_eq!(json_keys(&stats["Memory"]), json_keys(&nomad["Memory"]));
+    assert_eq!(json_keys(&stats["CPU"][0]), json_keys(&nomad["CPU"][0]));
+    assert_eq!(
+        json_keys(&stats["AllocDirStats"]),
+        json_keys(&nomad["AllocDirStats"])
+    );
     assert!(stats["Memory"]["Total"].as_u64() > Some(0), "{stats}");
     assert!(stats["Uptime"].as_u64() > Some(0), "{stats}");
     let cpus = stats["CPU"].as_array().map(Vec::len).unwrap_or(0);
