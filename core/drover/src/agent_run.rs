@@ -492,6 +492,13 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         }
         _ => bail!("an agent runs a server, a client, or both"),
     };
+    // The web UI reads through the API router it sits beside (in process, with the
+    // browser's token), so it answers on any agent the API answers on.
+    let router = if file.ui_enabled() {
+        router.clone().merge(drover_ui::routes(router))
+    } else {
+        router
+    };
     ready.set(router);
 
     println!("==> Drover agent configuration:\n");

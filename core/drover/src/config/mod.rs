@@ -47,6 +47,8 @@ pub struct AgentFile {
     /// files load, and each named in a warning at start-up (see `unsupported_settings`).
     pub consul: Option<Value>,
     pub vault: Option<Value>,
+    /// Nomad's `ui` block: `enabled` is acted on (the web UI at `/ui`); its other keys
+    /// (`content_security_policy`, `consul`, `vault`, `label`) are warned about.
     pub ui: Option<Value>,
     pub leave_on_interrupt: Option<bool>,
     pub leave_on_terminate: Option<bool>,
@@ -91,11 +93,13 @@ impl AgentFile {
         if self.addresses.as_ref().is_some_and(|a| a.serf.is_some()) {
             out.push("addresses.serf (Drover has no gossip listener)".into());
         }
-        for (key, block) in [
-            ("consul", &self.consul),
-            ("vault", &self.vault),
-            ("ui", &self.ui),
-        ] {
+        out.extend(
+            ui_blocks(self.ui.as_ref())
+                .flat_map(|m| m.keys())
+                .filter(|k| *k != "enabled")
+                .map(|k| format!("ui.{k}")),
+        );
+        for (key, block) in [("consul", &self.consul), ("vault", &self.vault)] {
             if block.as_ref().is_some_and(|b| !turned_off(b)) {
                 out.push(key.to_string());
             }
@@ -136,6 +140,23 @@ impl AgentFile {
 
 /// `block { enabled = false }` (and nothing else set to on) asks for what an agent without
 /// the feature does.
+impl AgentFile {
+    /// Whether the agent serves the web UI at `/ui` (`ui { enabled = false }` turns it off).
+    pub fn ui_enabled(&self) -> bool {
+        !ui_blocks(self.ui.as_ref()).any(|m| m.get("enabled") == Some(&Value::Bool(false)))
+    }
+}
+
+/// The `ui` block's maps, whether HCL gave one block or a list of them.
+fn ui_blocks(ui: Option<&Value>) -> impl Iterator<Item = &Map<String, Value>> {
+    let blocks: Vec<&Map<String, Value>> = match ui {
+        Some(Value::Object(m)) => vec![m],
+        Some(Value::Array(items)) => items.iter().filter_map(Value::as_object).collect(),
+        _ => Vec::new(),
+    };
+    blocks.into_iter()
+}
+
 fn turned_off(block: &Value) -> bool {
     let blocks: Vec<&Map<String, Value>> = match block {
         Value::Object(m) => vec![m],
@@ -705,7 +726,7 @@ client {
     #[test]
     fn nomad_settings_drover_does_not_act_on_are_listed_unless_turned_off() {
         let f = parse_str(
-            "consul { address = \"127.0.0.1:8500\" }\nvault { enabled = false }\nui { enabled = false }\n\
+            "consul { address = \"127.0.0.1:8500\" }\nvault { enabled = false }\nui {\n  enabled = false\n  label { text = \"prod\" }\n}\n\
              leave_on_terminate = true\nenable_debug = false\nlog_file = \"/tmp/x.log\"\n\
              advertise {\n  rpc = \"10.0.0.1\"\n  http = \"10.0.0.1\"\n}\n\
              addresses {\n  http = \"127.0.0.1\"\n  serf = \"0.0.0.0\"\n}\ndisable_update_check = true\n",
@@ -717,11 +738,15 @@ client {
             [
                 "advertise.http",
                 "addresses.serf (Drover has no gossip listener)",
+                "ui.label",
                 "consul",
                 "leave_on_terminate",
                 "log_file"
             ]
         );
+        assert!(!f.ui_enabled());
+        assert!(parse_str("ui { enabled = true }\n", "a.hcl").unwrap().ui_enabled());
+        assert!(parse_str("", "a.hcl").unwrap().ui_enabled());
         assert_eq!(f.addresses.unwrap().http.as_deref(), Some("127.0.0.1"));
         let e = parse_str("addresses { grpc = \"x\" }\n", "a.hcl").unwrap_err();
         assert!(

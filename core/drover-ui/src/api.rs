@@ -1,0 +1,187 @@
+//! The agent's own `/v1` API, called in process with the browser's token.
+//!
+//! Why in process and not straight from the state: a page then shows exactly what the API
+//! shows, and every read passes the same ACL check an API client's would (a token that may
+//! not read a namespace sees the same 403 here).
+
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Method, Request, header};
+use serde_json::Value;
+use tower_service::Service;
+
+/// Largest API answer a page reads (a job with thousands of allocations stays far below).
+const MAX_ANSWER_BYTES: usize = 256 * 1024 * 1024;
+
+/// How long a live update waits on a blocking query before the page asks again.
+pub const LIVE_WAIT: Duration = Duration::from_secs(30);
+
+/// An API answer: its JSON and its `X-Nomad-Index` (0 when the endpoint has none).
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub value: Value,
+    pub index: u64,
+}
+
+/// An API call that did not answer 2xx: the status and the API's own message.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    pub status: u16,
+    pub message: String,
+    pub path: String,
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}: {}", self.status, self.path, self.message.trim())
+    }
+}
+
+/// The API router the pages read through.
+#[derive(Clone)]
+pub struct Api {
+    router: Router,
+}
+
+impl Api {
+    pub fn new(router: Router) -> Api {
+        Api { router }
+    }
+
+    /// `GET path` as the holder of `token`.
+    pub async fn get(&self, path: &str, token: Option<&str>) -> Result<Answer, ApiError> {
+        self.call(Method::GET, path, token, Body::empty()).await
+    }
+
+    /// `GET path` as a blocking query: answers once the path's index passes `index`, or after
+    /// [`LIVE_WAIT`] with the same data.
+    pub async fn wait(&self, path: &str, index: u64, token: Option<&str>) -> Result<u64, ApiError> {
+        let sep = if path.contains('?') { '&' } else { '?' };
+        let blocking = format!("{path}{sep}index={index}&wait={}s", LIVE_WAIT.as_secs());
+        self.get(&blocking, token).await.map(|a| a.index)
+    }
+
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        token: Option<&str>,
+        body: Body,
+    ) -> Result<Answer, ApiError> {
+        let fail = |status: u16, message: String| ApiError {
+            status,
+            message,
+            path: path.to_string(),
+        };
+        let mut request = Request::builder().method(method).uri(path);
+        if let Some(token) = token.filter(|t| !t.is_empty()) {
+            request = request.header("X-Nomad-Token", token);
+        }
+        let request = request
+            .body(body)
+            .map_err(|e| fail(400, format!("bad request path: {e}")))?;
+        // A Router is always ready (its poll_ready is Ready(Ok)), so calling it at once keeps
+        // the tower contract; its error type is Infallible.
+        let response = match self.router.clone().call(request).await {
+            Ok(r) => r,
+            Err(never) => match never {},
+        };
+        let status = response.status();
+        let index = response
+            .headers()
+            .get("X-Nomad-Index")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let is_json = response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("application/json"));
+        let bytes = axum::body::to_bytes(response.into_body(), MAX_ANSWER_BYTES)
+            .await
+            .map_err(|e| fail(502, format!("reading the answer: {e}")))?;
+        if !status.is_success() {
+            return Err(fail(
+                status.as_u16(),
+                String::from_utf8_lossy(&bytes).into_owned(),
+            ));
+        }
+        // Only JSON answers are parsed: a file read through `fs/cat` may well start with `{`.
+        let value = if is_json {
+            serde_json::from_slice(&bytes)
+                .map_err(|e| fail(502, format!("the API answered invalid JSON: {e}")))?
+        } else {
+            Value::String(String::from_utf8_lossy(&bytes).into_owned())
+        };
+        Ok(Answer { value, index })
+    }
+}
+
+/// `s` escaped for a URL path segment or query value (RFC 3986 unreserved kept).
+pub fn encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::routing::get;
+
+    fn api() -> Api {
+        Api::new(
+            Router::new()
+                .route(
+                    "/v1/jobs",
+                    get(|| async {
+                        ([("X-Nomad-Index", "7")], axum::Json(serde_json::json!([])))
+                    }),
+                )
+                .route(
+                    "/v1/secret",
+                    get(|headers: axum::http::HeaderMap| async move {
+                        use axum::http::StatusCode;
+                        use axum::response::IntoResponse;
+                        if headers.get("X-Nomad-Token").is_some_and(|t| t == "s3cret") {
+                            (StatusCode::OK, "\"ok\"").into_response()
+                        } else {
+                            (StatusCode::FORBIDDEN, "Permission denied").into_response()
+                        }
+                    }),
+                ),
+        )
+    }
+
+    #[tokio::test]
+    async fn answers_carry_the_json_and_the_index() {
+        let a = api().get("/v1/jobs", None).await.unwrap();
+        assert_eq!(a.value, serde_json::json!([]));
+        assert_eq!(a.index, 7);
+    }
+
+    #[tokio::test]
+    async fn the_token_goes_with_the_call_and_refusals_keep_the_api_message() {
+        let api = api();
+        let e = api.get("/v1/secret", Some("wrong")).await.unwrap_err();
+        assert_eq!(e.status, 403);
+        assert_eq!(e.message, "Permission denied");
+        let ok = api.get("/v1/secret", Some("s3cret")).await.unwrap();
+        assert_eq!(ok.value, serde_json::json!("ok"));
+    }
+
+    #[test]
+    fn encoding_keeps_unreserved_and_escapes_the_rest() {
+        assert_eq!(encode("web-1_a.b~"), "web-1_a.b~");
+        assert_eq!(encode("a b/c@d"), "a%20b%2Fc%40d");
+    }
+}

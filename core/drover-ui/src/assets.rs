@@ -1,0 +1,49 @@
+//! The UI's stylesheet and script, compiled into the binary and served with their content's
+//! hash in the URL, so a browser caches them for good and still sees a new build at once.
+
+use axum::extract::Path;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+const CSS: &str = include_str!("../assets/ui.css");
+const JS: &str = include_str!("../assets/ui.js");
+
+/// FNV-1a of the assets, computed at compile time.
+const VERSION: u64 = {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut i = 0;
+    let css = CSS.as_bytes();
+    while i < css.len() {
+        h = (h ^ css[i] as u64).wrapping_mul(0x100_0000_01b3);
+        i += 1;
+    }
+    let js = JS.as_bytes();
+    i = 0;
+    while i < js.len() {
+        h = (h ^ js[i] as u64).wrapping_mul(0x100_0000_01b3);
+        i += 1;
+    }
+    h
+};
+
+/// The URL of asset `file`, versioned.
+pub fn url(file: &str) -> String {
+    format!("/ui/assets/{file}?v={VERSION:016x}")
+}
+
+/// `GET /ui/assets/:file`.
+pub async fn serve(Path(file): Path<String>) -> Response {
+    let (body, kind) = match file.as_str() {
+        "ui.css" => (CSS, "text/css; charset=utf-8"),
+        "ui.js" => (JS, "text/javascript; charset=utf-8"),
+        _ => return (StatusCode::NOT_FOUND, "no such asset").into_response(),
+    };
+    let mut r = body.into_response();
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(kind));
+    r.headers_mut().insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("public, max-age=31536000, immutable"),
+    );
+    r
+}
