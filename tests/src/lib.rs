@@ -3,6 +3,7 @@
 //!
 //! Must not depend on: any Drover crate's internals. These tests see Drover as a user does.
 
+pub mod browser;
 pub mod clients;
 pub mod csi;
 pub mod netns;

@@ -41,7 +41,7 @@ function flash(text, isError) {
 // page again with `live=` makes the server wait until one of them moves, then answer the page
 // re-rendered, whose [data-live] parts replace ours.
 
-const live = { controller: null, kicked: false };
+const live = { controller: null, kicked: false, running: false, hidden: false };
 
 function applyUpdate(html) {
   const doc = new DOMParser().parseFromString(`<body>${html}</body>`, "text/html");
@@ -57,10 +57,11 @@ function applyUpdate(html) {
 
 async function liveLoop() {
   const main = document.querySelector("main[data-watch]");
-  if (!main || !document.querySelector("[data-live]")) return;
+  if (!main || !document.querySelector("[data-live]") || live.running) return;
+  live.running = true;
   let watch = main.dataset.watch || "[]";
   let last = 0;
-  for (;;) {
+  while (!live.hidden) {
     // Endpoints that cannot block (nothing watched) are refreshed on a timer instead.
     const gap = watch === "[]" ? 10000 : 1000;
     const since = Date.now() - last;
@@ -79,9 +80,10 @@ async function liveLoop() {
       watch = r.headers.get("X-Drover-Watch") || "[]";
       applyUpdate(await r.text());
     } catch (e) {
-      if (!live.kicked) await sleep(5000);
+      if (!live.kicked && !live.hidden) await sleep(5000);
     }
   }
+  live.running = false;
 }
 
 // Refresh now (after an action), without waiting for the open poll to answer.
@@ -150,6 +152,9 @@ function tokenForm() {
 
 const LOG_KEEP = 256 * 1024;
 
+// What the log tail does when the page is hidden or shown again (set by logTail).
+const logStream = { stop: () => {}, start: () => {} };
+
 function logTail() {
   const logs = document.getElementById("logs");
   if (!logs) return;
@@ -210,6 +215,8 @@ function logTail() {
   }
   task.addEventListener("change", start);
   follow.addEventListener("change", start);
+  logStream.stop = () => controller && controller.abort();
+  logStream.start = start;
   start();
 }
 
@@ -236,6 +243,21 @@ function chart() {
     .join(" ");
   svg.innerHTML = `<polyline points="${points}"></polyline><text x="4" y="14" font-size="11" fill="#6b7385">max ${max}</text>`;
 }
+
+// A page left for another (kept in the back/forward cache, or still unloading) must not hold
+// its long poll and log stream: browsers allow six connections per host, and held ones
+// would stall the next pages' loads.
+window.addEventListener("pagehide", () => {
+  live.hidden = true;
+  if (live.controller) live.controller.abort();
+  logStream.stop();
+});
+window.addEventListener("pageshow", (ev) => {
+  if (!ev.persisted) return;
+  live.hidden = false;
+  liveLoop();
+  logStream.start();
+});
 
 document.addEventListener("drover:updated", chart);
 tokenForm();

@@ -153,7 +153,7 @@ mod tests {
                         use axum::http::StatusCode;
                         use axum::response::IntoResponse;
                         if headers.get("X-Nomad-Token").is_some_and(|t| t == "s3cret") {
-                            (StatusCode::OK, "\"ok\"").into_response()
+                            (StatusCode::OK, axum::Json("ok")).into_response()
                         } else {
                             (StatusCode::FORBIDDEN, "Permission denied").into_response()
                         }
