@@ -57,6 +57,25 @@ job "once" {
 }
 "#;
 
+/// A job no node can take: its evaluation carries placement failures.
+const NOWHERE: &str = r#"
+job "nowhere" {
+  datacenters = ["dc1"]
+  group "g" {
+    constraint {
+      attribute = "${attr.kernel.name}"
+      value     = "plan9"
+    }
+    task "t" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/true"
+      }
+    }
+  }
+}
+"#;
+
 fn browser() -> Browser {
     assert!(
         Browser::binary().is_some(),
@@ -118,6 +137,7 @@ fn every_page_loads_without_console_errors_and_shows_what_the_api_shows() {
     let agent = Agent::start_dev(dir.path(), &[]);
     run_job(&agent, &dir, "talker.hcl", TALKER);
     run_job(&agent, &dir, "once.hcl", BATCH);
+    run_job(&agent, &dir, "nowhere.hcl", NOWHERE);
     agent.eventually("talker runs twice", LIVE, || {
         running_allocs(&agent, "talker").len() == 2
     });
@@ -201,6 +221,27 @@ fn every_page_loads_without_console_errors_and_shows_what_the_api_shows() {
     assert!(page.contains("Version 0"), "{page}");
     assert_eq!(text_of(&mut b, "#job-status"), "running");
     b.screenshot(&shots.join("job.png")).expect("shot");
+
+    // Placement failures, as `job status` gives them.
+    open(&mut b, &agent, "/ui/jobs/nowhere@default");
+    let evals = text_of(&mut b, "#evaluations");
+    assert!(
+        evals.contains("Constraint") && evals.contains("${attr.kernel.name} = plan9"),
+        "{evals}"
+    );
+
+    // `drover ui ID` gives the page of what the ID names.
+    let out = agent.cli(&["ui", "-show-url", &alloc[..8]]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    assert_eq!(
+        output_text(&out).trim(),
+        format!("{}/ui/allocations/{alloc}", agent.addr())
+    );
+    let out = agent.cli(&["ui", "-show-url", "talker"]);
+    assert_eq!(
+        output_text(&out).trim(),
+        format!("{}/ui/jobs/talker@default", agent.addr())
+    );
 
     open(&mut b, &agent, &format!("/ui/allocations/{alloc}"));
     assert_eq!(text_of(&mut b, "#alloc-status").split(' ').next(), Some("running"));
@@ -393,6 +434,56 @@ fn live_parts_update_without_a_reload_and_actions_go_through_the_api() {
     .expect("the client shows eligible again");
     let errors = b.take_console_errors();
     assert!(errors.is_empty(), "{errors:#?}");
+
+    // A page left open holds one long poll and does not grow: twenty updates later, the
+    // overview has as many elements as after the first and the browser as few connections.
+    open(&mut b, &agent, "/ui/overview");
+    let elements = "document.getElementsByTagName('*').length";
+    let job = |i: usize| {
+        format!(
+            "{{\"Job\": {{\"ID\": \"filler-{i}\", \"Name\": \"filler-{i}\", \"Type\": \"batch\", \"Datacenters\": [\"dc1\"], \"TaskGroups\": [{{\"Name\": \"g\", \"Count\": 0, \"Tasks\": [{{\"Name\": \"t\", \"Driver\": \"raw_exec\", \"Config\": {{\"command\": \"/bin/true\"}}}}]}}]}}}}"
+        )
+    };
+    let (status, body) = agent.send("PUT", "/v1/jobs", &job(0));
+    assert_eq!(status, 200, "{body}");
+    b.wait_for(
+        "document.getElementById('jobs-count').innerText === '2'",
+        LIVE,
+    )
+    .expect("the overview counts the new job");
+    let first = b.eval(elements).expect("count");
+    for i in 1..=20 {
+        let (status, body) = agent.send("PUT", "/v1/jobs", &job(i));
+        assert_eq!(status, 200, "{body}");
+    }
+    b.wait_for(
+        "document.getElementById('jobs-count').innerText === '22'",
+        LIVE,
+    )
+    .expect("the overview counts the twenty jobs");
+    assert_eq!(b.eval(elements).expect("count"), first, "the page grew");
+    let connections = established_connections_to(agent.http_port);
+    assert!(
+        connections <= 2,
+        "{connections} connections open to the agent with one page open"
+    );
+}
+
+/// Established TCP connections whose local port is `port` (the agent's side of them).
+fn established_connections_to(port: u16) -> usize {
+    ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|f| std::fs::read_to_string(f).ok())
+        .flat_map(|t| t.lines().skip(1).map(str::to_string).collect::<Vec<_>>())
+        .filter(|line| {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            let local_port = cols
+                .get(1)
+                .and_then(|a| a.rsplit(':').next())
+                .and_then(|p| u16::from_str_radix(p, 16).ok());
+            local_port == Some(port) && cols.get(3) == Some(&"01")
+        })
+        .count()
 }
 
 #[test]

@@ -238,10 +238,13 @@ function chart() {
   const max = Math.max(1, ...series.map((p) => p[1]));
   const t0 = series[0][0];
   const t1 = Math.max(series[series.length - 1][0], t0 + 1);
-  const points = series
-    .map(([t, v]) => `${(((t - t0) / (t1 - t0)) * 600).toFixed(1)},${(115 - (v / max) * 100).toFixed(1)}`)
-    .join(" ");
-  svg.innerHTML = `<polyline points="${points}"></polyline><text x="4" y="14" font-size="11" fill="#6b7385">max ${max}</text>`;
+  const y = (v) => (115 - (v / max) * 100).toFixed(1);
+  let points = series.map(([t, v]) => `${(((t - t0) / (t1 - t0)) * 600).toFixed(1)},${y(v)}`);
+  // One sample so far: a level line, so the chart shows something from the first load.
+  if (series.length === 1) points = [`0,${y(series[0][1])}`, `600,${y(series[0][1])}`];
+  svg.innerHTML = `<polyline points="${points.join(" ")}"></polyline>`;
+  const label = document.getElementById("running-max");
+  if (label) label.textContent = `${series[series.length - 1][1]} now, at most ${max} in the last ${series.length} samples`;
 }
 
 // A page left for another (kept in the back/forward cache, or still unloading) must not hold

@@ -86,7 +86,7 @@ async fn render(cx: Arc<Ctx>) -> Result<Page, ApiError> {
                         let list = items(jobs);
                         let count = |st: &str| list.iter().filter(|j| s(j, "Status") == st).count();
                         html! {
-                            p.big { (list.len()) }
+                            p.big #jobs-count { (list.len()) }
                             p { (count("running")) " running · " (count("pending")) " pending · " (count("dead")) " dead" }
                         }
                     }))
@@ -112,7 +112,7 @@ async fn render(cx: Arc<Ctx>) -> Result<Page, ApiError> {
                     h2 { "Running allocations over time" }
                     svg #running-chart data-running=(running) viewBox="0 0 600 120" preserveAspectRatio="none"
                         role="img" aria-label="running allocations over time" {}
-                    p.note { "Sampled at each update while this page is open." }
+                    p.note { span #running-max { (running) " now" } " · sampled at each update while this page is open" }
                 }
             }
         },

@@ -49,6 +49,7 @@ mod ui;
 mod var;
 mod volume;
 mod volume_spec;
+mod web_ui;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -121,6 +122,8 @@ enum Command {
     Tls(tls::TlsCli),
     /// Interact with variables
     Var(var::VarCli),
+    /// Open the web UI, at the page of a job, allocation or client
+    Ui(web_ui::UiArgs),
     /// Print the version
     Version,
 }
@@ -273,6 +276,7 @@ fn dispatch(command: Command) -> anyhow::Result<Exit> {
         Command::Acl(cmd) => acl::run(cmd),
         Command::Tls(cmd) => tls::run(cmd),
         Command::Var(cmd) => var::run(cmd),
+        Command::Ui(args) => web_ui::run(args),
         Command::Version => {
             print_version();
             Ok(0)

@@ -18,7 +18,7 @@ pub struct StatusArgs {
 
 /// Which kind of object an identifier names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Context {
+pub(super) enum Context {
     Job,
     Alloc,
     Node,
@@ -27,7 +27,7 @@ enum Context {
 
 /// What a prefix resolves to: one object, none, or several (Nomad asks for a longer prefix).
 #[derive(Debug, PartialEq)]
-enum Resolved {
+pub(super) enum Resolved {
     One(Context, String),
     None,
     Several(Vec<(String, Vec<String>)>),
@@ -35,7 +35,7 @@ enum Resolved {
 
 /// Nomad's `status` over `/v1/search` (context `all`): an exact id wins, otherwise exactly
 /// one match across the contexts the command can show.
-fn resolve(client: &Client, prefix: &str) -> anyhow::Result<Resolved> {
+pub(super) fn resolve(client: &Client, prefix: &str) -> anyhow::Result<Resolved> {
     let body = serde_json::json!({"Prefix": prefix, "Context": "all"});
     let reply: serde_json::Value = client.put_json("/v1/search", &[], &body)?;
     Ok(resolve_matches(&reply["Matches"], prefix))
