@@ -102,6 +102,7 @@ const CORE: &[&str] = &[
     "drover-server",
     "drover-client",
     "drover-http",
+    "drover-ui",
 ];
 
 #[test]
@@ -188,6 +189,13 @@ fn dependency_arrows_of_architecture_md_hold() {
         "drover-http",
         &["drover-rpc"],
         "the API reaches other agents through the TunnelOpener trait",
+        &mut e,
+    );
+    check(
+        &c,
+        "drover-ui",
+        &["drover-*"],
+        "the UI knows the API only as HTTP and JSON",
         &mut e,
     );
     for core in CORE {

@@ -64,6 +64,20 @@ impl Ctx {
         Ok(answer.value)
     }
 
+    /// `GET path` read into `T`, watched as [`Ctx::watch`] watches.
+    pub async fn watch_as<T: serde::de::DeserializeOwned>(
+        &self,
+        path: impl AsRef<str>,
+    ) -> Result<T, ApiError> {
+        let path = path.as_ref();
+        let answer = self.api.get_as::<T>(path, self.token.as_deref()).await?;
+        self.watched
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((path.to_string(), answer.index));
+        Ok(answer.value)
+    }
+
     /// Whether the browser sent a token.
     pub fn has_token(&self) -> bool {
         self.token.is_some()

@@ -20,24 +20,14 @@ use crate::page::{Ctx, Page, Section, Ui, live_section, respond};
 const DRAIN_DEADLINE_NS: i64 = 3600 * 1_000_000_000;
 
 pub async fn list_page(cx: Arc<Ctx>) -> Result<Page, ApiError> {
-    let (nodes, allocs) = tokio::join!(
-        cx.watch("/v1/nodes"),
-        cx.get("/v1/allocations?namespace=*"),
-    );
-    let nodes = nodes?;
-    let mut running: BTreeMap<&str, i64> = BTreeMap::new();
-    if let Ok(allocs) = &allocs {
-        for a in items(allocs) {
-            if s(a, "ClientStatus") == "running" {
-                *running.entry(s(a, "NodeID")).or_default() += 1;
-            }
-        }
-    }
+    // No allocation counts here: they would need the whole allocation list, a million
+    // entries on a large cluster (the topology page pays that price, on demand).
+    let nodes = cx.watch("/v1/nodes").await?;
     let body = live_section(
         "clients",
         html! {
             table.list #clients-table {
-                thead { tr { th { "ID" } th { "Name" } th { "Datacenter" } th { "Class" } th { "Address" } th { "Status" } th { "Eligibility" } th { "Drain" } th { "Running allocs" } th { "Drivers" } } }
+                thead { tr { th { "ID" } th { "Name" } th { "Datacenter" } th { "Class" } th { "Address" } th { "Status" } th { "Eligibility" } th { "Drain" } th { "Version" } th { "Drivers" } } }
                 tbody {
                     @for node in items(&nodes) {
                         tr {
@@ -49,7 +39,7 @@ pub async fn list_page(cx: Arc<Ctx>) -> Result<Page, ApiError> {
                             td { (badge(s(node, "Status"))) }
                             td { (badge(s(node, "SchedulingEligibility"))) }
                             td { @if b(node, "Drain") { (badge("draining")) } @else { "no" } }
-                            td { (running.get(s(node, "ID")).copied().unwrap_or(0)) }
+                            td { (s(node, "Version")) }
                             td {
                                 @for (name, d) in entries(node, "Drivers") {
                                     @if b(d, "Detected") {
@@ -92,10 +82,10 @@ async fn render_detail(cx: Arc<Ctx>, id: String) -> Result<Page, ApiError> {
     let base = format!("/v1/node/{}", encode(&id));
     let (node, allocs) = tokio::join!(
         cx.watch(base.clone()),
-        cx.watch(format!("{base}/allocations"))
+        cx.watch_as::<Vec<super::AllocRow>>(format!("{base}/allocations"))
     );
     let node = node?;
-    let allocs = allocs.unwrap_or(Value::Array(Vec::new()));
+    let allocs = allocs.unwrap_or_default();
     let draining = b(&node, "Drain") || !node["DrainStrategy"].is_null();
     let eligible = s(&node, "SchedulingEligibility") == "eligible";
     let node_id = s(&node, "ID").to_string();
@@ -150,7 +140,7 @@ async fn render_detail(cx: Arc<Ctx>, id: String) -> Result<Page, ApiError> {
                 }
             }
             section {
-                h2 { "Allocations " span.count { (items(&allocs).len()) } }
+                h2 { "Allocations " span.count { (allocs.len()) } }
                 (allocations_table(&allocs, false))
             }
             section {

@@ -103,7 +103,7 @@ async fn render_volume(cx: Arc<Ctx>, volume_ref: String) -> Result<Page, ApiErro
             encode(&ns)
         ))
         .await?;
-    let allocs = Value::Array(list(&vol, "Allocations").to_vec());
+    let allocs = super::alloc_rows(list(&vol, "Allocations"));
     let body = live_section(
         "volume",
         html! {
@@ -184,7 +184,7 @@ async fn render_plugin(cx: Arc<Ctx>, id: String) -> Result<Page, ApiError> {
     let plugin = cx
         .watch(&format!("/v1/plugin/csi/{}", encode(&id)))
         .await?;
-    let allocs = Value::Array(list(&plugin, "Allocations").to_vec());
+    let allocs = super::alloc_rows(list(&plugin, "Allocations"));
     let body = live_section(
         "plugin",
         html! {

@@ -11,7 +11,7 @@ use maud::{Markup, html};
 use serde_json::Value;
 
 use super::jobs::summary_parts;
-use super::{action, alloc_link, node_link, split_job_ref};
+use super::{AllocRow, action, alloc_link, node_link, split_job_ref};
 use crate::api::{ApiError, encode};
 use crate::fmt::{ago_ns, badge, bar, entries, items, list, n, s, short, time_ns};
 use crate::page::{Ctx, Page, Section, Ui, live_section, respond};
@@ -31,7 +31,7 @@ async fn render(cx: Arc<Ctx>, job_ref: String) -> Result<Page, ApiError> {
     let nsq = format!("namespace={}", encode(&ns));
     let (job, allocs, evals, deployments, summary, versions) = tokio::join!(
         cx.watch(format!("{base}?{nsq}")),
-        cx.watch(format!("{base}/allocations?{nsq}")),
+        cx.watch_as::<Vec<AllocRow>>(format!("{base}/allocations?{nsq}")),
         cx.watch(format!("{base}/evaluations?{nsq}")),
         cx.watch(format!("{base}/deployments?{nsq}")),
         cx.get(format!("{base}/summary?{nsq}")),
@@ -89,7 +89,7 @@ async fn render(cx: Arc<Ctx>, job_ref: String) -> Result<Page, ApiError> {
                 }
             }
             section {
-                h2 { "Allocations " span.count { (items(&allocs).len()) } }
+                h2 { "Allocations " span.count { (allocs.len()) } }
                 (allocations_table(&allocs, true))
             }
             section {
@@ -151,8 +151,8 @@ fn deployments_table(deployments: &Value) -> Markup {
     }
 }
 
-/// Allocation stubs as a table (`with_node`: a node column, left out on a node's own page).
-pub fn allocations_table(allocs: &Value, with_node: bool) -> Markup {
+/// Allocations as a table (`with_node`: a node column, left out on a node's own page).
+pub fn allocations_table(allocs: &[AllocRow], with_node: bool) -> Markup {
     html! {
         table.list.allocs {
             thead { tr {
@@ -161,21 +161,21 @@ pub fn allocations_table(allocs: &Value, with_node: bool) -> Markup {
                 th { "Version" } th { "Desired" } th { "Status" } th { "Modified" }
             } }
             tbody {
-                @for a in items(allocs) {
-                    tr data-alloc=(s(a, "ID")) {
-                        td { (alloc_link(s(a, "ID"))) }
-                        td { (s(a, "Name")) }
-                        td { (s(a, "TaskGroup")) }
-                        @if with_node { td { (node_link(s(a, "NodeID"), s(a, "NodeName"))) } }
-                        td { (n(a, "JobVersion")) }
-                        td { (s(a, "DesiredStatus")) }
-                        td { (badge(s(a, "ClientStatus"))) }
-                        td title=(time_ns(n(a, "ModifyTime"))) { (ago_ns(n(a, "ModifyTime"))) }
+                @for a in allocs {
+                    tr data-alloc=(a.id) {
+                        td { (alloc_link(&a.id)) }
+                        td { (a.name) }
+                        td { (a.task_group) }
+                        @if with_node { td { (node_link(&a.node_id, &a.node_name)) } }
+                        td { (a.job_version) }
+                        td { (a.desired_status) }
+                        td { (badge(&a.client_status)) }
+                        td title=(time_ns(a.modify_time)) { (ago_ns(a.modify_time)) }
                     }
                 }
             }
         }
-        @if items(allocs).is_empty() { p.empty { "No allocations." } }
+        @if allocs.is_empty() { p.empty { "No allocations." } }
     }
 }
 

@@ -28,8 +28,10 @@ pub async fn list(
 
 /// The summary of a job's groups added up, in bar order.
 pub fn summary_parts(summary: &Value) -> Vec<(&'static str, i64, &'static str)> {
-    let mut totals = [0i64; 6];
-    const KEYS: [&str; 6] = ["Queued", "Starting", "Running", "Complete", "Failed", "Lost"];
+    let mut totals = [0i64; 7];
+    const KEYS: [&str; 7] = [
+        "Queued", "Starting", "Running", "Complete", "Failed", "Lost", "Unknown",
+    ];
     for (_, group) in entries(summary, "Summary") {
         for (i, key) in KEYS.iter().enumerate() {
             totals[i] += n(group, key);
@@ -42,6 +44,7 @@ pub fn summary_parts(summary: &Value) -> Vec<(&'static str, i64, &'static str)> 
         ("complete", totals[3], "done"),
         ("failed", totals[4], "bad"),
         ("lost", totals[5], "bad2"),
+        ("unknown", totals[6], "muted"),
     ]
 }
 

@@ -1,4 +1,5 @@
-//! The cluster at a glance: servers and leader, clients, jobs, allocations by status, and a
+//! The cluster at a glance: servers and leader, clients, jobs, allocations by status (from the
+//! jobs' summaries), and a
 //! chart of running allocations the page's script extends while it stays open.
 
 use std::collections::BTreeMap;
@@ -10,6 +11,7 @@ use axum::response::Response;
 use maud::html;
 use serde_json::Value;
 
+use super::jobs::summary_parts;
 use super::or_refused;
 use crate::api::ApiError;
 use crate::fmt::{b, bar, items, s};
@@ -23,32 +25,25 @@ pub async fn page(
     respond(&ui, &headers, &q, render).await
 }
 
-/// Client statuses in the order the bar shows them, with their colors.
-pub const ALLOC_STATUSES: &[(&str, &str)] = &[
-    ("pending", "warn"),
-    ("running", "good"),
-    ("complete", "done"),
-    ("failed", "bad"),
-    ("lost", "bad2"),
-    ("unknown", "muted"),
-];
-
 async fn render(cx: Arc<Ctx>) -> Result<Page, ApiError> {
-    let (leader, members, nodes, jobs, allocs) = tokio::join!(
+    // Allocation counts come from the jobs' summaries, not from the allocation list: the list
+    // is a million entries on a large cluster, the summaries one per job.
+    let (leader, members, nodes, jobs) = tokio::join!(
         cx.get("/v1/status/leader"),
         cx.get("/v1/agent/members"),
         cx.watch("/v1/nodes"),
         cx.watch("/v1/jobs?namespace=*"),
-        cx.watch("/v1/allocations?namespace=*"),
     );
     let leader = leader
         .ok()
         .and_then(|v| v.as_str().map(str::to_string))
         .unwrap_or_default();
     let mut alloc_counts: BTreeMap<&str, i64> = BTreeMap::new();
-    if let Ok(allocs) = &allocs {
-        for a in items(allocs) {
-            *alloc_counts.entry(s(a, "ClientStatus")).or_default() += 1;
+    if let Ok(jobs) = &jobs {
+        for j in items(jobs) {
+            for (status, count, _) in summary_parts(&j["JobSummary"]) {
+                *alloc_counts.entry(status).or_default() += count;
+            }
         }
     }
     let running = alloc_counts.get("running").copied().unwrap_or(0);
@@ -93,10 +88,10 @@ async fn render(cx: Arc<Ctx>) -> Result<Page, ApiError> {
                 }
                 section.card.wide {
                     h2 { "Allocations" }
-                    (or_refused(&allocs, |_| {
-                        let parts: Vec<(&str, i64, &str)> = ALLOC_STATUSES
-                            .iter()
-                            .map(|(st, class)| (*st, alloc_counts.get(st).copied().unwrap_or(0), *class))
+                    (or_refused(&jobs, |_| {
+                        let parts: Vec<(&str, i64, &str)> = summary_parts(&Value::Null)
+                            .into_iter()
+                            .map(|(st, _, class)| (st, alloc_counts.get(st).copied().unwrap_or(0), class))
                             .collect();
                         html! {
                             (bar(&parts))

@@ -1,5 +1,6 @@
 //! Topology: each client as a box, filled by its running allocations' memory (and cpu) as a
 //! share of what the client offers, each allocation a block sized by its memory.
+//! Running and pending allocations count (what holds resources now).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -10,9 +11,9 @@ use axum::response::Response;
 use maud::html;
 use serde_json::Value;
 
-use super::job_href;
+use super::{job_href, null_default};
 use crate::api::ApiError;
-use crate::fmt::{entries, items, n_at, s, short};
+use crate::fmt::{items, n_at, s, short};
 use crate::page::{Ctx, Page, Section, Ui, live_section, respond};
 
 pub async fn page(
@@ -23,16 +24,54 @@ pub async fn page(
     respond(&ui, &headers, &q, render).await
 }
 
-/// What an allocation holds: the sum over its tasks (and its shared part) of cpu MHz and
-/// memory MB.
-fn alloc_size(a: &Value) -> (i64, i64) {
-    let r = &a["AllocatedResources"];
-    entries(r, "Tasks").iter().fold((0, 0), |(cpu, mem), (_, t)| {
-        (
-            cpu + n_at(t, &["Cpu", "CpuShares"]),
-            mem + n_at(t, &["Memory", "MemoryMB"]),
-        )
-    })
+/// An allocation as the topology needs it, read straight from the API's JSON (the list has
+/// every allocation of the cluster).
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+struct PlacedAlloc {
+    #[serde(rename = "ID", deserialize_with = "null_default")]
+    id: String,
+    #[serde(rename = "JobID", deserialize_with = "null_default")]
+    job_id: String,
+    #[serde(deserialize_with = "null_default")]
+    namespace: String,
+    #[serde(deserialize_with = "null_default")]
+    task_group: String,
+    #[serde(rename = "NodeID", deserialize_with = "null_default")]
+    node_id: String,
+    #[serde(deserialize_with = "null_default")]
+    client_status: String,
+    #[serde(deserialize_with = "null_default")]
+    allocated_resources: Held,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+struct Held {
+    #[serde(deserialize_with = "null_default")]
+    tasks: BTreeMap<String, TaskHeld>,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+struct TaskHeld {
+    #[serde(deserialize_with = "null_default")]
+    cpu: Value,
+    #[serde(deserialize_with = "null_default")]
+    memory: Value,
+}
+
+/// What an allocation holds: the sum over its tasks of cpu MHz and memory MB.
+fn alloc_size(a: &PlacedAlloc) -> (i64, i64) {
+    a.allocated_resources
+        .tasks
+        .values()
+        .fold((0, 0), |(cpu, mem), t| {
+            (
+                cpu + n_at(&t.cpu, &["CpuShares"]),
+                mem + n_at(&t.memory, &["MemoryMB"]),
+            )
+        })
 }
 
 fn pct(used: i64, of: i64) -> f64 {
@@ -46,13 +85,13 @@ fn pct(used: i64, of: i64) -> f64 {
 async fn render(cx: Arc<Ctx>) -> Result<Page, ApiError> {
     let (nodes, allocs) = tokio::join!(
         cx.watch("/v1/nodes?resources=true"),
-        cx.watch("/v1/allocations?resources=true&namespace=*"),
+        cx.watch_as::<Vec<PlacedAlloc>>("/v1/allocations?resources=true&namespace=*"),
     );
     let (nodes, allocs) = (nodes?, allocs?);
-    let mut by_node: BTreeMap<&str, Vec<&Value>> = BTreeMap::new();
-    for a in items(&allocs) {
-        if s(a, "ClientStatus") == "running" || s(a, "ClientStatus") == "pending" {
-            by_node.entry(s(a, "NodeID")).or_default().push(a);
+    let mut by_node: BTreeMap<&str, Vec<&PlacedAlloc>> = BTreeMap::new();
+    for a in &allocs {
+        if a.client_status == "running" || a.client_status == "pending" {
+            by_node.entry(a.node_id.as_str()).or_default().push(a);
         }
     }
     let body = live_section(
@@ -71,9 +110,9 @@ async fn render(cx: Arc<Ctx>) -> Result<Page, ApiError> {
                         div.node-fill title="memory" {
                             @for a in &placed {
                                 @let (_, mem) = alloc_size(a);
-                                a.alloc-block href={"/ui/allocations/" (s(a, "ID"))}
+                                a.alloc-block href={"/ui/allocations/" (a.id)}
                                     style={"width:" (format!("{:.2}", pct(mem, mem_total))) "%"}
-                                    title={(s(a, "JobID")) " / " (s(a, "TaskGroup")) " · " (short(s(a, "ID"))) " · " (mem) " MB"} {}
+                                    title={(a.job_id) " / " (a.task_group) " · " (short(&a.id)) " · " (mem) " MB"} {}
                             }
                         }
                         div.node-fill.cpu title="cpu" {
@@ -81,7 +120,7 @@ async fn render(cx: Arc<Ctx>) -> Result<Page, ApiError> {
                         }
                         ul.node-jobs {
                             @for a in placed.iter().take(8) {
-                                li { a href=(job_href(s(a, "JobID"), s(a, "Namespace"))) { (s(a, "JobID")) } " " small { (s(a, "TaskGroup")) } }
+                                li { a href=(job_href(&a.job_id, &a.namespace)) { (a.job_id) } " " small { (a.task_group) } }
                             }
                             @if placed.len() > 8 { li { "… and " (placed.len() - 8) " more" } }
                         }
