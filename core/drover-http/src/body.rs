@@ -39,6 +39,9 @@ pub(crate) struct JobRequest {
     pub enforce_index: bool,
     #[serde(rename = "JobModifyIndex")]
     pub job_modify_index: u64,
+    /// Nomad's `Submission`: the job file the job was parsed from (kept for its version).
+    #[serde(rename = "Submission")]
+    pub submission: Option<drover_structs::JobSubmission>,
 }
 
 /// Nomad's `JobPlanRequest`.

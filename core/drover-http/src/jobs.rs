@@ -22,6 +22,8 @@ enum JobPath<'a> {
     Evaluations(&'a str),
     Summary(&'a str),
     Versions(&'a str),
+    /// `GET /v1/job/:id/submission?version=N`: the job file version N came from.
+    Submission(&'a str),
     /// The job's deployments, newest first, and its latest one (or `null`).
     Deployments(&'a str),
     LatestDeployment(&'a str),
@@ -39,7 +41,7 @@ enum JobPath<'a> {
     Unsupported(&'a str),
 }
 
-const UNSUPPORTED_SUFFIXES: &[&str] = &["/services", "/submission"];
+const UNSUPPORTED_SUFFIXES: &[&str] = &["/services"];
 
 fn split_job_path(rest: &str) -> JobPath<'_> {
     if let Some(id) = rest.strip_suffix("/allocations") {
@@ -53,6 +55,9 @@ fn split_job_path(rest: &str) -> JobPath<'_> {
     }
     if let Some(id) = rest.strip_suffix("/versions") {
         return JobPath::Versions(id);
+    }
+    if let Some(id) = rest.strip_suffix("/submission") {
+        return JobPath::Submission(id);
     }
     if let Some(id) = rest.strip_suffix("/deployments") {
         return JobPath::Deployments(id);
@@ -187,6 +192,25 @@ pub(crate) async fn job_get(
             let summary =
                 summary.ok_or_else(|| ApiError::not_found("job not found").with_meta(meta))?;
             respond_json(&summary, Some(meta), opts.pretty)
+        }
+        JobPath::Submission(id) => {
+            // Nomad's text for a missing or bad version.
+            let version: u64 = params
+                .get("version")
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(|| {
+                    ApiError::bad_request("Unable to parse job submission version parameter")
+                })?;
+            let (meta, submission) = blocking(&s, &[Table::JobVersions], &opts, |snap| {
+                (
+                    snap.table_index(Table::JobVersions),
+                    snap.job_submission(&ns, id, version),
+                )
+            })
+            .await;
+            let submission = submission
+                .ok_or_else(|| ApiError::not_found("job source not found").with_meta(meta))?;
+            respond_json(&*submission, Some(meta), opts.pretty)
         }
         JobPath::Versions(id) => {
             let diffs = flag(&params, "diffs")?;
@@ -393,7 +417,10 @@ async fn register_job(
     default_job_scope(&mut job_json, opts.write_namespace(), &s.agent.region);
     let job = drover_structs::decode::decode_api_job(job_json)?;
     let enforce = request.enforce_index.then_some(request.job_modify_index);
-    let result = s.server.register_job(job, enforce).await?;
+    let result = s
+        .server
+        .register_job_with_source(job, enforce, request.submission)
+        .await?;
     register_response(s, &result, opts.pretty)
 }
 

@@ -1336,6 +1336,7 @@ mod tests {
                 job: job.clone(),
                 evals: vec![],
                 enforce_index: None,
+                submission: None,
             })
             .await
             .unwrap();

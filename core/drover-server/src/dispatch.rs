@@ -160,6 +160,7 @@ impl Server {
                 job: child,
                 evals: eval.iter().cloned().collect(),
                 enforce_index: None,
+                submission: None,
             })
             .await?;
         let mut result = DispatchResult {

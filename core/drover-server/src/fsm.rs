@@ -29,6 +29,9 @@ pub enum LogEntry {
         evals: Vec<Evaluation>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         enforce_index: Option<u64>,
+        /// The job file the version came from, when the client sent it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        submission: Option<drover_structs::JobSubmission>,
     },
     /// `purge` removes the job; otherwise it was already re-registered with `Stop` set.
     JobPurge {
@@ -316,6 +319,7 @@ pub fn apply_entry(state: &StateStore, index: u64, entry: LogEntry) -> Result<()
             job,
             evals,
             enforce_index,
+            submission,
         } => {
             if let Some(want) = enforce_index {
                 let have = state
@@ -327,7 +331,7 @@ pub fn apply_entry(state: &StateStore, index: u64, entry: LogEntry) -> Result<()
                     return Err(FsmError::Rejected(enforce_index_error(want, have)));
                 }
             }
-            state.upsert_job(index, job);
+            state.upsert_job_with_source(index, job, submission);
             if !evals.is_empty() {
                 state.upsert_evals(index, evals);
             }

@@ -85,7 +85,8 @@ impl Server {
                 };
                 let mut job = (*old).clone();
                 job.stop = false;
-                self.register_job_here(job, enforce_index).await?
+                // A reverted version is the old spec again, not a file anyone submitted.
+                self.register_job_here(job, enforce_index, None).await?
             }
             JobVersionRequest::Stable {
                 namespace,

@@ -101,6 +101,7 @@ impl Server {
         job: Job,
         spec: &Multiregion,
         enforce_index: Option<u64>,
+        submission: Option<drover_structs::JobSubmission>,
     ) -> Result<RegisterResult, ServerError> {
         let own = self.region().to_string();
         for r in spec.regions() {
@@ -136,6 +137,8 @@ impl Server {
                 job: job.regional_copy(r),
                 // The index the caller saw is this region's.
                 enforce_index: if here { enforce_index } else { None },
+                // Every region's copy came from the same file.
+                submission: submission.clone(),
             };
             let reply = if here {
                 self.route(request).await

@@ -40,14 +40,32 @@ impl Server {
         job: Job,
         enforce_index: Option<u64>,
     ) -> Result<RegisterResult, ServerError> {
+        self.register_job_with_source(job, enforce_index, None)
+            .await
+    }
+
+    /// As [`Server::register_job`], keeping `submission` (the job file it was parsed from)
+    /// as the source of the version it becomes (`/v1/job/:id/submission`).
+    pub async fn register_job_with_source(
+        &self,
+        job: Job,
+        enforce_index: Option<u64>,
+        submission: Option<drover_structs::JobSubmission>,
+    ) -> Result<RegisterResult, ServerError> {
         validate::validate_job(&job).map_err(ServerError::Validation)?;
         crate::periodic::validate_time_zone(&job)?;
         crate::unsupported::refuse_unacted(&job).map_err(ServerError::Validation)?;
         if let Some(spec) = job.multiregion_spec() {
-            return self.register_multiregion(job, &spec, enforce_index).await;
+            return self
+                .register_multiregion(job, &spec, enforce_index, submission)
+                .await;
         }
         match self
-            .route(Request::RegisterJob { job, enforce_index })
+            .route(Request::RegisterJob {
+                job,
+                enforce_index,
+                submission,
+            })
             .await?
         {
             Reply::Registered(r) => Ok(r),
@@ -330,8 +348,12 @@ impl Server {
     /// Runs a request here: writes on the leader (the caller checked), reads anywhere.
     pub(crate) async fn execute(&self, request: Request) -> Result<Reply, ServerError> {
         match request {
-            Request::RegisterJob { job, enforce_index } => self
-                .register_job_here(job, enforce_index)
+            Request::RegisterJob {
+                job,
+                enforce_index,
+                submission,
+            } => self
+                .register_job_here(job, enforce_index, submission)
                 .await
                 .map(Reply::Registered),
             Request::DeregisterJob {

@@ -31,6 +31,9 @@ pub enum Request {
     RegisterJob {
         job: Job,
         enforce_index: Option<u64>,
+        /// The job file it came from, when the client sent it.
+        #[serde(default)]
+        submission: Option<drover_structs::JobSubmission>,
     },
     DeregisterJob {
         namespace: String,

@@ -129,7 +129,7 @@ impl Server {
                     g.count = c;
                 }
             }
-            result = self.register_job_here(scaled, None).await?;
+            result = self.register_job_here(scaled, None, None).await?;
         }
         let event = ScalingEvent {
             time: now_nanos(),

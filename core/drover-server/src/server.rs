@@ -507,8 +507,21 @@ impl Server {
         &self,
         mut job: Job,
         enforce_index: Option<u64>,
+        submission: Option<drover_structs::JobSubmission>,
     ) -> Result<RegisterResult, ServerError> {
         validate::validate_job(&job).map_err(ServerError::Validation)?;
+        // Nomad's rule: a source over the limit is not kept, and the registration says so.
+        let (submission, source_warning) = match submission {
+            Some(s) if !s.fits() => (
+                None,
+                Some(format!(
+                    "job source of {} bytes was not stored: the limit is {} bytes",
+                    s.source.len() + s.variables.len(),
+                    drover_structs::submission::JOB_MAX_SOURCE_SIZE
+                )),
+            ),
+            other => (other, None),
+        };
         crate::namespaces::check_job(&self.snapshot(), &job)?;
         let existing = self.snapshot().job(&job.namespace, &job.id);
         crate::periodic::check_update(existing.as_deref(), &job)?;
@@ -536,6 +549,7 @@ impl Server {
                 job: job.clone(),
                 evals: eval.iter().cloned().collect(),
                 enforce_index,
+                submission,
             })
             .await?;
         let snap = self.snapshot();
@@ -545,6 +559,7 @@ impl Server {
         let mut result = RegisterResult {
             job_modify_index: stored.job_modify_index,
             index,
+            warnings: source_warning.unwrap_or_default(),
             ..Default::default()
         };
         if let Some(eval) = eval.and_then(|e| snap.eval(&e.id)) {
@@ -636,6 +651,7 @@ impl Server {
                 job: stopped,
                 evals: evals.clone(),
                 enforce_index: None,
+                submission: None,
             }
         };
         let index = self.inner.apply(entry).await?;

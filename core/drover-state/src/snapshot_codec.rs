@@ -57,6 +57,8 @@ struct Encoded {
     acl_bootstrap_index: u64,
     #[serde(default)]
     variables: Vec<drover_structs::Variable>,
+    #[serde(default)]
+    job_submissions: Vec<drover_structs::JobSubmission>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -155,6 +157,7 @@ pub(crate) fn encode(s: &StateSnapshot) -> Vec<u8> {
         acl_tokens: t.acl_tokens.values().map(|p| (**p).clone()).collect(),
         acl_bootstrap_index: t.acl_bootstrap_index,
         variables: t.variables.values().map(|v| (**v).clone()).collect(),
+        job_submissions: t.job_submissions.values().map(|s| (**s).clone()).collect(),
     };
     // Serialising plain data structs into a Vec cannot fail.
     serde_json::to_vec(&enc).unwrap_or_default()
@@ -267,6 +270,10 @@ fn decode(data: &[u8]) -> Result<Tables, SnapshotError> {
         t.acl_tokens.insert(tok.accessor_id.clone(), Arc::new(tok));
     }
     t.acl_bootstrap_index = enc.acl_bootstrap_index;
+    for s in enc.job_submissions {
+        let k = (s.namespace.clone(), s.job_id.clone());
+        t.job_submissions.insert((k, s.version), Arc::new(s));
+    }
     for v in enc.variables {
         t.variables
             .insert((v.namespace.clone(), v.path.clone()), Arc::new(v));
@@ -317,7 +324,12 @@ mod tests {
         s.upsert_job(5, job("a"));
         let mut j2 = job("a");
         j2.task_groups[0].count = 3;
-        s.upsert_job(6, j2);
+        let source = JobSubmission {
+            source: "job \"a\" {}".into(),
+            format: "hcl2".into(),
+            ..Default::default()
+        };
+        s.upsert_job_with_source(6, j2, Some(source));
         let alloc = Allocation {
             id: "al1".into(),
             namespace: "default".into(),
@@ -347,6 +359,12 @@ mod tests {
         assert_eq!(r.digest(), snap.digest());
         assert_eq!(r.job("default", "a").unwrap().version, 1);
         assert_eq!(r.job_versions("default", "a").len(), 2);
+        let kept = r.job_submission("default", "a", 1).unwrap();
+        assert_eq!(
+            (kept.source.as_str(), kept.version, kept.job_id.as_str()),
+            ("job \"a\" {}", 1, "a")
+        );
+        assert!(r.job_submission("default", "a", 0).is_none());
         let a = r.alloc("al1").unwrap();
         assert_eq!(a.job.as_ref().unwrap().version, 1);
         assert_eq!(r.allocs_by_node("n1").len(), 1);

@@ -109,7 +109,18 @@ impl StateStore {
 
     /// Registers a job or a new version of it. The version increases when the spec or the stop
     /// flag changed; `JobModifyIndex` moves with it.
-    pub fn upsert_job(&self, index: u64, mut job: Job) {
+    pub fn upsert_job(&self, index: u64, job: Job) {
+        self.upsert_job_with_source(index, job, None)
+    }
+
+    /// As [`StateStore::upsert_job`], keeping `submission` (the job file it came from) as the
+    /// source of the version the job gets.
+    pub fn upsert_job_with_source(
+        &self,
+        index: u64,
+        mut job: Job,
+        submission: Option<JobSubmission>,
+    ) {
         self.write(
             index,
             &[
@@ -124,6 +135,14 @@ impl StateStore {
                 crate::periodic::record_launch(t, &job, index);
                 crate::csi::job_written(t, &job, index);
                 ensure_summary(t, &job, index);
+                if let Some(mut submission) = submission {
+                    submission.namespace = job.namespace.clone();
+                    submission.job_id = job.id.clone();
+                    submission.version = job.version;
+                    submission.job_modify_index = job.job_modify_index;
+                    t.job_submissions
+                        .insert((k.clone(), job.version), Arc::new(submission));
+                }
                 let job = Arc::new(job);
                 t.job_versions.insert((k.clone(), job.version), job.clone());
                 t.jobs.insert(k.clone(), job);
@@ -159,6 +178,7 @@ impl StateStore {
                     .collect();
                 for vk in versions {
                     t.job_versions.remove(&vk);
+                    t.job_submissions.remove(&vk);
                 }
                 t.job_summaries.remove(&k);
                 t.periodic_launches.remove(&k);
@@ -1023,6 +1043,44 @@ mod tests {
             client_status: ALLOC_CLIENT_PENDING.into(),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn any_spec_field_makes_a_new_version_and_the_same_job_again_does_not() {
+        let s = StateStore::new();
+        s.upsert_job(5, job("web", 1));
+        s.upsert_job(6, job("web", 1));
+        assert_eq!(s.snapshot().job("default", "web").unwrap().version, 0);
+        let mut higher = job("web", 1);
+        higher.priority = 70;
+        s.upsert_job(7, higher.clone());
+        let stored = s.snapshot().job("default", "web").unwrap();
+        assert_eq!((stored.version, stored.job_modify_index), (1, 7));
+        higher.all_at_once = true;
+        s.upsert_job(8, higher);
+        assert_eq!(s.snapshot().job("default", "web").unwrap().version, 2);
+    }
+
+    #[test]
+    fn a_job_source_is_kept_for_the_version_it_became_and_goes_with_the_purge() {
+        let s = StateStore::new();
+        let source = |text: &str| {
+            Some(JobSubmission {
+                source: text.into(),
+                format: "hcl2".into(),
+                ..Default::default()
+            })
+        };
+        s.upsert_job_with_source(5, job("web", 1), source("v0"));
+        s.upsert_job_with_source(6, job("web", 3), source("v1"));
+        let snap = s.snapshot();
+        assert_eq!(snap.job_submission("default", "web", 0).unwrap().source, "v0");
+        let v1 = snap.job_submission("default", "web", 1).unwrap();
+        assert_eq!((v1.source.as_str(), v1.job_modify_index), ("v1", 6));
+        s.delete_job(7, "default", "web").unwrap();
+        let snap = s.snapshot();
+        assert!(snap.job_submission("default", "web", 0).is_none());
+        assert!(snap.job_submission("default", "web", 1).is_none());
     }
 
     #[test]

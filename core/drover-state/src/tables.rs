@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use drover_structs::{Allocation, Evaluation, Job, JobSummary, Node};
+use drover_structs::{Allocation, Evaluation, Job, JobSubmission, JobSummary, Node};
 use imbl::{OrdMap, OrdSet};
 
 /// Key of namespaced objects: (namespace, id).
@@ -77,6 +77,9 @@ impl Table {
 pub(crate) struct Tables {
     pub jobs: OrdMap<NsKey, Arc<Job>>,
     pub job_versions: OrdMap<(NsKey, u64), Arc<Job>>,
+    /// The job file each version was registered from, when the client sent it (written with
+    /// the version, removed with the job; under the `JobVersions` index).
+    pub job_submissions: OrdMap<(NsKey, u64), Arc<JobSubmission>>,
     pub job_summaries: OrdMap<NsKey, Arc<JobSummary>>,
     pub evals: OrdMap<String, Arc<Evaluation>>,
     pub evals_by_job: OrdMap<NsKey, OrdSet<String>>,
@@ -165,6 +168,11 @@ impl StateSnapshot {
 
     pub fn job_version(&self, ns: &str, id: &str, version: u64) -> Option<Arc<Job>> {
         self.t.job_versions.get(&(key(ns, id), version)).cloned()
+    }
+
+    /// The job file version `version` of a job was registered from, if it was sent.
+    pub fn job_submission(&self, ns: &str, id: &str, version: u64) -> Option<Arc<JobSubmission>> {
+        self.t.job_submissions.get(&(key(ns, id), version)).cloned()
     }
 
     /// Every stored version of a job, newest first.

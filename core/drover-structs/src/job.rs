@@ -154,15 +154,20 @@ impl Job {
         self.modify_index = index;
     }
 
+    /// Nomad's `Job.SpecChanged`: `other` differs from this job in anything but the
+    /// bookkeeping the servers keep (status, stability, version, indexes, submit time). Any
+    /// other field, priority and update strategy included, makes a new version.
     pub fn spec_changed(&self, other: &Job) -> bool {
-        self.task_groups != other.task_groups
-            || self.constraints != other.constraints
-            || self.datacenters != other.datacenters
-            || self.affinities != other.affinities
-            || self.spreads != other.spreads
-            || self.meta != other.meta
-            || self.periodic != other.periodic
-            || self.parameterized_job != other.parameterized_job
+        let mut c = other.clone();
+        c.status.clone_from(&self.status);
+        c.status_description.clone_from(&self.status_description);
+        c.stable = self.stable;
+        c.version = self.version;
+        c.create_index = self.create_index;
+        c.modify_index = self.modify_index;
+        c.job_modify_index = self.job_modify_index;
+        c.submit_time = self.submit_time;
+        *self != c
     }
 
     /// The list view of `GET /v1/jobs`.

@@ -393,6 +393,7 @@ mod tests {
             job: job.clone(),
             evals: vec![eval.clone()],
             enforce_index: None,
+            submission: None,
         };
         let events = EntryEvents::of(&entry, || state.snapshot()).unwrap();
         state.upsert_job(5, job);

@@ -287,6 +287,7 @@ pub(crate) async fn launch_child(
             job: child,
             evals: vec![eval.clone()],
             enforce_index: None,
+            submission: None,
         })
         .await?;
     let stored = inner

@@ -180,6 +180,7 @@ async fn put_job(server: &Server, id: &str, source: &str) {
             job: job(id, source),
             evals: vec![],
             enforce_index: None,
+            submission: None,
         })
         .await
         .unwrap();

@@ -39,6 +39,14 @@ async fn render(cx: Arc<Ctx>, job_ref: String) -> Result<Page, ApiError> {
     );
     let job = job?;
     let allocs = allocs?;
+    // The file this version was registered from, when the client sent it (`job run` does).
+    let source = cx
+        .get(format!(
+            "{base}/submission?version={}&{nsq}",
+            n(&job, "Version")
+        ))
+        .await
+        .ok();
     let evals = evals.unwrap_or_default();
     let deployments = deployments.unwrap_or_default();
     let summary = summary.unwrap_or_default();
@@ -101,8 +109,18 @@ async fn render(cx: Arc<Ctx>, job_ref: String) -> Result<Page, ApiError> {
                 (versions_list(&versions))
             }
             section {
+                @if let Some(src) = &source {
+                    details #source {
+                        summary { "Definition (" (if s(src, "Format") == "json" { "JSON, as submitted" } else { "HCL" }) ")" }
+                        pre.code #source-text { (s(src, "Source")) }
+                        @if !entries(src, "VariableFlags").is_empty() {
+                            p.note { "Variables: "
+                                (entries(src, "VariableFlags").iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default())).collect::<Vec<_>>().join(", ")) }
+                        }
+                    }
+                }
                 details #definition {
-                    summary { "Definition (JSON)" }
+                    summary { "Definition (API JSON)" }
                     pre.code { (serde_json::to_string_pretty(&job).unwrap_or_default()) }
                 }
             }

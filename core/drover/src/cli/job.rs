@@ -173,8 +173,8 @@ fn is_set(job: &Value, key: &str) -> bool {
 }
 
 fn job_run(client: &Client, args: RunArgs) -> anyhow::Result<Exit> {
-    let job = match jobfile::load(&args.file, &args.file_args) {
-        Ok(job) => job,
+    let (job, submission) = match jobfile::load_with_source(&args.file, &args.file_args) {
+        Ok(loaded) => loaded,
         Err(message) => {
             ui::err(&message);
             return Ok(1);
@@ -213,7 +213,7 @@ fn job_run(client: &Client, args: RunArgs) -> anyhow::Result<Exit> {
         Some(region) => client.in_region(region),
         None => client,
     };
-    let mut request = json!({ "Job": job });
+    let mut request = json!({ "Job": job, "Submission": submission });
     if let Some(index) = args.check_index {
         request["EnforceIndex"] = json!(true);
         request["JobModifyIndex"] = json!(index);

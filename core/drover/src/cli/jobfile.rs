@@ -40,21 +40,61 @@ fn variables(args: &JobFileArgs) -> Result<Variables, String> {
 /// Reads and parses `path` (`-` for stdin). Errors come back as the full text Nomad prints,
 /// e.g. `Error getting job struct: Error parsing job file from job.nomad:\njob.nomad:3:5: ...`.
 pub fn load(path: &str, args: &JobFileArgs) -> Result<serde_json::Value, String> {
+    load_with_source(path, args).map(|(job, _)| job)
+}
+
+/// As [`load`], with Nomad's `Submission` of the file: its source, format (`hcl2` or
+/// `json`) and the variables given with it, which registration keeps for the version.
+pub fn load_with_source(
+    path: &str,
+    args: &JobFileArgs,
+) -> Result<(serde_json::Value, serde_json::Value), String> {
     let vars = variables(args).map_err(|e| format!("Error getting job struct: {e}"))?;
-    let parsed = if path == "-" {
+    let (src, name) = if path == "-" {
         let mut src = String::new();
         std::io::stdin().read_to_string(&mut src).map_err(|e| {
             format!("Error getting job struct: Error reading job file from stdin: {e}")
         })?;
-        if src.trim_start().starts_with('{') {
-            drover_jobspec::parse_json(&src, "stdin")
-        } else {
-            drover_jobspec::parse_hcl(&src, "stdin", &vars)
-        }
+        (src, "stdin".to_string())
     } else {
-        drover_jobspec::parse_file(Path::new(path), &vars)
+        let src = std::fs::read_to_string(path).map_err(|source| {
+            describe(
+                path,
+                &JobspecError::Io {
+                    path: PathBuf::from(path),
+                    source,
+                },
+            )
+        })?;
+        (src, path.to_string())
     };
-    parsed.map_err(|e| describe(path, &e))
+    let is_json = Path::new(path)
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("json"))
+        || src.trim_start().starts_with('{');
+    let parsed = if is_json {
+        drover_jobspec::parse_json(&src, &name)
+    } else {
+        drover_jobspec::parse_hcl(&src, &name, &vars)
+    };
+    let job = parsed.map_err(|e| describe(path, &e))?;
+    let mut var_files = String::new();
+    for file in &args.var_files {
+        // Already read by the parser: a file that vanished since only goes unrecorded.
+        if let Ok(text) = std::fs::read_to_string(file) {
+            var_files.push_str(&text);
+            if !text.ends_with('\n') {
+                var_files.push('\n');
+            }
+        }
+    }
+    let submission = serde_json::json!({
+        "Source": src,
+        "Format": if is_json { "json" } else { "hcl2" },
+        "VariableFlags": vars.values,
+        "Variables": var_files,
+    });
+    Ok((job, submission))
 }
 
 /// Nomad's wording: a job file that cannot be read is a "getting" error; anything wrong
@@ -108,6 +148,22 @@ mod tests {
         let expected_head =
             format!("Error getting job struct: Error parsing job file from {path}:\n{path}:");
         assert!(e.starts_with(&expected_head), "{e}");
+    }
+
+    #[test]
+    fn the_submission_keeps_the_source_its_format_and_the_variables() {
+        let dir = std::env::temp_dir().join(format!("drover-cli-source-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("web.nomad");
+        let src = "variable \"n\" {\n  type = number\n}\njob \"web\" {\n  group \"g\" {\n    count = var.n\n    task \"t\" {\n      driver = \"raw_exec\"\n    }\n  }\n}\n";
+        std::fs::write(&file, src).unwrap();
+        let path = file.display().to_string();
+        let (job, submission) = load_with_source(&path, &args(&["n=3"])).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(job["TaskGroups"][0]["Count"], 3);
+        assert_eq!(submission["Source"], src);
+        assert_eq!(submission["Format"], "hcl2");
+        assert_eq!(submission["VariableFlags"]["n"], "3");
     }
 
     #[test]
