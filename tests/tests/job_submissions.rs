@@ -31,7 +31,10 @@ fn each_version_keeps_the_file_it_was_registered_from() {
     assert_eq!(s["Source"], v0.as_str());
     assert_eq!(s["Format"], "hcl2");
     assert_eq!(s["VariableFlags"]["image"], "redis:7");
-    assert_eq!((s["JobID"].clone(), s["Version"].clone()), ("web".into(), 0.into()));
+    assert_eq!(
+        (s["JobID"].clone(), s["Version"].clone()),
+        ("web".into(), 0.into())
+    );
     assert_eq!(s["Namespace"], "default");
 
     // A new version gets its own source; the old one keeps its own.
@@ -74,5 +77,8 @@ fn each_version_keeps_the_file_it_was_registered_from() {
     assert_eq!(status, 200);
     assert!(page.contains("Definition (HCL)"), "{page}");
     assert!(page.contains("count = 2"), "the page shows the file");
-    assert!(page.contains("image=redis:7"), "the page shows the variables");
+    assert!(
+        page.contains("image=redis:7"),
+        "the page shows the variables"
+    );
 }

@@ -14,6 +14,9 @@ use serde_json::Value;
 
 const LOAD: Duration = Duration::from_secs(20);
 const LIVE: Duration = Duration::from_secs(30);
+/// A button that asks to confirm takes a second click only this long after the first (a
+/// double-click is not a confirmation).
+const CONFIRM_AFTER: Duration = Duration::from_millis(600);
 
 /// A task that prints what the test drops into its `local/say` file (so the test decides when
 /// a line appears), and a tick every few seconds.
@@ -96,9 +99,13 @@ fn open(b: &mut Browser, agent: &Agent, path: &str) {
         .unwrap_or_else(|e| panic!("loading {path}: {e}"));
     b.wait_for("document.querySelector('main') !== null", LOAD)
         .unwrap_or_else(|e| panic!("{path} has no main part: {e}"));
-    // The script runs deferred: give it the moment it needs to start (and to fail, if it does).
-    b.wait_for("document.readyState === 'complete'", LOAD)
-        .unwrap_or_else(|e| panic!("{path}: {e}"));
+    // The script runs deferred, and with a token stored reads the page again before it
+    // shows it: wait for that (and for it to fail, if it does).
+    b.wait_for(
+        "document.readyState === 'complete' && document.querySelector('main[data-anon]') === null",
+        LOAD,
+    )
+    .unwrap_or_else(|e| panic!("{path}: {e}"));
     let errors = b.take_console_errors();
     assert!(errors.is_empty(), "{path} reported errors: {errors:#?}");
 }
@@ -230,6 +237,16 @@ fn every_page_loads_without_console_errors_and_shows_what_the_api_shows() {
         "{evals}"
     );
 
+    // A watch list this agent did not sign is refused: the live wait reads only what a page
+    // of its own watched.
+    let forged = "0000000000000000.[[\"/v1/client/gc\",0]]";
+    let (status, body) = agent.send(
+        "GET",
+        &format!("/ui/overview?live={}", forged.replace('"', "%22")),
+        "",
+    );
+    assert_eq!(status, 400, "{body}");
+
     // `drover ui ID` gives the page of what the ID names.
     let out = agent.cli(&["ui", "-show-url", &alloc[..8]]);
     assert!(out.status.success(), "{}", output_text(&out));
@@ -244,7 +261,10 @@ fn every_page_loads_without_console_errors_and_shows_what_the_api_shows() {
     );
 
     open(&mut b, &agent, &format!("/ui/allocations/{alloc}"));
-    assert_eq!(text_of(&mut b, "#alloc-status").split(' ').next(), Some("running"));
+    assert_eq!(
+        text_of(&mut b, "#alloc-status").split(' ').next(),
+        Some("running")
+    );
     b.wait_for(
         "document.getElementById('log-output').textContent.includes('started')",
         LIVE,
@@ -334,7 +354,8 @@ fn live_parts_update_without_a_reload_and_actions_go_through_the_api() {
         LIVE,
     )
     .expect("first line");
-    b.eval("window.__loaded_once = true").expect("mark the page");
+    b.eval("window.__loaded_once = true")
+        .expect("mark the page");
     let say = agent
         .data_dir
         .join("data/client/alloc")
@@ -371,7 +392,8 @@ fn live_parts_update_without_a_reload_and_actions_go_through_the_api() {
         .find(|id| *id != alloc)
         .expect("the second allocation");
     open(&mut b, &agent, "/ui/jobs/talker@default");
-    b.eval("window.__loaded_once = true").expect("mark the page");
+    b.eval("window.__loaded_once = true")
+        .expect("mark the page");
     let (status, body) = agent.send("POST", &format!("/v1/allocation/{other}/stop"), "");
     assert_eq!(status, 200, "{body}");
     b.wait_for(
@@ -390,11 +412,16 @@ fn live_parts_update_without_a_reload_and_actions_go_through_the_api() {
     // The allocation page's stop button (two clicks: it asks to confirm).
     open(&mut b, &agent, &format!("/ui/allocations/{alloc}"));
     b.click("button.action[data-path$='/stop']").expect("stop");
+    b.click("button.action[data-path$='/stop']")
+        .expect("stop, clicked again at once");
     assert_eq!(
-        agent.get(&format!("/v1/allocation/{alloc}")).expect("alloc")["DesiredStatus"],
+        agent
+            .get(&format!("/v1/allocation/{alloc}"))
+            .expect("alloc")["DesiredStatus"],
         "run",
-        "one click only arms the button"
+        "one click arms the button, and a second one at once is a double-click"
     );
+    std::thread::sleep(CONFIRM_AFTER);
     b.click("button.action[data-path$='/stop']")
         .expect("stop, confirmed");
     agent.eventually("the allocation stops", LIVE, || {
@@ -496,7 +523,10 @@ fn with_acls_the_ui_reads_and_acts_with_the_token_set_in_the_browser() {
     assert!(out.status.success(), "{}", output_text(&out));
     let root = output_text(&out)
         .lines()
-        .find_map(|l| l.strip_prefix("Secret ID").map(|v| v.trim_start_matches([' ', '=']).trim().to_string()))
+        .find_map(|l| {
+            l.strip_prefix("Secret ID")
+                .map(|v| v.trim_start_matches([' ', '=']).trim().to_string())
+        })
         .expect("secret id");
     let readonly_rules = write_job(
         &dir,
@@ -513,21 +543,24 @@ fn with_acls_the_ui_reads_and_acts_with_the_token_set_in_the_browser() {
         output_text(&out)
     };
     as_root(&["acl", "policy", "apply", "read", &readonly_rules]);
-    let reader = as_root(&["acl", "token", "create", "-name", "reader", "-policy", "read"])
-        .lines()
-        .find_map(|l| l.strip_prefix("Secret ID").map(|v| v.trim_start_matches([' ', '=']).trim().to_string()))
-        .expect("reader secret");
+    let reader = as_root(&[
+        "acl", "token", "create", "-name", "reader", "-policy", "read",
+    ])
+    .lines()
+    .find_map(|l| {
+        l.strip_prefix("Secret ID")
+            .map(|v| v.trim_start_matches([' ', '=']).trim().to_string())
+    })
+    .expect("reader secret");
     let job = write_job(&dir, "talker.hcl", TALKER);
     as_root(&["job", "run", "-detach", &job]);
 
     let mut b = browser();
     // Without a token the API refuses, and so does the page, saying why.
-    b.goto(&format!("{}/ui/jobs", agent.addr()), LOAD)
-        .expect("load");
+    open(&mut b, &agent, "/ui/jobs");
     let text = b.text();
     assert!(text.contains("403"), "{text}");
     assert!(text.contains("set a token"), "{text}");
-    b.take_console_errors(); // the 403 of the page itself
 
     // The token page stores the read-only token; the jobs list then shows the job.
     open(&mut b, &agent, "/ui/settings/tokens");
@@ -544,11 +577,17 @@ fn with_acls_the_ui_reads_and_acts_with_the_token_set_in_the_browser() {
     .expect("the token page shows the token in use");
     open(&mut b, &agent, "/ui/jobs");
     assert!(text_of(&mut b, "#jobs-table").contains("talker"));
+    assert_eq!(text_of(&mut b, "#token-state"), "Token set");
+    // The token is nowhere a cookie could carry it to another port of this host.
+    assert_eq!(b.eval("document.cookie").expect("cookies"), "");
 
     // A read-only token may not stop the job: the API's refusal shows, nothing changes.
     open(&mut b, &agent, "/ui/jobs/talker@default");
+    assert_eq!(text_of(&mut b, "header.top h1"), "Job talker");
     b.click("button.action[data-method=DELETE]").expect("stop");
-    b.click("button.action[data-method=DELETE]").expect("stop, confirmed");
+    std::thread::sleep(CONFIRM_AFTER);
+    b.click("button.action[data-method=DELETE]")
+        .expect("stop, confirmed");
     b.wait_for(
         "document.getElementById('flash').innerText.includes('403')",
         LOAD,

@@ -1074,7 +1074,10 @@ mod tests {
         s.upsert_job_with_source(5, job("web", 1), source("v0"));
         s.upsert_job_with_source(6, job("web", 3), source("v1"));
         let snap = s.snapshot();
-        assert_eq!(snap.job_submission("default", "web", 0).unwrap().source, "v0");
+        assert_eq!(
+            snap.job_submission("default", "web", 0).unwrap().source,
+            "v0"
+        );
         let v1 = snap.job_submission("default", "web", 1).unwrap();
         assert_eq!((v1.source.as_str(), v1.job_modify_index), ("v1", 6));
         s.delete_job(7, "default", "web").unwrap();

@@ -1,22 +1,27 @@
-// Drover UI script: live updates (one long poll at a time), action buttons, the token form,
-// the log tail and the overview chart. Pages work without it; it only keeps them current.
+// Drover UI script: the read with the stored ACL token, live updates (one long poll at a
+// time), action buttons, the token form, the log tail and the overview chart. Without it a
+// page still shows what an anonymous API read shows.
 "use strict";
 
-const TOKEN_COOKIE = "drover_token";
+// The token lives in this origin's localStorage (scheme, host and port): never in a cookie,
+// which the browser would also send to any other port of this host.
+const TOKEN_KEY = "drover.token";
 
 function token() {
-  for (const part of document.cookie.split(";")) {
-    const [name, ...rest] = part.trim().split("=");
-    if (name === TOKEN_COOKIE) return decodeURIComponent(rest.join("="));
+  try {
+    return localStorage.getItem(TOKEN_KEY) || "";
+  } catch (e) {
+    return "";
   }
-  return "";
 }
 
 function setToken(value) {
-  const base = "; path=/ui; SameSite=Strict";
-  document.cookie = value
-    ? `${TOKEN_COOKIE}=${encodeURIComponent(value)}${base}; max-age=31536000`
-    : `${TOKEN_COOKIE}=${base}; max-age=0`;
+  try {
+    if (value) localStorage.setItem(TOKEN_KEY, value);
+    else localStorage.removeItem(TOKEN_KEY);
+  } catch (e) {
+    flash(`The token cannot be stored: ${e.message}`, true);
+  }
 }
 
 function apiHeaders(json) {
@@ -27,8 +32,6 @@ function apiHeaders(json) {
   return headers;
 }
 
-const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
-
 function flash(text, isError) {
   const el = document.getElementById("flash");
   if (!el) return;
@@ -37,20 +40,53 @@ function flash(text, isError) {
 }
 
 // ---- Live updates ------------------------------------------------------------------------
-// The page carries the API paths it read and their indexes (main[data-watch]); asking for the
-// page again with `live=` makes the server wait until one of them moves, then answer the page
-// re-rendered, whose [data-live] parts replace ours.
+// The page carries the API paths it read and their indexes, signed by the agent
+// (main[data-watch]); asking for the page again with `live=` makes the server wait until one
+// of them moves, then answer the page re-rendered, whose [data-live] parts replace ours.
 
-const live = { controller: null, kicked: false, running: false, hidden: false };
+const live = { controller: null, kicked: false, running: false, hidden: false, wake: null };
+
+// A pause that kick() cuts short.
+function pause(ms) {
+  return new Promise((resolve) => {
+    const timer = setTimeout(resolve, ms);
+    live.wake = () => {
+      clearTimeout(timer);
+      resolve();
+    };
+  });
+}
+
+function pageUrl(param, value) {
+  const url = new URL(location.href);
+  url.searchParams.delete("live");
+  url.searchParams.delete("fragment");
+  url.searchParams.set(param, value);
+  return url;
+}
 
 function applyUpdate(html) {
   const doc = new DOMParser().parseFromString(`<body>${html}</body>`, "text/html");
   for (const fresh of doc.querySelectorAll("[data-live][id]")) {
     const old = document.getElementById(fresh.id);
     if (!old) continue;
+    // What the user set inside the part stays: open details, chosen options, an armed button.
     const open = new Set([...old.querySelectorAll("details[open][id]")].map((d) => d.id));
     for (const d of fresh.querySelectorAll("details[id]")) d.open = open.has(d.id);
-    old.replaceWith(document.importNode(fresh, true));
+    for (const s of old.querySelectorAll("select[id]")) {
+      const twin = fresh.querySelector(`select[id="${s.id}"]`);
+      if (twin) twin.value = s.value;
+    }
+    const armed = [...old.querySelectorAll("button.action.armed")].map((b) => [
+      `button.action[data-path="${CSS.escape(b.dataset.path)}"][data-method="${CSS.escape(b.dataset.method)}"]`,
+      b.dataset.armedAt,
+    ]);
+    const placed = document.importNode(fresh, true);
+    old.replaceWith(placed);
+    for (const [selector, armedAt] of armed) {
+      const twin = placed.querySelector(selector);
+      if (twin) arm(twin, armedAt);
+    }
   }
   document.dispatchEvent(new Event("drover:updated"));
 }
@@ -59,42 +95,58 @@ async function liveLoop() {
   const main = document.querySelector("main[data-watch]");
   if (!main || !document.querySelector("[data-live]") || live.running) return;
   live.running = true;
-  let watch = main.dataset.watch || "[]";
+  let watch = main.dataset.watch || "";
   let last = 0;
   while (!live.hidden) {
-    // Endpoints that cannot block (nothing watched) are refreshed on a timer instead.
-    const gap = watch === "[]" ? 10000 : 1000;
+    // A page that watches nothing (its reads cannot block) is refreshed on a timer instead.
+    const gap = watch.endsWith(".[]") ? 10000 : 1000;
     const since = Date.now() - last;
-    if (!live.kicked && since < gap) await sleep(gap - since);
+    if (!live.kicked && since < gap) await pause(gap - since);
+    if (live.hidden) break;
     live.kicked = false;
     last = Date.now();
     live.controller = new AbortController();
     try {
-      const url = new URL(location.href);
-      url.searchParams.set("live", watch);
-      const r = await fetch(url, { signal: live.controller.signal });
+      const r = await fetch(pageUrl("live", watch), {
+        headers: apiHeaders(false),
+        signal: live.controller.signal,
+      });
       if (!r.ok) {
-        await sleep(5000);
+        await pause(5000);
         continue;
       }
-      watch = r.headers.get("X-Drover-Watch") || "[]";
+      watch = r.headers.get("X-Drover-Watch") || watch;
       applyUpdate(await r.text());
     } catch (e) {
-      if (!live.kicked && !live.hidden) await sleep(5000);
+      if (!live.kicked && !live.hidden) await pause(5000);
     }
   }
   live.running = false;
 }
 
-// Refresh now (after an action), without waiting for the open poll to answer.
+// Refresh now (after an action), without waiting for the open poll or a pause.
 function kick() {
   live.kicked = true;
   if (live.controller) live.controller.abort();
+  if (live.wake) live.wake();
 }
 
 // ---- Actions -----------------------------------------------------------------------------
 
+// A second click within this long of the first is a double-click, not a confirmation.
+const CONFIRM_AFTER_MS = 400;
+
+function arm(btn, armedAt) {
+  btn.dataset.label = btn.dataset.label || btn.textContent;
+  btn.dataset.armedAt = armedAt || String(Date.now());
+  btn.classList.add("armed");
+  btn.textContent = "Click again to confirm";
+  clearTimeout(Number(btn.dataset.timer));
+  btn.dataset.timer = String(setTimeout(() => disarm(btn), 4000));
+}
+
 function disarm(btn) {
+  clearTimeout(Number(btn.dataset.timer));
   if (!btn.classList.contains("armed")) return;
   btn.classList.remove("armed");
   btn.textContent = btn.dataset.label;
@@ -102,13 +154,13 @@ function disarm(btn) {
 
 document.addEventListener("click", async (ev) => {
   const btn = ev.target.closest("button.action");
-  if (!btn) return;
-  if (btn.dataset.confirm && !btn.classList.contains("armed")) {
-    btn.dataset.label = btn.textContent;
-    btn.classList.add("armed");
-    btn.textContent = "Click again to confirm";
-    setTimeout(() => disarm(btn), 4000);
-    return;
+  if (!btn || btn.disabled) return;
+  if (btn.dataset.confirm) {
+    if (!btn.classList.contains("armed")) {
+      arm(btn);
+      return;
+    }
+    if (Date.now() - Number(btn.dataset.armedAt) < CONFIRM_AFTER_MS) return;
   }
   disarm(btn);
   let body = btn.dataset.body;
@@ -117,6 +169,7 @@ document.addEventListener("click", async (ev) => {
   }
   const label = btn.textContent.trim();
   flash(`${label}…`);
+  btn.disabled = true;
   try {
     const r = await fetch(btn.dataset.path, {
       method: btn.dataset.method,
@@ -128,6 +181,8 @@ document.addEventListener("click", async (ev) => {
     else flash(`${label}: ${r.status} ${text}`, true);
   } catch (e) {
     flash(`${label}: ${e.message}`, true);
+  } finally {
+    btn.disabled = false;
   }
   kick();
 });
@@ -228,13 +283,18 @@ function chart() {
   const key = "drover.running";
   let series = [];
   try {
-    series = JSON.parse(sessionStorage.getItem(key) || "[]");
+    const stored = JSON.parse(sessionStorage.getItem(key) || "[]");
+    if (Array.isArray(stored)) series = stored.filter((p) => Array.isArray(p) && p.length === 2);
   } catch (e) {
     series = [];
   }
   series.push([Date.now(), Number(svg.dataset.running) || 0]);
   series = series.slice(-240);
-  sessionStorage.setItem(key, JSON.stringify(series));
+  try {
+    sessionStorage.setItem(key, JSON.stringify(series));
+  } catch (e) {
+    // Storage full or off: the chart keeps this page's samples only.
+  }
   const max = Math.max(1, ...series.map((p) => p[1]));
   const t0 = series[0][0];
   const t1 = Math.max(series[series.length - 1][0], t0 + 1);
@@ -247,12 +307,15 @@ function chart() {
   if (label) label.textContent = `${series[series.length - 1][1]} now, at most ${max} in the last ${series.length} samples`;
 }
 
+// ---- Start -------------------------------------------------------------------------------
+
 // A page left for another (kept in the back/forward cache, or still unloading) must not hold
 // its long poll and log stream: browsers allow six connections per host, and held ones
 // would stall the next pages' loads.
 window.addEventListener("pagehide", () => {
   live.hidden = true;
   if (live.controller) live.controller.abort();
+  if (live.wake) live.wake();
   logStream.stop();
 });
 window.addEventListener("pageshow", (ev) => {
@@ -262,8 +325,38 @@ window.addEventListener("pageshow", (ev) => {
   logStream.start();
 });
 
-document.addEventListener("drover:updated", chart);
-tokenForm();
-logTail();
-chart();
-liveLoop();
+// With a token stored, the page is read again with it: a navigation carries no token, so
+// what the server rendered first is the anonymous view.
+async function readWithToken(main) {
+  try {
+    const r = await fetch(pageUrl("fragment", "1"), { headers: apiHeaders(false) });
+    const html = await r.text();
+    main.innerHTML = html;
+    main.dataset.watch = r.headers.get("X-Drover-Watch") || "";
+    const title = r.headers.get("X-Drover-Title");
+    if (title) {
+      const text = decodeURIComponent(title);
+      document.title = `${text} · Drover`;
+      const h1 = document.querySelector("header.top h1");
+      if (h1) h1.textContent = text;
+    }
+  } catch (e) {
+    flash(`Reading the page with the token failed: ${e.message}`, true);
+  }
+}
+
+async function start() {
+  const state = document.getElementById("token-state");
+  if (state) state.textContent = token() ? "Token set" : "No token";
+  const main = document.querySelector("main[data-anon]");
+  if (main && token()) await readWithToken(main);
+  if (main) main.removeAttribute("data-anon");
+  document.documentElement.classList.remove("has-token");
+  liveLoop();
+  document.addEventListener("drover:updated", chart);
+  tokenForm();
+  logTail();
+  chart();
+}
+
+start();

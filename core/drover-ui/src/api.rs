@@ -93,7 +93,45 @@ impl Api {
     pub async fn wait(&self, path: &str, index: u64, token: Option<&str>) -> Result<u64, ApiError> {
         let sep = if path.contains('?') { '&' } else { '?' };
         let blocking = format!("{path}{sep}index={index}&wait={}s", LIVE_WAIT.as_secs());
-        self.get(&blocking, token).await.map(|a| a.index)
+        // Only the index matters: the body is dropped unread (the re-render reads it again).
+        self.call_for_index(&blocking, token).await
+    }
+
+    async fn call_for_index(&self, path: &str, token: Option<&str>) -> Result<u64, ApiError> {
+        let response = self.send(Method::GET, path, token, Body::empty()).await?;
+        let status = response.status();
+        if !status.is_success() {
+            return Err(ApiError {
+                status: status.as_u16(),
+                message: "the watched read failed".into(),
+                path: path.to_string(),
+            });
+        }
+        Ok(index_of(&response))
+    }
+
+    async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        token: Option<&str>,
+        body: Body,
+    ) -> Result<axum::response::Response, ApiError> {
+        let mut request = Request::builder().method(method).uri(path);
+        if let Some(token) = token.filter(|t| !t.is_empty()) {
+            request = request.header("X-Nomad-Token", token);
+        }
+        let request = request.body(body).map_err(|e| ApiError {
+            status: 400,
+            message: format!("bad request path: {e}"),
+            path: path.to_string(),
+        })?;
+        // A Router is always ready (its poll_ready is Ready(Ok)), so calling it at once keeps
+        // the tower contract; its error type is Infallible.
+        match self.router.clone().call(request).await {
+            Ok(r) => Ok(r),
+            Err(never) => match never {},
+        }
     }
 
     async fn call(
@@ -108,26 +146,9 @@ impl Api {
             message,
             path: path.to_string(),
         };
-        let mut request = Request::builder().method(method).uri(path);
-        if let Some(token) = token.filter(|t| !t.is_empty()) {
-            request = request.header("X-Nomad-Token", token);
-        }
-        let request = request
-            .body(body)
-            .map_err(|e| fail(400, format!("bad request path: {e}")))?;
-        // A Router is always ready (its poll_ready is Ready(Ok)), so calling it at once keeps
-        // the tower contract; its error type is Infallible.
-        let response = match self.router.clone().call(request).await {
-            Ok(r) => r,
-            Err(never) => match never {},
-        };
+        let response = self.send(method, path, token, body).await?;
         let status = response.status();
-        let index = response
-            .headers()
-            .get("X-Nomad-Index")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
+        let index = index_of(&response);
         let is_json = response
             .headers()
             .get(header::CONTENT_TYPE)
@@ -148,6 +169,15 @@ impl Api {
             is_json,
         })
     }
+}
+
+fn index_of(response: &axum::response::Response) -> u64 {
+    response
+        .headers()
+        .get("X-Nomad-Index")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
 }
 
 fn invalid_json(path: &str, e: serde_json::Error) -> ApiError {
@@ -181,9 +211,7 @@ mod tests {
             Router::new()
                 .route(
                     "/v1/jobs",
-                    get(|| async {
-                        ([("X-Nomad-Index", "7")], axum::Json(serde_json::json!([])))
-                    }),
+                    get(|| async { ([("X-Nomad-Index", "7")], axum::Json(serde_json::json!([]))) }),
                 )
                 .route(
                     "/v1/secret",

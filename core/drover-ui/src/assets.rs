@@ -1,12 +1,13 @@
 //! The UI's stylesheet and script, compiled into the binary and served with their content's
 //! hash in the URL, so a browser caches them for good and still sees a new build at once.
 
-use axum::extract::Path;
+use axum::extract::{Path, Query};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 const CSS: &str = include_str!("../assets/ui.css");
 const JS: &str = include_str!("../assets/ui.js");
+const HEAD_JS: &str = include_str!("../assets/ui-head.js");
 
 /// FNV-1a of the assets, computed at compile time.
 const VERSION: u64 = {
@@ -23,6 +24,12 @@ const VERSION: u64 = {
         h = (h ^ js[i] as u64).wrapping_mul(0x100_0000_01b3);
         i += 1;
     }
+    let head = HEAD_JS.as_bytes();
+    i = 0;
+    while i < head.len() {
+        h = (h ^ head[i] as u64).wrapping_mul(0x100_0000_01b3);
+        i += 1;
+    }
     h
 };
 
@@ -31,19 +38,30 @@ pub fn url(file: &str) -> String {
     format!("/ui/assets/{file}?v={VERSION:016x}")
 }
 
-/// `GET /ui/assets/:file`.
-pub async fn serve(Path(file): Path<String>) -> Response {
+/// `GET /ui/assets/:file?v=`: cached for good when `v` is this build's version; another
+/// version (a page from an agent of another build, during an upgrade) gets the file
+/// uncached, so no browser keeps this build's file under that build's URL.
+pub async fn serve(
+    Path(file): Path<String>,
+    Query(q): Query<std::collections::BTreeMap<String, String>>,
+) -> Response {
     let (body, kind) = match file.as_str() {
         "ui.css" => (CSS, "text/css; charset=utf-8"),
         "ui.js" => (JS, "text/javascript; charset=utf-8"),
+        "ui-head.js" => (HEAD_JS, "text/javascript; charset=utf-8"),
         _ => return (StatusCode::NOT_FOUND, "no such asset").into_response(),
     };
+    let this_build = q.get("v").map(String::as_str) == Some(format!("{VERSION:016x}").as_str());
     let mut r = body.into_response();
     r.headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static(kind));
     r.headers_mut().insert(
         header::CACHE_CONTROL,
-        HeaderValue::from_static("public, max-age=31536000, immutable"),
+        HeaderValue::from_static(if this_build {
+            "public, max-age=31536000, immutable"
+        } else {
+            "no-cache"
+        }),
     );
     r
 }

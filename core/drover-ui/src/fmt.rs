@@ -183,7 +183,10 @@ mod tests {
     fn times_are_shown_in_utc() {
         assert_eq!(utc(0), "1970-01-01 00:00:00 UTC");
         assert_eq!(utc(1_796_000_000), "2026-11-30 00:53:20 UTC");
-        assert_eq!(time_ns(1_700_000_000_123_456_789), "2023-11-14 22:13:20 UTC");
+        assert_eq!(
+            time_ns(1_700_000_000_123_456_789),
+            "2023-11-14 22:13:20 UTC"
+        );
         assert_eq!(time_ns(0), "");
     }
 
@@ -208,8 +211,12 @@ mod tests {
 
     #[test]
     fn bars_size_parts_by_share_and_skip_empty_ones() {
-        let html = bar(&[("running", 3, "good"), ("failed", 1, "bad"), ("lost", 0, "bad")])
-            .into_string();
+        let html = bar(&[
+            ("running", 3, "good"),
+            ("failed", 1, "bad"),
+            ("lost", 0, "bad"),
+        ])
+        .into_string();
         assert!(html.contains("width:75.00%"), "{html}");
         assert!(html.contains("width:25.00%"), "{html}");
         assert!(!html.contains("lost: 0"), "{html}");

@@ -2,11 +2,14 @@
 //!
 //! Pages are rendered on the server (maud templates, checked at compile time) from the agent's
 //! own `/v1` API, called in process with the browser's token ([`api::Api`]): a page shows
-//! what the API shows and is refused what the API refuses. Live parts update without a reload
-//! by one long poll at a time: the page's script asks for the page again with the indexes it
-//! was rendered at, the server waits on those blocking queries and answers the re-rendered
-//! live sections (see [`live`]). Actions are buttons whose script calls the `/v1` API
-//! directly with the token, so they need the same ACL capability an API client needs.
+//! what the API shows and is refused what the API refuses. The token lives in the browser's
+//! `localStorage` and travels only as the `X-Nomad-Token` header of the script's requests
+//! (a navigation renders the anonymous view, which the script replaces by the page read with
+//! the token). Live parts update without a reload by one long poll at a time: the page's
+//! script asks for the page again with the signed list of what it watched, the server waits
+//! on those blocking queries and answers the re-rendered live sections (see [`live`]).
+//! Actions are buttons whose script calls the `/v1` API directly with the token, so they
+//! need the same ACL capability an API client needs.
 //!
 //! Must not depend on: any Drover crate. It knows the API only as HTTP and JSON, which keeps
 //! it honest about the API's shape and lets it run on any agent (server or client-only).
@@ -31,7 +34,10 @@ pub fn routes(api: Router) -> Router {
     Router::new()
         .route("/", get(|| async { Redirect::temporary("/ui/") }))
         .route("/ui", get(|| async { Redirect::temporary("/ui/") }))
-        .route("/ui/", get(|| async { Redirect::temporary("/ui/overview") }))
+        .route(
+            "/ui/",
+            get(|| async { Redirect::temporary("/ui/overview") }),
+        )
         .route("/ui/assets/{file}", get(assets::serve))
         .route("/ui/overview", get(pages::overview::page))
         .route("/ui/jobs", get(pages::jobs::list))

@@ -15,21 +15,22 @@ use serde_json::Value;
 use crate::api::{Api, ApiError};
 use crate::{assets, live};
 
-/// The UI's shared state: the API it reads through.
+/// The UI's shared state: the API it reads through, and the key its pages' watch lists are
+/// signed with.
 #[derive(Clone)]
 pub struct Ui {
     api: Api,
+    watch_key: live::WatchKey,
 }
 
 impl Ui {
     pub fn new(api: Api) -> Ui {
-        Ui { api }
+        Ui {
+            api,
+            watch_key: live::WatchKey::new(),
+        }
     }
 }
-
-/// The cookie the token page stores the ACL token in (read here for page reads, by the
-/// script for actions).
-pub const TOKEN_COOKIE: &str = "drover_token";
 
 /// A page's query string, as given.
 pub type Query = BTreeMap<String, String>;
@@ -124,17 +125,45 @@ pub fn live_section(id: &str, content: Markup) -> Markup {
     html! { div id=(id) data-live { (content) } }
 }
 
-/// Answers a page request: the whole page, or (with `live=` in the query, sent by the page's
-/// script) the re-rendered page once something it watched changed.
+/// How a page request was made, from its query.
+enum Mode {
+    /// A navigation: the whole page, rendered without a token (a browser navigation cannot
+    /// carry one); the script fetches it again with the token when it has one.
+    Whole,
+    /// `?fragment=1`, from the script with the token: the page's content at once.
+    Fragment,
+    /// `?live=<signed watch list>`, from the script: the content once something it watched
+    /// moved.
+    Live(Vec<(String, u64)>),
+}
+
+/// Answers a page request (see [`Mode`]). The token comes only from the `X-Nomad-Token`
+/// header the script sends, never from a cookie: a cookie would be sent to any port of this
+/// host (a job's web server included) and would make every page a cross-site target.
 pub async fn respond<F, Fut>(ui: &Ui, headers: &HeaderMap, query: &Query, render: F) -> Response
 where
     F: FnOnce(Arc<Ctx>) -> Fut,
     Fut: Future<Output = Result<Page, ApiError>>,
 {
     let token = token_of(headers);
-    let live_update = query.get("live");
-    if let Some(watched) = live_update {
-        live::wait_for_change(&ui.api, live::parse_watched(watched), token.clone()).await;
+    let mode = if let Some(signed) = query.get("live") {
+        match ui.watch_key.verify(signed) {
+            Some(watched) => Mode::Live(watched),
+            None => {
+                return (
+                    StatusCode::BAD_REQUEST,
+                    "live: not a watch list this agent made",
+                )
+                    .into_response();
+            }
+        }
+    } else if query.contains_key("fragment") {
+        Mode::Fragment
+    } else {
+        Mode::Whole
+    };
+    if let Mode::Live(watched) = &mode {
+        live::wait_for_change(&ui.api, watched.clone(), token.clone()).await;
     }
     let started = Instant::now();
     let cx = Arc::new(Ctx {
@@ -144,17 +173,29 @@ where
     });
     let rendered = render(cx.clone()).await;
     let watched = std::mem::take(&mut *cx.watched.lock().unwrap_or_else(PoisonError::into_inner));
-    let watch = live::encode_watched(&watched);
-    let (status, html) = match rendered {
-        Ok(page) if live_update.is_some() => (StatusCode::OK, page.body),
-        Ok(page) => (StatusCode::OK, shell(&page, &watch, cx.has_token())),
-        Err(e) => {
+    let watch = ui.watch_key.sign(&watched);
+    let mut title = None;
+    let (status, html) = match (rendered, &mode) {
+        (Ok(page), Mode::Whole) => (StatusCode::OK, shell(&page, &watch)),
+        (Ok(page), _) => {
+            title = Some(page.title);
+            (StatusCode::OK, page.body)
+        }
+        (Err(e), Mode::Whole) => {
+            // A refusal of the anonymous render is what a browser with a token stored sees
+            // first: the page says it, with 200, and the script fetches it with the token.
+            let status = match e.status {
+                401 | 403 => StatusCode::OK,
+                other => StatusCode::from_u16(other).unwrap_or(StatusCode::BAD_GATEWAY),
+            };
+            (
+                status,
+                shell(&error_page(&e, false), &ui.watch_key.sign(&[])),
+            )
+        }
+        (Err(e), _) => {
             let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::BAD_GATEWAY);
-            let page = error_page(&e, cx.has_token());
-            if live_update.is_some() {
-                return (status, e.to_string()).into_response();
-            }
-            (status, shell(&page, "[]", cx.has_token()))
+            (status, error_page(&e, cx.has_token()).body)
         }
     };
     let mut response = (status, html.into_string()).into_response();
@@ -164,8 +205,22 @@ where
         HeaderValue::from_static("text/html; charset=utf-8"),
     );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    // Scripts and styles only from the agent (style attributes carry the bars' widths), and
+    // never inside another site's frame.
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'",
+        ),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     if let Ok(v) = HeaderValue::from_str(&watch) {
         h.insert("X-Drover-Watch", v);
+    }
+    // A fragment replaces the page's content; its title goes with it (percent-encoded: a
+    // header carries ASCII only).
+    if let Some(v) = title.and_then(|t| HeaderValue::from_str(&crate::api::encode(&t)).ok()) {
+        h.insert("X-Drover-Title", v);
     }
     // The render time (API reads included), for the browser's devtools and the benchmark.
     let ms = started.elapsed().as_secs_f64() * 1000.0;
@@ -203,7 +258,7 @@ fn status_text(status: u16) -> &'static str {
         .unwrap_or("Error")
 }
 
-fn shell(page: &Page, watch: &str, has_token: bool) -> Markup {
+fn shell(page: &Page, watch: &str) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -214,6 +269,9 @@ fn shell(page: &Page, watch: &str, has_token: bool) -> Markup {
                 // No favicon request (and no 404 in the console for it).
                 link rel="icon" href="data:,";
                 link rel="stylesheet" href=(assets::url("ui.css"));
+                // Before the body: marks the page as waiting for its read with the token,
+                // so the anonymous render does not flash.
+                script src=(assets::url("ui-head.js")) {}
                 script defer src=(assets::url("ui.js")) {}
             }
             body {
@@ -233,49 +291,22 @@ fn shell(page: &Page, watch: &str, has_token: bool) -> Markup {
                     header.top {
                         h1 { (page.title) }
                         span #flash role="status" {}
-                        a.token-state href="/ui/settings/tokens" {
-                            @if has_token { "Token set" } @else { "No token" }
-                        }
+                        a.token-state #token-state href="/ui/settings/tokens" { "ACL token" }
                     }
-                    main data-watch=(watch) { (page.body) }
+                    main data-watch=(watch) data-anon { (page.body) }
                 }
             }
         }
     }
 }
 
-/// The ACL token the browser stored in its cookie, if any.
+/// The ACL token the page's script sent, if any.
 fn token_of(headers: &HeaderMap) -> Option<String> {
     headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, _)| *name == TOKEN_COOKIE)
-        .map(|(_, value)| percent_decode(value))
+        .get("X-Nomad-Token")
+        .and_then(|v| v.to_str().ok())
+        .map(|t| t.trim().to_string())
         .filter(|t| !t.is_empty())
-}
-
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        match (bytes[i], bytes.get(i + 1), bytes.get(i + 2)) {
-            (b'%', Some(&h), Some(&l)) if hex(h).is_some() && hex(l).is_some() => {
-                // Both digits were just checked to be hex, so the sum fits a byte.
-                out.push((hex(h).unwrap_or(0) * 16 + hex(l).unwrap_or(0)) as u8);
-                i += 3;
-            }
-            (b, _, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]
@@ -283,20 +314,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_token_comes_from_its_cookie_decoded() {
+    fn the_token_comes_from_the_header_the_script_sends_never_a_cookie() {
         let mut h = HeaderMap::new();
-        h.insert(
-            header::COOKIE,
-            HeaderValue::from_static("theme=dark; drover_token=ab%2Dcd-12; x=y"),
-        );
-        assert_eq!(token_of(&h).as_deref(), Some("ab-cd-12"));
-        h.insert(header::COOKIE, HeaderValue::from_static("drover_token="));
+        h.insert(header::COOKIE, HeaderValue::from_static("drover_token=abc"));
         assert_eq!(token_of(&h), None);
-        assert_eq!(token_of(&HeaderMap::new()), None);
-    }
-
-    #[test]
-    fn percent_decoding_leaves_broken_escapes_alone() {
-        assert_eq!(percent_decode("a%20b%zz%4"), "a b%zz%4");
+        h.insert("X-Nomad-Token", HeaderValue::from_static(" ab-cd "));
+        assert_eq!(token_of(&h).as_deref(), Some("ab-cd"));
+        h.insert("X-Nomad-Token", HeaderValue::from_static(""));
+        assert_eq!(token_of(&h), None);
     }
 }

@@ -16,7 +16,9 @@ use crate::fmt::{ago_ns, b, badge, bytes, entries, list, meter, n, n_at, s, time
 use crate::page::{Ctx, Page, Section, Ui, live_section, respond};
 
 /// The signals the signal button offers.
-const SIGNALS: &[&str] = &["SIGHUP", "SIGINT", "SIGTERM", "SIGUSR1", "SIGUSR2", "SIGKILL"];
+const SIGNALS: &[&str] = &[
+    "SIGHUP", "SIGINT", "SIGTERM", "SIGUSR1", "SIGUSR2", "SIGKILL",
+];
 
 pub async fn page(
     State(ui): State<Ui>,
@@ -148,7 +150,9 @@ fn resources(alloc: &Value, task: &str, stats: Option<&Value>) -> Markup {
     let cpu_asked = n_at(asked, &["Cpu", "CpuShares"]);
     let mem_asked = n_at(asked, &["Memory", "MemoryMB"]) * 1024 * 1024;
     let usage = stats.map(|st| &st["Tasks"][task]["ResourceUsage"]);
-    let cpu_used = usage.map(|u| n_at(u, &["CpuStats", "TotalTicks"])).unwrap_or(0);
+    let cpu_used = usage
+        .map(|u| n_at(u, &["CpuStats", "TotalTicks"]))
+        .unwrap_or(0);
     let mem_used = usage
         .map(|u| {
             let rss = n_at(u, &["MemoryStats", "RSS"]);

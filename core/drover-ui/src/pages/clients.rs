@@ -10,8 +10,8 @@ use axum::response::Response;
 use maud::html;
 use serde_json::{Value, json};
 
-use super::job::allocations_table;
 use super::action;
+use super::job::allocations_table;
 use crate::api::{ApiError, encode};
 use crate::fmt::{self, b, badge, entries, items, n_at, s, short};
 use crate::page::{Ctx, Page, Section, Ui, live_section, respond};

@@ -118,7 +118,8 @@ async fn render_volume(cx: Arc<Ctx>, volume_ref: String) -> Result<Page, ApiErro
                     dt { "Controllers healthy" } dd { (health(&vol, "ControllersHealthy", "ControllersExpected")) }
                     dt { "Nodes healthy" } dd { (health(&vol, "NodesHealthy", "NodesExpected")) }
                     dt { "Capacity" } dd { (crate::fmt::bytes(n(&vol, "Capacity"))) }
-                    dt { "Readers / writers" } dd { (n(&vol, "CurrentReaders")) " / " (n(&vol, "CurrentWriters")) }
+                    // The full volume carries its claims as maps (the list stub has counts).
+                    dt { "Readers / writers" } dd { (entries(&vol, "ReadAllocs").len()) " / " (entries(&vol, "WriteAllocs").len()) }
                 }
             }
             section {
@@ -181,9 +182,7 @@ fn instances(title: &str, map: Vec<(&str, &Value)>) -> Markup {
 }
 
 async fn render_plugin(cx: Arc<Ctx>, id: String) -> Result<Page, ApiError> {
-    let plugin = cx
-        .watch(&format!("/v1/plugin/csi/{}", encode(&id)))
-        .await?;
+    let plugin = cx.watch(&format!("/v1/plugin/csi/{}", encode(&id))).await?;
     let allocs = super::alloc_rows(list(&plugin, "Allocations"));
     let body = live_section(
         "plugin",

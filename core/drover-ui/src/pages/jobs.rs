@@ -50,10 +50,17 @@ pub fn summary_parts(summary: &Value) -> Vec<(&'static str, i64, &'static str)> 
 
 async fn render(cx: Arc<Ctx>, q: BTreeMap<String, String>) -> Result<Page, ApiError> {
     let namespace = q.get("namespace").map(String::as_str).unwrap_or("*");
-    let search = q.get("search").map(|s| s.trim().to_lowercase()).unwrap_or_default();
+    let search = q
+        .get("search")
+        .map(|s| s.trim().to_lowercase())
+        .unwrap_or_default();
     let status = q.get("status").map(String::as_str).unwrap_or("");
     let job_type = q.get("type").map(String::as_str).unwrap_or("");
-    let page: usize = q.get("page").and_then(|p| p.parse().ok()).unwrap_or(1).max(1);
+    let page: usize = q
+        .get("page")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(1)
+        .max(1);
     let (jobs, namespaces) = tokio::join!(
         cx.watch(format!("/v1/jobs?namespace={}", encode(namespace))),
         cx.get("/v1/namespaces"),
@@ -74,7 +81,12 @@ async fn render(cx: Arc<Ctx>, q: BTreeMap<String, String>) -> Result<Page, ApiEr
     let shown = matching.iter().skip((page - 1) * PER_PAGE).take(PER_PAGE);
     let namespace_names: Vec<String> = namespaces
         .ok()
-        .map(|v| items(&v).iter().map(|ns| s(ns, "Name").to_string()).collect())
+        .map(|v| {
+            items(&v)
+                .iter()
+                .map(|ns| s(ns, "Name").to_string())
+                .collect()
+        })
         .unwrap_or_default();
     let link_to_page = |p: usize| {
         let mut q = q.clone();

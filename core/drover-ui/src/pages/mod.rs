@@ -116,7 +116,13 @@ pub fn or_refused(r: &Result<Value, ApiError>, body: impl FnOnce(&Value) -> Mark
 
 /// An action button: its script calls `method path` on the API with the token and `body`
 /// (JSON), then refreshes the page's live parts. `confirm` asks for a second click.
-pub fn action(label: &str, method: &str, path: &str, body: Option<&Value>, confirm: bool) -> Markup {
+pub fn action(
+    label: &str,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+    confirm: bool,
+) -> Markup {
     html! {
         button.action type="button" data-method=(method) data-path=(path)
             data-body=[body.map(Value::to_string)] data-confirm=[confirm.then_some("1")] {
@@ -147,10 +153,7 @@ mod tests {
             split_job_ref("web@prod"),
             ("web".to_string(), "prod".to_string())
         );
-        assert_eq!(
-            split_job_ref("a@b@c"),
-            ("a@b".to_string(), "c".to_string())
-        );
+        assert_eq!(split_job_ref("a@b@c"), ("a@b".to_string(), "c".to_string()));
         assert_eq!(
             split_job_ref("web"),
             ("web".to_string(), "default".to_string())

@@ -745,7 +745,11 @@ client {
             ]
         );
         assert!(!f.ui_enabled());
-        assert!(parse_str("ui { enabled = true }\n", "a.hcl").unwrap().ui_enabled());
+        assert!(
+            parse_str("ui { enabled = true }\n", "a.hcl")
+                .unwrap()
+                .ui_enabled()
+        );
         assert!(parse_str("", "a.hcl").unwrap().ui_enabled());
         assert_eq!(f.addresses.unwrap().http.as_deref(), Some("127.0.0.1"));
         let e = parse_str("addresses { grpc = \"x\" }\n", "a.hcl").unwrap_err();
