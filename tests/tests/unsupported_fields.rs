@@ -15,6 +15,12 @@ job "refused" {
       }
       service {
         name = "web"
+        check {
+          type     = "script"
+          command  = "/bin/true"
+          interval = "10s"
+          timeout  = "2s"
+        }
       }
     }
   }
@@ -22,7 +28,7 @@ job "refused" {
 "#;
 
 #[test]
-fn a_job_with_vault_and_a_service_is_refused_by_run_and_validate_and_not_registered() {
+fn a_job_with_vault_and_a_service_check_is_refused_by_run_and_validate_and_not_registered() {
     let dir = TempDir::new("unsupported");
     let agent = Agent::start_dev(dir.path(), &[]);
     let job = write_job(&dir, "refused.nomad", JOB);
@@ -33,8 +39,8 @@ fn a_job_with_vault_and_a_service_is_refused_by_run_and_validate_and_not_registe
     for expected in [
         "vault is not supported",
         "(Job.TaskGroups[0].Tasks[0].Vault)",
-        "service is not supported",
-        "(Job.TaskGroups[0].Tasks[0].Services)",
+        "check is not supported: service health checks are not run yet",
+        "(Job.TaskGroups[0].Tasks[0].Services[0].Checks)",
     ] {
         assert!(text.contains(expected), "{expected:?} missing: {text}");
     }

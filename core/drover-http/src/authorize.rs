@@ -75,6 +75,10 @@ fn need(method: &Method, path: &str) -> Need {
         ["v1", "validate", "job"] => JobBody(cap::CAP_READ_JOB),
         ["v1", "job", rest @ ..] => job_need(method, rest),
         ["v1", "allocations"] => Namespace(cap::CAP_READ_JOB),
+        // Nomad's service endpoints: read-job to read, submit-job to delete.
+        ["v1", "services"] => Namespace(cap::CAP_READ_JOB),
+        ["v1", "service", _] if read => Namespace(cap::CAP_READ_JOB),
+        ["v1", "service", _, _] => Namespace(cap::CAP_SUBMIT_JOB),
         ["v1", "allocation", _, "stop"] => Alloc(cap::CAP_ALLOC_LIFECYCLE),
         ["v1", "allocation", ..] => Alloc(cap::CAP_READ_JOB),
         ["v1", "evaluations"] => Namespace(cap::CAP_READ_JOB),
@@ -177,6 +181,7 @@ fn denied() -> Response {
 /// The list endpoints whose handlers filter `namespace=*` by the token's permissions.
 const FILTERED_LISTS: &[&str] = &[
     "/v1/jobs",
+    "/v1/services",
     "/v1/allocations",
     "/v1/evaluations",
     "/v1/deployments",

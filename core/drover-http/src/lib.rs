@@ -41,6 +41,7 @@ mod region;
 mod response;
 mod scaling;
 mod search;
+mod services;
 mod starting;
 mod stream;
 mod system;
@@ -240,6 +241,9 @@ pub fn router(
             "/v1/allocation/{id}/stop",
             post(allocs::stop).put(allocs::stop),
         )
+        .route("/v1/services", get(services::list))
+        .route("/v1/service/{name}", get(services::get_one))
+        .route("/v1/service/{name}/{id}", delete(services::delete_one))
         .route("/v1/evaluations", get(evals::list))
         .route("/v1/evaluation/{id}", get(evals::get_one))
         .route("/v1/evaluation/{id}/allocations", get(evals::allocations))

@@ -37,13 +37,7 @@ pub fn refuse_unacted(job: &Job) -> Result<(), MultiError> {
                     refusal(&format!("{at}.{field}"), block, why)
                 ));
             };
-            if is_set(&task.services) {
-                refuse(
-                    "Services",
-                    "service",
-                    "services and health checks are not supported yet",
-                );
-            }
+            refuse_service_parts(&task.services, &mut refuse);
             if is_set(&task.vault) {
                 refuse("Vault", "vault", "Vault integration is not supported");
             }
@@ -104,13 +98,7 @@ fn refuse_group(tg: &TaskGroup, at: &str, m: &mut MultiError) {
             refusal(&format!("{at}.{field}"), block, why)
         ));
     };
-    if is_set(&tg.services) {
-        refuse(
-            "Services",
-            "service",
-            "services and health checks are not supported yet",
-        );
-    }
+    refuse_service_parts(&tg.services, &mut refuse);
     // Canonicalization gives every group `Consul {"Namespace": ""}`; only a namespace asks
     // for something.
     let consul_namespace = tg
@@ -125,6 +113,30 @@ fn refuse_group(tg: &TaskGroup, at: &str, m: &mut MultiError) {
             "consul",
             "Consul integration is not supported",
         );
+    }
+}
+
+/// Services register natively (whatever their `provider`: Drover needs no Consul), but their
+/// health checks are not run yet and the Connect mesh does not exist yet: a `check` or a
+/// `connect` block is refused, naming the service's path.
+fn refuse_service_parts(services: &Option<Value>, refuse: &mut impl FnMut(&str, &str, &str)) {
+    let list = services.as_ref().and_then(Value::as_array);
+    for (i, service) in list.into_iter().flatten().enumerate() {
+        let checks = service.get("Checks").and_then(Value::as_array);
+        if checks.is_some_and(|c| !c.is_empty()) {
+            refuse(
+                &format!("Services[{i}].Checks"),
+                "check",
+                "service health checks are not run yet",
+            );
+        }
+        if service.get("Connect").is_some_and(|c| !c.is_null()) {
+            refuse(
+                &format!("Services[{i}].Connect"),
+                "connect",
+                "the Connect service mesh is not supported yet",
+            );
+        }
     }
 }
 
@@ -173,6 +185,15 @@ mod tests {
     }
 
     #[test]
+    fn services_without_checks_or_connect_are_accepted() {
+        let mut t = task();
+        t.services = Some(json!([{"Name": "web", "PortLabel": "http", "Checks": null}]));
+        let mut tg = group(t);
+        tg.services = Some(json!([{"Name": "g", "Provider": "consul", "Connect": null}]));
+        assert!(refuse_unacted(&job_with(tg)).is_ok());
+    }
+
+    #[test]
     fn a_plain_job_with_canonical_defaults_is_accepted() {
         let mut tg = group(task());
         tg.consul = Some(json!({"Namespace": ""}));
@@ -201,19 +222,19 @@ mod tests {
     }
 
     #[test]
-    fn services_vault_and_devices_are_refused_each_with_its_path() {
+    fn checks_connect_vault_and_devices_are_refused_each_with_its_path() {
         let mut t = task();
-        t.services = Some(json!([{"Name": "web"}]));
+        t.services = Some(json!([{"Name": "web", "Checks": [{"Type": "http"}]}]));
         t.vault = Some(json!({"Policies": ["x"]}));
         t.resources.devices = Some(vec![json!({"Name": "nvidia/gpu"})]);
         let mut tg = group(t);
-        tg.services = Some(json!([{"Name": "g"}]));
+        tg.services = Some(json!([{"Name": "plain"}, {"Name": "g", "Connect": {"Native": true}}]));
         let e = refuse_unacted(&job_with(tg)).unwrap_err();
         assert_eq!(e.errors.len(), 4, "{e}");
         let text = e.to_string();
         for path in [
-            "Job.TaskGroups[0].Services",
-            "Job.TaskGroups[0].Tasks[0].Services",
+            "Job.TaskGroups[0].Services[1].Connect",
+            "Job.TaskGroups[0].Tasks[0].Services[0].Checks",
             "Job.TaskGroups[0].Tasks[0].Vault",
             "Job.TaskGroups[0].Tasks[0].Resources.Devices",
         ] {

@@ -170,6 +170,29 @@ impl StateSnapshot {
         self.t.job_versions.get(&(key(ns, id), version)).cloned()
     }
 
+    /// The native service registrations of running allocations (see
+    /// [`drover_structs::service`]), in namespace `ns` (every namespace with `None`). Derived
+    /// on each read: they change only when allocations do (under the `Allocs` index).
+    pub fn service_registrations(
+        &self,
+        ns: Option<&str>,
+    ) -> Vec<drover_structs::ServiceRegistration> {
+        self.t
+            .allocs
+            .values()
+            .filter(|a| a.client_status == drover_structs::ALLOC_CLIENT_RUNNING)
+            .filter(|a| ns.is_none_or(|want| want == a.namespace))
+            .flat_map(|a| match &a.job {
+                Some(job) => drover_structs::service::alloc_services(
+                    a,
+                    job,
+                    self.t.nodes.get(&a.node_id).map(|n| &**n),
+                ),
+                None => Vec::new(),
+            })
+            .collect()
+    }
+
     /// The job file version `version` of a job was registered from, if it was sent.
     pub fn job_submission(&self, ns: &str, id: &str, version: u64) -> Option<Arc<JobSubmission>> {
         self.t.job_submissions.get(&(key(ns, id), version)).cloned()

@@ -41,6 +41,7 @@ mod operator;
 mod operator_scheduler;
 mod plugin;
 mod server;
+mod service;
 mod status;
 mod system;
 pub(crate) mod timefmt;
@@ -122,6 +123,8 @@ enum Command {
     Tls(tls::TlsCli),
     /// Interact with variables
     Var(var::VarCli),
+    /// Interact with native service registrations
+    Service(service::ServiceCli),
     /// Open the web UI, at the page of a job, allocation or client
     Ui(web_ui::UiArgs),
     /// Print the version
@@ -277,6 +280,7 @@ fn dispatch(command: Command) -> anyhow::Result<Exit> {
         Command::Tls(cmd) => tls::run(cmd),
         Command::Var(cmd) => var::run(cmd),
         Command::Ui(args) => web_ui::run(args),
+        Command::Service(cmd) => service::run(cmd),
         Command::Version => {
             print_version();
             Ok(0)
