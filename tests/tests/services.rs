@@ -104,6 +104,15 @@ fn running_allocations_register_their_services_and_stopping_them_deregisters() {
         .collect();
     assert_eq!(names, ["shop-api", "shop-metrics"]);
 
+    let of_job = agent.get("/v1/job/shop/services").expect("job services");
+    assert_eq!(of_job.as_array().map(Vec::len), Some(4), "{of_job}");
+    let (status, page) = agent.send("GET", "/ui/jobs/shop@default", "");
+    assert_eq!(status, 200);
+    assert!(
+        page.contains("shop-metrics"),
+        "the job page lists the services"
+    );
+
     let out = agent.cli(&["service", "list"]);
     let text = output_text(&out);
     assert!(out.status.success(), "{text}");

@@ -24,6 +24,8 @@ enum JobPath<'a> {
     Versions(&'a str),
     /// `GET /v1/job/:id/submission?version=N`: the job file version N came from.
     Submission(&'a str),
+    /// `GET /v1/job/:id/services`: the service registrations of the job's allocations.
+    Services(&'a str),
     /// The job's deployments, newest first, and its latest one (or `null`).
     Deployments(&'a str),
     LatestDeployment(&'a str),
@@ -37,11 +39,7 @@ enum JobPath<'a> {
     Plan(&'a str),
     /// `POST /v1/job/:id/{revert,stable,evaluate}`.
     Version(&'a str, crate::job_versions::VersionCall),
-    /// A sub-resource Nomad has and Drover does not serve yet.
-    Unsupported(&'a str),
 }
-
-const UNSUPPORTED_SUFFIXES: &[&str] = &["/services"];
 
 fn split_job_path(rest: &str) -> JobPath<'_> {
     if let Some(id) = rest.strip_suffix("/allocations") {
@@ -58,6 +56,9 @@ fn split_job_path(rest: &str) -> JobPath<'_> {
     }
     if let Some(id) = rest.strip_suffix("/submission") {
         return JobPath::Submission(id);
+    }
+    if let Some(id) = rest.strip_suffix("/services") {
+        return JobPath::Services(id);
     }
     if let Some(id) = rest.strip_suffix("/deployments") {
         return JobPath::Deployments(id);
@@ -81,11 +82,6 @@ fn split_job_path(rest: &str) -> JobPath<'_> {
         && let Some(call) = crate::job_versions::VersionCall::of_suffix(suffix)
     {
         return JobPath::Version(id, call);
-    }
-    for suffix in UNSUPPORTED_SUFFIXES {
-        if rest.ends_with(suffix) {
-            return JobPath::Unsupported(&suffix[1..]);
-        }
     }
     JobPath::Job(rest)
 }
@@ -212,6 +208,18 @@ pub(crate) async fn job_get(
                 .ok_or_else(|| ApiError::not_found("job source not found").with_meta(meta))?;
             respond_json(&*submission, Some(meta), opts.pretty)
         }
+        JobPath::Services(id) => {
+            let (meta, regs) = blocking(&s, &[Table::Allocs], &opts, |snap| {
+                let regs: Vec<_> = snap
+                    .service_registrations(Some(&ns))
+                    .into_iter()
+                    .filter(|r| r.job_id == id)
+                    .collect();
+                (snap.table_index(Table::Allocs), regs)
+            })
+            .await;
+            respond_json(&regs, Some(meta), opts.pretty)
+        }
         JobPath::Versions(id) => {
             let diffs = flag(&params, "diffs")?;
             let (meta, versions) = blocking(&s, &[Table::JobVersions], &opts, |snap| {
@@ -267,9 +275,6 @@ pub(crate) async fn job_get(
             respond_json(&latest, Some(meta), opts.pretty)
         }
         JobPath::Scale(id) => crate::scaling::status(&s, &params, id).await,
-        JobPath::Unsupported(what) => {
-            Err(ApiError::not_implemented(&format!("/v1/job/:id/{what}")))
-        }
         JobPath::PeriodicForce(_)
         | JobPath::Dispatch(_)
         | JobPath::Plan(_)
@@ -293,9 +298,6 @@ pub(crate) async fn job_write(
         }
         JobPath::Scale(id) => crate::scaling::scale(&s, &params, &body, id).await,
         JobPath::Plan(id) => crate::job_plan::plan(&s, &params, &body, id).await,
-        JobPath::Unsupported(what) => {
-            Err(ApiError::not_implemented(&format!("/v1/job/:id/{what}")))
-        }
         _ => Err(invalid_method()),
     }
 }
@@ -739,10 +741,8 @@ mod tests {
             api.get("/v1/job/web/plan").await.status,
             StatusCode::METHOD_NOT_ALLOWED
         );
-        assert_eq!(
-            api.get("/v1/job/web/services").await.status,
-            StatusCode::NOT_IMPLEMENTED
-        );
+        let r = api.get("/v1/job/web/services").await;
+        assert_eq!((r.status, r.text().as_str()), (StatusCode::OK, "[]"));
     }
 
     fn periodic_job(id: &str, spec: &str) -> Value {

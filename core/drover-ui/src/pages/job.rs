@@ -29,13 +29,14 @@ async fn render(cx: Arc<Ctx>, job_ref: String) -> Result<Page, ApiError> {
     let (id, ns) = split_job_ref(&job_ref);
     let base = format!("/v1/job/{}", encode(&id));
     let nsq = format!("namespace={}", encode(&ns));
-    let (job, allocs, evals, deployments, summary, versions) = tokio::join!(
+    let (job, allocs, evals, deployments, summary, versions, services) = tokio::join!(
         cx.watch(format!("{base}?{nsq}")),
         cx.watch_as::<Vec<AllocRow>>(format!("{base}/allocations?{nsq}")),
         cx.watch(format!("{base}/evaluations?{nsq}")),
         cx.watch(format!("{base}/deployments?{nsq}")),
         cx.get(format!("{base}/summary?{nsq}")),
         cx.get(format!("{base}/versions?diffs=true&{nsq}")),
+        cx.watch(format!("{base}/services?{nsq}")),
     );
     let job = job?;
     let allocs = allocs?;
@@ -51,6 +52,7 @@ async fn render(cx: Arc<Ctx>, job_ref: String) -> Result<Page, ApiError> {
     let deployments = deployments.unwrap_or_default();
     let summary = summary.unwrap_or_default();
     let versions = versions.unwrap_or_default();
+    let services = services.unwrap_or_default();
     let stop_path = format!("{base}?{nsq}");
     let body = live_section(
         "job",
@@ -94,6 +96,25 @@ async fn render(cx: Arc<Ctx>, job_ref: String) -> Result<Page, ApiError> {
                 section {
                     h2 { "Deployments" }
                     (deployments_table(&deployments))
+                }
+            }
+            @if !items(&services).is_empty() {
+                section {
+                    h2 { "Services" }
+                    table.list #services {
+                        thead { tr { th { "Service" } th { "Address" } th { "Tags" } th { "Allocation" } th { "Client" } } }
+                        tbody {
+                            @for r in items(&services) {
+                                tr {
+                                    td { (s(r, "ServiceName")) }
+                                    td { code { (s(r, "Address")) ":" (n(r, "Port")) } }
+                                    td { (list(r, "Tags").iter().filter_map(Value::as_str).collect::<Vec<_>>().join(", ")) }
+                                    td { (alloc_link(s(r, "AllocID"))) }
+                                    td { (node_link(s(r, "NodeID"), "")) }
+                                }
+                            }
+                        }
+                    }
                 }
             }
             section {
