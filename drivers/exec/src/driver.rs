@@ -376,6 +376,9 @@ impl Driver for ExecDriver {
         }
         let cgroup = TaskCgroup::create(&layout, &config.id, &config.resources)
             .map_err(|e| start_failed(false)(format!("setting up the task cgroup: {e}")))?;
+        // Taken before the launch: a task that exits at once can be reaped (and its end
+        // stamped) by the exit poller before `launch` returns.
+        let started_at = unix_nanos_now();
         let (watch, start_ticks) = match self.launch(config, &task_config, &cgroup) {
             Ok(launched) => launched,
             Err(e) => {
@@ -384,7 +387,6 @@ impl Driver for ExecDriver {
                 return Err(e);
             }
         };
-        let started_at = unix_nanos_now();
         let state = ProcessState {
             pid: watch.pid(),
             start_ticks,

@@ -202,8 +202,11 @@ impl Driver for RawExecDriver {
         if self.tasks().contains_key(&config.id) {
             return Err(already_started());
         }
-        let (watch, start_ticks) = self.launch(config)?;
+        // Taken before the launch: a task that exits at once can be reaped (and its end
+        // stamped) by the exit poller before `launch` returns, and it must not seem to end
+        // before it started.
         let started_at = unix_nanos_now();
+        let (watch, start_ticks) = self.launch(config)?;
         let state = ProcessState {
             pid: watch.pid(),
             start_ticks,
