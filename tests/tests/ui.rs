@@ -25,6 +25,11 @@ job "talker" {
   datacenters = ["dc1"]
   group "app" {
     count = 2
+    service {
+      name     = "talker-svc"
+      provider = "nomad"
+      tags     = ["chatty"]
+    }
     task "talk" {
       driver = "raw_exec"
       config {
@@ -325,6 +330,19 @@ fn every_page_loads_without_console_errors_and_shows_what_the_api_shows() {
         evals.contains("talker") && evals.contains("once"),
         "{evals}"
     );
+    open(&mut b, &agent, "/ui/services");
+    let services = text_of(&mut b, "#services-table");
+    assert!(
+        services.contains("talker-svc") && services.contains("chatty"),
+        "{services}"
+    );
+    open(&mut b, &agent, "/ui/services/talker-svc@default");
+    let regs = text_of(&mut b, "#registrations");
+    for a in running_allocs(&agent, "talker") {
+        let id = a["ID"].as_str().expect("id");
+        assert!(regs.contains(short(id)), "{id} missing from {regs}");
+    }
+
     open(&mut b, &agent, "/ui/csi/volumes");
     assert!(b.text().contains("No CSI volumes."));
     open(&mut b, &agent, "/ui/csi/plugins");

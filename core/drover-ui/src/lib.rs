@@ -47,6 +47,8 @@ pub fn routes(api: Router) -> Router {
         .route("/ui/clients", get(pages::clients::list))
         .route("/ui/clients/{id}", get(pages::clients::detail))
         .route("/ui/servers", get(pages::servers::page))
+        .route("/ui/services", get(pages::services::list_page))
+        .route("/ui/services/{name}", get(pages::services::detail))
         .route("/ui/topology", get(pages::topology::page))
         .route("/ui/evaluations", get(pages::evals::page))
         .route("/ui/csi/volumes", get(pages::csi::volumes))

@@ -90,6 +90,7 @@ impl Ctx {
 pub enum Section {
     Overview,
     Jobs,
+    Services,
     Clients,
     Servers,
     Topology,
@@ -102,6 +103,7 @@ pub enum Section {
 const NAV: &[(Section, &str, &str)] = &[
     (Section::Overview, "/ui/overview", "Overview"),
     (Section::Jobs, "/ui/jobs", "Jobs"),
+    (Section::Services, "/ui/services", "Services"),
     (Section::Clients, "/ui/clients", "Clients"),
     (Section::Servers, "/ui/servers", "Servers"),
     (Section::Topology, "/ui/topology", "Topology"),

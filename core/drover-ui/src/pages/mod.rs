@@ -11,6 +11,7 @@ pub mod job;
 pub mod jobs;
 pub mod overview;
 pub mod servers;
+pub mod services;
 pub mod tokens;
 pub mod topology;
 
