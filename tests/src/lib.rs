@@ -61,10 +61,20 @@ pub fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// A loopback port nobody listens on right now.
+/// A loopback port nobody listens on right now, and never one this process handed out
+/// before: the kernel may give the same ephemeral port to two binds in a row once the first
+/// is closed, and a cluster's servers took the same RPC port that way.
 pub fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    l.local_addr().expect("local addr").port()
+    static HANDED_OUT: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    loop {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+        let port = l.local_addr().expect("local addr").port();
+        let mut seen = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
+        if seen.insert(port) {
+            return port;
+        }
+    }
 }
 
 /// A temporary directory removed on drop.
