@@ -10,28 +10,20 @@ const JS: &str = include_str!("../assets/ui.js");
 const HEAD_JS: &str = include_str!("../assets/ui-head.js");
 
 /// FNV-1a of the assets, computed at compile time.
-const VERSION: u64 = {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+const VERSION: u64 = fnv1a(
+    fnv1a(fnv1a(0xcbf2_9ce4_8422_2325, CSS.as_bytes()), JS.as_bytes()),
+    HEAD_JS.as_bytes(),
+);
+
+/// FNV-1a of `bytes`, continuing from `h`.
+const fn fnv1a(mut h: u64, bytes: &[u8]) -> u64 {
     let mut i = 0;
-    let css = CSS.as_bytes();
-    while i < css.len() {
-        h = (h ^ css[i] as u64).wrapping_mul(0x100_0000_01b3);
-        i += 1;
-    }
-    let js = JS.as_bytes();
-    i = 0;
-    while i < js.len() {
-        h = (h ^ js[i] as u64).wrapping_mul(0x100_0000_01b3);
-        i += 1;
-    }
-    let head = HEAD_JS.as_bytes();
-    i = 0;
-    while i < head.len() {
-        h = (h ^ head[i] as u64).wrapping_mul(0x100_0000_01b3);
+    while i < bytes.len() {
+        h = (h ^ bytes[i] as u64).wrapping_mul(0x100_0000_01b3);
         i += 1;
     }
     h
-};
+}
 
 /// The URL of asset `file`, versioned.
 pub fn url(file: &str) -> String {

@@ -56,13 +56,7 @@ impl Ctx {
     /// `GET path`, watched: the page updates when its index moves. Only blocking endpoints
     /// may be watched (others would answer a waiting query at once).
     pub async fn watch(&self, path: impl AsRef<str>) -> Result<Value, ApiError> {
-        let path = path.as_ref();
-        let answer = self.api.get(path, self.token.as_deref()).await?;
-        self.watched
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push((path.to_string(), answer.index));
-        Ok(answer.value)
+        self.watch_as::<Value>(path).await
     }
 
     /// `GET path` read into `T`, watched as [`Ctx::watch`] watches.
