@@ -7,6 +7,9 @@ const JOB: &str = r#"
 job "refused" {
   datacenters = ["dc1"]
   group "g" {
+    network {
+      port "http" {}
+    }
     task "t" {
       driver = "mock_driver"
       config { run_for = "5s" }
@@ -15,9 +18,11 @@ job "refused" {
       }
       service {
         name = "web"
+        port = "http"
         check {
-          type     = "script"
-          command  = "/bin/true"
+          type     = "http"
+          path     = "/health"
+          expose   = true
           interval = "10s"
           timeout  = "2s"
         }
@@ -28,7 +33,7 @@ job "refused" {
 "#;
 
 #[test]
-fn a_job_with_vault_and_a_service_check_is_refused_by_run_and_validate_and_not_registered() {
+fn a_job_with_vault_and_an_exposed_check_is_refused_by_run_and_validate_and_not_registered() {
     let dir = TempDir::new("unsupported");
     let agent = Agent::start_dev(dir.path(), &[]);
     let job = write_job(&dir, "refused.nomad", JOB);
@@ -39,8 +44,8 @@ fn a_job_with_vault_and_a_service_check_is_refused_by_run_and_validate_and_not_r
     for expected in [
         "vault is not supported",
         "(Job.TaskGroups[0].Tasks[0].Vault)",
-        "check is not supported: service health checks are not run yet",
-        "(Job.TaskGroups[0].Tasks[0].Services[0].Checks)",
+        "expose is not supported: expose paths need the Connect mesh",
+        "(Job.TaskGroups[0].Tasks[0].Services[0].Checks[0].Expose)",
     ] {
         assert!(text.contains(expected), "{expected:?} missing: {text}");
     }

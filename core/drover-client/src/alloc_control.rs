@@ -66,7 +66,13 @@ pub(crate) enum TaskCommand {
     /// Send `signal` (a name the drivers know) to the running task.
     Signal { signal: String, done: Reply },
     /// Record `event`, stop the running task and start it again; answered once it stopped.
-    Restart { event: Box<TaskEvent>, done: Reply },
+    /// A `failure` restart (a failing check's `check_restart`) counts against the task's
+    /// restart policy, as if the task had failed; others do not.
+    Restart {
+        event: Box<TaskEvent>,
+        failure: bool,
+        done: Reply,
+    },
 }
 
 impl TaskCommand {
@@ -162,7 +168,12 @@ impl AllocControl {
                 .get(name)
                 .ok_or_else(|| AllocControlError::RestartUnknownTask(name.to_string()))?;
             let event = Box::new(restart_event(REASON_RESTART_TASK));
-            return answer(ask(tx, |done| TaskCommand::Restart { event, done })).await;
+            return answer(ask(tx, |done| TaskCommand::Restart {
+                event,
+                failure: false,
+                done,
+            }))
+            .await;
         }
         if *self.stop.borrow() || *self.done.borrow() {
             return Err(AllocControlError::AllocNotRunning);
@@ -178,7 +189,14 @@ impl AllocControl {
             .iter()
             .map(|(name, tx)| {
                 let event = event.clone();
-                (name, ask(tx, |done| TaskCommand::Restart { event, done }))
+                (
+                    name,
+                    ask(tx, |done| TaskCommand::Restart {
+                        event,
+                        failure: false,
+                        done,
+                    }),
+                )
             })
             .collect();
         let mut failures = MultiError::new();
@@ -190,6 +208,25 @@ impl AllocControl {
             }
         }
         failures.into_result().map_err(AllocControlError::Tasks)
+    }
+}
+
+impl AllocControl {
+    /// Nomad's check watcher: restarts `task` because a check stayed unhealthy past its
+    /// `check_restart` limit. Counts as a failure of the task (its restart policy decides
+    /// whether and when it starts again). Does not wait for the task to stop.
+    pub(crate) fn restart_for_check(&self, task: &str, check: &str) {
+        let Some(tx) = self.tasks.get(task) else {
+            return;
+        };
+        let reason = format!("healthcheck: check {check:?} unhealthy");
+        let event = Box::new(restart_event(&reason));
+        // Nobody waits for the answer: a task that does not run is not restarted.
+        let _ = ask(tx, |done| TaskCommand::Restart {
+            event,
+            failure: true,
+            done,
+        });
     }
 }
 

@@ -7,8 +7,9 @@
 //! every task state change and when the time it names comes, and reports the result once in
 //! its client update (`AllocClientUpdate.deployment_status`).
 //!
-//! Drover registers no services, so there are no checks to wait for: `health_check = "checks"`
-//! is decided from the task states alone, as `"task_states"` is.
+//! With `health_check = "checks"` the allocation's healthiness checks must pass too (see
+//! [`Checks`]); an allocation without checks is decided from its task states alone, as with
+//! `"task_states"`.
 
 use std::collections::BTreeMap;
 
@@ -93,6 +94,28 @@ fn counts(task: &Task) -> bool {
     stage_of(task) != Stage::Poststop
 }
 
+/// What the allocation's service checks say, for `health_check = "checks"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Checks {
+    /// Not asked for, or the allocation has no healthiness check.
+    NotUsed,
+    /// Every healthiness check has passed since `since` (Unix nanoseconds).
+    Passing { since: i64 },
+    /// A healthiness check does not pass (or has no result yet).
+    NotPassing,
+}
+
+/// [`decide_with_checks`] for an allocation whose checks do not count.
+pub fn decide(
+    update: &UpdateStrategy,
+    tasks: &[Task],
+    states: &BTreeMap<String, TaskState>,
+    tracking_started: i64,
+    now: i64,
+) -> Health {
+    decide_with_checks(update, tasks, states, tracking_started, now, Checks::NotUsed)
+}
+
 /// Nomad's `Tracker.watchTaskEvents`, decided at `now` for an allocation whose tracking began
 /// at `tracking_started` (the healthy deadline runs from there, as Nomad's health hook sets it
 /// when it starts watching). Times are Unix nanoseconds.
@@ -100,13 +123,15 @@ fn counts(task: &Task) -> bool {
 /// Poststop tasks are left out; a non-sidecar poststart task that completed successfully is
 /// done; a non-sidecar prestart task counts once it completed successfully; every other task
 /// must be running. A failed task, or one dead that should run, makes the allocation
-/// unhealthy at once.
-pub fn decide(
+/// unhealthy at once. With `checks` in use, the allocation is healthy once its tasks and its
+/// checks have both been so for `min_healthy_time` (Nomad's `watchNomadEvents`).
+pub fn decide_with_checks(
     update: &UpdateStrategy,
     tasks: &[Task],
     states: &BTreeMap<String, TaskState>,
     tracking_started: i64,
     now: i64,
+    checks: Checks,
 ) -> Health {
     let deadline = tracking_started.saturating_add(update.healthy_deadline.max(0));
     let min_healthy = update.min_healthy_time.max(0);
@@ -141,6 +166,11 @@ pub fn decide(
             latest_start = latest_start.max(Some(since));
         }
     }
+    match checks {
+        Checks::NotUsed => {}
+        Checks::Passing { since } => latest_start = latest_start.max(Some(since)),
+        Checks::NotPassing => all_started = false,
+    }
     let healthy_at = latest_start
         .filter(|_| all_started)
         .map(|since| since.saturating_add(min_healthy));
@@ -151,17 +181,28 @@ pub fn decide(
         return Health::Healthy { at };
     }
     if now >= deadline {
-        return unhealthy(
+        let reason = if checks == Checks::NotPassing {
+            "service checks not passing by healthy_deadline".to_string()
+        } else {
             format!(
                 "not healthy by healthy_deadline of {}",
                 go_duration(update.healthy_deadline)
-            ),
-            update,
-            tasks,
-            states,
-            deadline,
-            now,
-        );
+            )
+        };
+        let mut health = unhealthy(reason, update, tasks, states, deadline, now);
+        if checks == Checks::NotPassing
+            && let Health::Unhealthy { events, .. } = &mut health
+            && events.is_empty()
+        {
+            // Tasks ran long enough: the checks are to blame (Nomad's event text).
+            for t in tasks.iter().filter(|t| counts(t)) {
+                let mut ev = TaskEvent::new(TASK_EVENT_ALLOC_UNHEALTHY)
+                    .with_message("Services not healthy by deadline");
+                ev.time = now;
+                events.insert(t.name.clone(), ev);
+            }
+        }
+        return health;
     }
     Health::Pending {
         next_check: healthy_at.map_or(deadline, |at| at.min(deadline)),
@@ -310,6 +351,40 @@ mod tests {
     }
 
     #[test]
+    fn with_checks_both_tasks_and_checks_must_be_healthy_for_min_healthy_time() {
+        let u = update(HEALTH_CHECK_CHECKS, 10 * SEC, 60 * SEC);
+        let tasks = vec![task("web", None, false)];
+        let s = states(&[("web", running(T0 + SEC))]);
+        let decide_at = |now, checks| decide_with_checks(&u, &tasks, &s, T0, now, checks);
+        assert_eq!(
+            decide_at(T0 + 20 * SEC, Checks::NotPassing),
+            Health::Pending {
+                next_check: T0 + 60 * SEC
+            }
+        );
+        // Passing since 15 s: healthy 10 s later, not at the task's start plus 10 s.
+        let passing = Checks::Passing { since: T0 + 15 * SEC };
+        assert_eq!(
+            decide_at(T0 + 20 * SEC, passing),
+            Health::Pending {
+                next_check: T0 + 25 * SEC
+            }
+        );
+        assert_eq!(
+            decide_at(T0 + 25 * SEC, passing),
+            Health::Healthy { at: T0 + 25 * SEC }
+        );
+        // Never passing: unhealthy at the deadline, the checks named as the cause.
+        match decide_at(T0 + 60 * SEC, Checks::NotPassing) {
+            Health::Unhealthy { reason, events } => {
+                assert!(reason.contains("service checks"), "{reason}");
+                assert_eq!(events["web"].message, "Services not healthy by deadline");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
     fn healthy_once_every_task_ran_for_min_healthy_time() {
         let u = update(HEALTH_CHECK_TASK_STATES, 10 * SEC, 300 * SEC);
         let tasks = vec![task("web", None, false), task("api", None, false)];
@@ -330,7 +405,7 @@ mod tests {
             decide(&u, &tasks, &s, T0, T0 + 60 * SEC),
             Health::Healthy { at: T0 + 13 * SEC }
         );
-        // "checks" is decided by the task states too: Drover has no service checks.
+        // "checks" without any check is decided by the task states alone.
         let c = update(HEALTH_CHECK_CHECKS, 10 * SEC, 300 * SEC);
         assert_eq!(
             decide(&c, &tasks, &s, T0, T0 + 13 * SEC),

@@ -14,6 +14,7 @@ use crate::alloc_control::{AllocControl, TaskCommands};
 use crate::alloc_health::{self, Health};
 use crate::alloc_stats::LiveTasks;
 use crate::allocdir::AllocDir;
+use crate::checks::{self, AllocChecks, CheckEnv, TaskRuns};
 use crate::csi::volumes::{self, MountedVolume};
 use crate::csi::{CsiManager, CsiServerCalls};
 use crate::lifecycle::{self, Coordinator};
@@ -51,6 +52,8 @@ pub struct AllocRunnerHandle {
     pub live: LiveTasks,
     /// Signals and restarts of the allocation's tasks (`alloc signal`, `alloc restart`).
     pub control: AllocControl,
+    /// The latest result of each of its service checks.
+    pub checks: AllocChecks,
     /// How long the allocation may run without a heartbeat (`stop_after_client_disconnect`).
     pub stop_after_disconnect: Option<std::time::Duration>,
     done: watch::Receiver<bool>,
@@ -137,17 +140,23 @@ pub fn start(
         stop_tx.subscribe(),
         done_rx.clone(),
     );
+    let results = AllocChecks::default();
+    let checks = Checks {
+        results: results.clone(),
+        control: control.clone(),
+    };
     let handle = AllocRunnerHandle {
         stop_tx,
         alloc: alloc.clone(),
         alloc_dir: dir.path().to_path_buf(),
         live: live.clone(),
         control,
+        checks: results,
         stop_after_disconnect: crate::heartbeat_stop::stop_after(&group),
         done: done_rx,
     };
     tokio::spawn(run(
-        env, alloc, group, dir, prior, handles, live, commands, stop_rx, done_tx,
+        env, alloc, group, dir, prior, handles, live, commands, checks, stop_rx, done_tx,
     ));
     Ok(handle)
 }
@@ -162,11 +171,13 @@ async fn run(
     mut handles: BTreeMap<String, TaskHandle>,
     live: LiveTasks,
     mut commands: TaskCommands,
+    checks: Checks,
     mut stop_rx: watch::Receiver<bool>,
     done_tx: watch::Sender<bool>,
 ) {
     // Deployment health is tracked from here, as Nomad's health hook starts before the others.
-    let mut health = HealthTracking::new(&alloc, &group);
+    let group_checks = checks::of_alloc(&alloc, &group);
+    let mut health = HealthTracking::new(&alloc, &group, &group_checks);
     // Directory creation is many small blocking syscalls: off the async threads, and in
     // parallel with other allocations' setup.
     let names: Vec<String> = group.tasks.iter().map(|t| t.name.clone()).collect();
@@ -337,6 +348,22 @@ async fn run(
     drop(task_tx);
     // Tasks without a runner run nothing: dropping their commands answers them so.
     drop(commands);
+    // The checks run from here until the allocation stops (Nomad's checks hook: from
+    // prerun to prekill); dropping `checks_stop` at the end ends them too.
+    let (runs_tx, runs_rx) = watch::channel(task_runs(&states));
+    let (checks_stop, checks_stopped) = watch::channel(false);
+    let mut checks_changed = checks.results.subscribe();
+    if !group_checks.is_empty() {
+        let env = CheckEnv {
+            alloc: alloc.clone(),
+            node: env.node.clone(),
+            live: live.clone(),
+            control: checks.control.clone(),
+            results: checks.results.clone(),
+            runs: runs_rx,
+        };
+        checks::start(env, group_checks.clone(), checks_stopped);
+    }
 
     type Sent = (
         String,
@@ -351,6 +378,15 @@ async fn run(
         std::time::Duration::from_nanos(group.shutdown_delay.unwrap_or(0).max(0) as u64);
     let mut commands_closed = false;
     loop {
+        runs_tx.send_if_modified(|runs| {
+            let now = task_runs(&states);
+            let changed = *runs != now;
+            *runs = now;
+            changed
+        });
+        if stopping {
+            checks_stop.send_if_modified(|stopped| !std::mem::replace(stopped, true));
+        }
         health.check(&alloc.id, &group.tasks, &mut states);
         let (status, desc) = client_status(&states);
         let sent = (status.to_string(), states.clone(), health.reported());
@@ -395,6 +431,12 @@ async fn run(
                     killing.advance(&states, &kills);
                 }
             }
+            // A check's result changed: the health may be decided now.
+            changed = checks_changed.changed(), if health.uses_checks() => {
+                if changed.is_ok() {
+                    health.checks_changed(&group_checks, &checks.results);
+                }
+            }
             // Time to decide the allocation's health again (min_healthy_time or
             // healthy_deadline reached).
             _ = tokio::time::sleep_until(
@@ -408,6 +450,9 @@ async fn run(
             }
         }
     }
+    // The observers end with `checks_stop`; what they found goes with the allocation.
+    drop(checks_stop);
+    checks.results.purge();
     if !mounted.is_empty() {
         // Tasks' binds first: the published volume must have no other mount on top of it.
         for target in &task_binds {
@@ -420,6 +465,23 @@ async fn run(
         }
     }
     let _ = done_tx.send(true);
+}
+
+/// What the runner needs of the allocation's checks: their results and the restarts they ask.
+struct Checks {
+    results: AllocChecks,
+    control: AllocControl,
+}
+
+/// Which tasks run now, and which run of each (its restart count), for the checks.
+fn task_runs(states: &BTreeMap<String, TaskState>) -> TaskRuns {
+    states
+        .iter()
+        .map(|(name, s)| {
+            let run = (s.state == TASK_STATE_RUNNING).then_some(s.restarts);
+            (name.clone(), run)
+        })
+        .collect()
 }
 
 /// The allocation's deployment health while the runner decides it (Nomad's health hook).
@@ -438,18 +500,60 @@ struct HealthTracking {
     task_events: BTreeMap<String, mpsc::UnboundedSender<TaskEvent>>,
     /// "Alloc Unhealthy" events given to task runners that have not reported them back yet.
     unreported: BTreeMap<String, TaskEvent>,
+    /// What the checks say while the health waits on them (`health_check = "checks"` and
+    /// the allocation has a healthiness check); `NotUsed` otherwise.
+    checks: alloc_health::Checks,
 }
 
 impl HealthTracking {
-    fn new(alloc: &Allocation, group: &TaskGroup) -> HealthTracking {
+    fn new(
+        alloc: &Allocation,
+        group: &TaskGroup,
+        group_checks: &[(String, drover_structs::service_check::GroupCheck)],
+    ) -> HealthTracking {
+        let update = alloc_health::tracked_strategy(alloc, group).cloned();
+        let by_checks = update
+            .as_ref()
+            .is_some_and(|u| u.health_check == alloc_health::HEALTH_CHECK_CHECKS);
+        let checks = match checks::checks_health(group_checks, &BTreeMap::new()) {
+            Some(_) if by_checks => alloc_health::Checks::NotPassing,
+            _ => alloc_health::Checks::NotUsed,
+        };
         HealthTracking {
-            update: alloc_health::tracked_strategy(alloc, group).cloned(),
+            update,
+            checks,
             started: drover_structs::time::now_nanos(),
             next_check: None,
             status: alloc.deployment_status.as_deref().cloned(),
             task_events: BTreeMap::new(),
             unreported: BTreeMap::new(),
         }
+    }
+
+    /// Whether the decision waits on the checks.
+    fn uses_checks(&self) -> bool {
+        self.update.is_some() && self.checks != alloc_health::Checks::NotUsed
+    }
+
+    /// Follows a change of the checks' results: since when they all pass, if they do.
+    fn checks_changed(
+        &mut self,
+        group_checks: &[(String, drover_structs::service_check::GroupCheck)],
+        results: &AllocChecks,
+    ) {
+        if !self.uses_checks() {
+            return;
+        }
+        let passing = checks::checks_health(group_checks, &results.results()).unwrap_or(false);
+        self.checks = match (passing, self.checks) {
+            (true, alloc_health::Checks::Passing { since }) => {
+                alloc_health::Checks::Passing { since }
+            }
+            (true, _) => alloc_health::Checks::Passing {
+                since: drover_structs::time::now_nanos(),
+            },
+            (false, _) => alloc_health::Checks::NotPassing,
+        };
     }
 
     /// Stops tracking without a decision.
@@ -489,7 +593,8 @@ impl HealthTracking {
     fn check(&mut self, alloc_id: &str, tasks: &[Task], states: &mut BTreeMap<String, TaskState>) {
         let Some(update) = &self.update else { return };
         let now = drover_structs::time::now_nanos();
-        match alloc_health::decide(update, tasks, states, self.started, now) {
+        match alloc_health::decide_with_checks(update, tasks, states, self.started, now, self.checks)
+        {
             Health::Pending { next_check } => self.next_check = Some(next_check),
             Health::Healthy { at } => {
                 tracing::info!(alloc = %alloc_id, "allocation is healthy");

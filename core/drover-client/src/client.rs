@@ -386,6 +386,17 @@ impl Client {
         Some(live.sample(task, mhz_per_core(&self.node())))
     }
 
+    /// The latest result of each service check of an allocation this client runs, by check
+    /// id (`/v1/client/allocation/:id/checks`); `None` for an allocation it does not know.
+    /// Empty once the allocation stopped, as Nomad purges them then.
+    pub fn alloc_checks(
+        &self,
+        alloc_id: &str,
+    ) -> Option<BTreeMap<String, drover_structs::service_check::CheckQueryResult>> {
+        let runners = self.shared.runners.lock().unwrap_or_else(|e| e.into_inner());
+        Some(runners.get(alloc_id)?.checks.results())
+    }
+
     /// The running tasks of an allocation this client runs (for `alloc exec`).
     pub(crate) fn live_tasks(&self, alloc_id: &str) -> Option<crate::alloc_stats::LiveTasks> {
         self.shared

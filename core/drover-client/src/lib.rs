@@ -13,6 +13,7 @@ pub mod alloc_runner;
 pub mod alloc_stats;
 pub mod allocdir;
 pub mod artifact;
+pub mod checks;
 pub mod client;
 pub mod client_metrics;
 pub mod csi;

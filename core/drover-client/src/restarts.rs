@@ -73,6 +73,13 @@ impl RestartTracker {
         })
     }
 
+    /// After the task was stopped because a check stayed unhealthy (Nomad's check watcher
+    /// restarts with `failure = true`): an attempt, as a failed exit is.
+    pub fn on_failure(&mut self) -> Decision {
+        // The same count and limits as a recoverable start failure.
+        self.on_start_error(true)
+    }
+
     /// After the driver failed to start the task.
     pub fn on_start_error(&mut self, recoverable: bool) -> Decision {
         if self.policy.attempts == 0 {

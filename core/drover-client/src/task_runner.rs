@@ -112,6 +112,9 @@ pub struct TaskRunner {
     /// The task's artifacts are in place (fetched once, before the first start, as Nomad's
     /// artifact hook marks itself done).
     artifacts_done: bool,
+    /// The restart under way was asked for by a failing check (`check_restart`): it counts
+    /// against the restart policy.
+    restart_is_failure: bool,
 }
 
 impl TaskRunner {
@@ -143,6 +146,7 @@ impl TaskRunner {
             template_due: None,
             template_scripts: None,
             artifacts_done: false,
+            restart_is_failure: false,
         };
         // A task that ever started had its artifacts fetched (before an agent restart too).
         r.artifacts_done = r.state.started_at.is_some();
@@ -503,6 +507,20 @@ impl TaskRunner {
                 }
                 self.finish(true);
                 break;
+            }
+            if !restarting.is_empty() && std::mem::take(&mut self.restart_is_failure) {
+                // A check's restart: the restart policy decides, as for a failed exit.
+                for done in restarting.drain(..) {
+                    let _ = done.send(Ok(()));
+                }
+                let decision = tracker.on_failure();
+                if !self
+                    .after_decision(decision, tracker.reason(), &mut kill)
+                    .await
+                {
+                    break;
+                }
+                continue;
             }
             if !restarting.is_empty() {
                 self.restart_on_request();
@@ -896,12 +914,17 @@ impl TaskRunner {
                     .map_err(|e| AllocControlError::Driver(e.to_string()));
                 let _ = done.send(sent);
             }
-            TaskCommand::Restart { event, done } => {
+            TaskCommand::Restart {
+                event,
+                failure,
+                done,
+            } => {
                 restarting.push(done);
                 if restarting.len() > 1 {
                     // Already stopping for an earlier request.
                     return;
                 }
+                self.restart_is_failure = failure;
                 self.event(*event);
                 if let Err(e) = self.stop_task(task_id).await {
                     let task = &self.ctx.task.name;
@@ -1022,6 +1045,7 @@ impl TaskRunner {
             let (done, _) = oneshot::channel();
             let restart = TaskCommand::Restart {
                 event: Box::new(event),
+                failure: false,
                 done,
             };
             self.command(restart, task_id, restarting).await;

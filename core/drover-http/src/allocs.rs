@@ -114,6 +114,21 @@ pub(crate) async fn client_stats(
     }
 }
 
+/// `GET /v1/client/allocation/:id/checks`: the latest result of each service check of an
+/// allocation this node runs, by check id (Nomad's `map[CheckID]CheckQueryResult`).
+pub(crate) async fn client_checks(
+    State(s): State<crate::client_api::ClientState>,
+    Path(id): Path<String>,
+    Query(params): Query<Params>,
+) -> Result<Response, ApiError> {
+    let pretty = flag(&params, "pretty")?;
+    let client = local_client(&s)?;
+    match client.alloc_checks(&id) {
+        Some(results) => respond_json(&results, None, pretty),
+        None => Err(not_on_this_node(&s, client, &id)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::{Duration, Instant};

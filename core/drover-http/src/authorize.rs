@@ -116,7 +116,7 @@ fn need(method: &Method, path: &str) -> Need {
         ["v1", "client", "fs", "logs", _] => Alloc(cap::CAP_READ_LOGS),
         ["v1", "client", "fs", _, _] => Alloc(cap::CAP_READ_FS),
         ["v1", "client", "allocation", _, "exec"] => Alloc(cap::CAP_ALLOC_EXEC),
-        ["v1", "client", "allocation", _, "stats"] => Alloc(cap::CAP_READ_JOB),
+        ["v1", "client", "allocation", _, "stats" | "checks"] => Alloc(cap::CAP_READ_JOB),
         ["v1", "client", "allocation", _, _] => Alloc(cap::CAP_ALLOC_LIFECYCLE),
         ["v1", "client", "stats"] | ["v1", "client", "metadata"] if read => NodeRead,
         ["v1", "client", "gc"] | ["v1", "client", "metadata"] => NodeWrite,

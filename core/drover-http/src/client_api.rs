@@ -242,6 +242,10 @@ pub(crate) fn routes(client: Option<Arc<dyn NodeClient>>, routing: ClientRouting
             get(allocs::client_stats),
         )
         .route(
+            "/v1/client/allocation/{id}/checks",
+            get(allocs::client_checks),
+        )
+        .route(
             "/v1/client/allocation/{id}/signal",
             put(alloc_control::signal).post(alloc_control::signal),
         )

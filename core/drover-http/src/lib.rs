@@ -114,6 +114,13 @@ pub trait NodeClient: Send + Sync + 'static {
         let _ = (alloc_id, task);
         None
     }
+    /// The latest result of each service check of an allocation this client runs, by check
+    /// id, in Nomad's `CheckQueryResult` shape (`/v1/client/allocation/:id/checks`); `None`
+    /// when the client does not know the allocation.
+    fn alloc_checks(&self, alloc_id: &str) -> Option<serde_json::Value> {
+        let _ = alloc_id;
+        None
+    }
     /// Nomad's `alloc signal`: sends `signal` to task `task` of an allocation this client runs,
     /// or to all of its tasks, for `/v1/client/allocation/:id/signal`.
     fn signal(&self, alloc_id: String, task: Option<String>, signal: String) -> ControlFuture<'_> {

@@ -116,19 +116,53 @@ fn refuse_group(tg: &TaskGroup, at: &str, m: &mut MultiError) {
     }
 }
 
-/// Services register natively (whatever their `provider`: Drover needs no Consul), but their
-/// health checks are not run yet and the Connect mesh does not exist yet: a `check` or a
-/// `connect` block is refused, naming the service's path.
+/// Services register natively (whatever their `provider`: Drover needs no Consul) and the
+/// client runs their checks, but the Connect mesh does not exist yet, nor do the check
+/// settings that need it or a driver's own network: those are refused, naming their path.
 fn refuse_service_parts(services: &Option<Value>, refuse: &mut impl FnMut(&str, &str, &str)) {
     let list = services.as_ref().and_then(Value::as_array);
     for (i, service) in list.into_iter().flatten().enumerate() {
         let checks = service.get("Checks").and_then(Value::as_array);
-        if checks.is_some_and(|c| !c.is_empty()) {
-            refuse(
-                &format!("Services[{i}].Checks"),
-                "check",
-                "service health checks are not run yet",
-            );
+        for (j, check) in checks.into_iter().flatten().enumerate() {
+            let at = |field: &str| format!("Services[{i}].Checks[{j}].{field}");
+            let text = |k: &str| check.get(k).and_then(Value::as_str).unwrap_or("");
+            let flag = |k: &str| check.get(k).and_then(Value::as_bool).unwrap_or(false);
+            let number = |k: &str| check.get(k).and_then(Value::as_i64).unwrap_or(0);
+            if flag("Expose") {
+                refuse(
+                    &at("Expose"),
+                    "expose",
+                    "expose paths need the Connect mesh, which is not supported yet",
+                );
+            }
+            if text("AddressMode") == "driver" {
+                refuse(
+                    &at("AddressMode"),
+                    "address_mode",
+                    "checks on a driver's own address are not supported yet",
+                );
+            }
+            if flag("GRPCUseTLS") {
+                refuse(
+                    &at("GRPCUseTLS"),
+                    "grpc_use_tls",
+                    "gRPC checks over TLS are not supported yet",
+                );
+            }
+            if !text("TLSServerName").is_empty() {
+                refuse(
+                    &at("TLSServerName"),
+                    "tls_server_name",
+                    "a check's TLS server name is not supported yet",
+                );
+            }
+            if number("FailuresBeforeWarning") != 0 {
+                refuse(
+                    &at("FailuresBeforeWarning"),
+                    "failures_before_warning",
+                    "checks turn warning only from a script's exit code 1",
+                );
+            }
         }
         if service.get("Connect").is_some_and(|c| !c.is_null()) {
             refuse(
@@ -222,9 +256,29 @@ mod tests {
     }
 
     #[test]
+    fn checks_run_but_their_mesh_and_driver_settings_are_refused_with_their_path() {
+        let mut t = task();
+        t.services = Some(json!([{"Name": "web", "Checks": [
+            {"Type": "http", "Path": "/", "Method": "POST", "OnUpdate": "ignore"},
+            {"Type": "grpc", "Expose": true, "GRPCUseTLS": true, "AddressMode": "driver"}
+        ]}]));
+        let e = refuse_unacted(&job_with(group(t))).unwrap_err();
+        assert_eq!(e.errors.len(), 3, "{e}");
+        let text = e.to_string();
+        for path in [
+            "Job.TaskGroups[0].Tasks[0].Services[0].Checks[1].Expose",
+            "Job.TaskGroups[0].Tasks[0].Services[0].Checks[1].GRPCUseTLS",
+            "Job.TaskGroups[0].Tasks[0].Services[0].Checks[1].AddressMode",
+        ] {
+            assert!(text.contains(path), "{path} missing in {text}");
+        }
+        assert!(!text.contains("Checks[0]"), "{text}");
+    }
+
+    #[test]
     fn checks_connect_vault_and_devices_are_refused_each_with_its_path() {
         let mut t = task();
-        t.services = Some(json!([{"Name": "web", "Checks": [{"Type": "http"}]}]));
+        t.services = Some(json!([{"Name": "web", "Checks": [{"Type": "http", "Expose": true}]}]));
         t.vault = Some(json!({"Policies": ["x"]}));
         t.resources.devices = Some(vec![json!({"Name": "nvidia/gpu"})]);
         let mut tg = group(t);
@@ -234,7 +288,7 @@ mod tests {
         let text = e.to_string();
         for path in [
             "Job.TaskGroups[0].Services[1].Connect",
-            "Job.TaskGroups[0].Tasks[0].Services[0].Checks",
+            "Job.TaskGroups[0].Tasks[0].Services[0].Checks[0].Expose",
             "Job.TaskGroups[0].Tasks[0].Vault",
             "Job.TaskGroups[0].Tasks[0].Resources.Devices",
         ] {

@@ -28,6 +28,7 @@ pub mod plan;
 pub mod resources;
 pub mod scaling;
 pub mod service;
+pub mod service_check;
 pub mod submission;
 pub mod summary;
 pub mod time;

@@ -114,6 +114,12 @@ impl drover_http::NodeClient for HttpClient {
             .inspect_err(|e| tracing::warn!(error = %e, "encoding allocation stats"))
             .ok()
     }
+    fn alloc_checks(&self, alloc_id: &str) -> Option<serde_json::Value> {
+        let results = self.0.alloc_checks(alloc_id)?;
+        serde_json::to_value(results)
+            .inspect_err(|e| tracing::warn!(error = %e, "encoding check results"))
+            .ok()
+    }
     fn signal(
         &self,
         alloc_id: String,

@@ -1,10 +1,11 @@
 //! `drover alloc status` (and `alloc logs`, in `logs`; `alloc fs`, in `alloc_fs`; `alloc signal`
-//! and `alloc restart`, in `alloc_lifecycle`).
+//! and `alloc restart`, in `alloc_lifecycle`; `alloc checks`, in `alloc_checks`).
 
 use drover_client::alloc_stats::{AllocResourceUsage, ResourceUsage};
 use drover_structs::{AllocListStub, Allocation, TaskState};
 use serde_json::Value;
 
+use super::alloc_checks::{self, AllocChecksArgs};
 use super::alloc_exec::{self, AllocExecArgs};
 use super::alloc_fs::{self, AllocFsArgs};
 use super::alloc_lifecycle::{self, AllocRestartArgs, AllocSignalArgs};
@@ -42,6 +43,8 @@ pub enum AllocCommand {
     Restart(AllocRestartArgs),
     /// Run a command inside a running task of an allocation
     Exec(AllocExecArgs),
+    /// Show the latest result of each service health check of an allocation
+    Checks(AllocChecksArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -68,6 +71,7 @@ pub fn run(cli: AllocCli) -> anyhow::Result<Exit> {
         AllocCommand::Signal(args) => alloc_lifecycle::signal(&client, args),
         AllocCommand::Restart(args) => alloc_lifecycle::restart(&client, args),
         AllocCommand::Exec(args) => alloc_exec::run(&client, args),
+        AllocCommand::Checks(args) => alloc_checks::run(&client, args),
     }
 }
 

@@ -9,6 +9,7 @@
 mod acl;
 mod agent_monitor;
 mod alloc;
+mod alloc_checks;
 mod alloc_exec;
 mod alloc_fs;
 mod alloc_lifecycle;
