@@ -36,6 +36,17 @@ job "talker" {
         command = "/bin/sh"
         args = ["-c", "echo started; while true; do if [ -f local/say ]; then cat local/say; rm -f local/say; fi; sleep 0.2; done"]
       }
+      service {
+        name = "talker-script"
+        check {
+          name     = "talker-alive"
+          type     = "script"
+          command  = "/bin/sh"
+          args     = ["-c", "echo alive"]
+          interval = "1s"
+          timeout  = "5s"
+        }
+      }
       resources {
         cpu    = 20
         memory = 16
@@ -275,6 +286,12 @@ fn every_page_loads_without_console_errors_and_shows_what_the_api_shows() {
         LIVE,
     )
     .expect("the log tail shows the task's first line");
+    // The task service's check is listed with its latest result.
+    let checks = text_of(&mut b, "section.checks");
+    assert!(
+        checks.contains("talker-alive") && checks.contains("talker-script"),
+        "{checks}"
+    );
     b.screenshot(&shots.join("allocation.png")).expect("shot");
 
     open(

@@ -131,11 +131,11 @@ pub fn bytes(n: i64) -> String {
 pub fn badge(status: &str) -> Markup {
     let class = match status {
         "running" | "ready" | "successful" | "complete" | "alive" | "eligible" | "healthy"
-        | "true" | "leader" => "good",
+        | "true" | "leader" | "success" => "good",
         "failed" | "lost" | "dead" | "down" | "cancelled" | "ineligible" | "unhealthy"
-        | "blocked" | "false" => "bad",
+        | "blocked" | "false" | "failure" => "bad",
         "pending" | "starting" | "initializing" | "paused" | "draining" | "unknown" | "queued"
-        | "disconnected" => "warn",
+        | "disconnected" | "warning" => "warn",
         _ => "plain",
     };
     html! { span class={"badge " (class)} { (status) } }

@@ -1,5 +1,6 @@
 //! An allocation: its state, each task's state, events and resources used against asked,
-//! restart/stop/signal buttons, and a live tail of a task's stdout or stderr.
+//! its service checks' latest results, restart/stop/signal buttons, and a live tail of a
+//! task's stdout or stderr.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -56,6 +57,14 @@ async fn render(cx: Arc<Ctx>, id: String) -> Result<Page, ApiError> {
     // Usage exists only while the client runs the allocation.
     let stats = if running {
         cx.get(format!("/v1/client/allocation/{}/stats", encode(&id)))
+            .await
+            .ok()
+    } else {
+        None
+    };
+    // Check results, too, live on the client only while it runs the allocation.
+    let checks = if running {
+        cx.get(format!("/v1/client/allocation/{}/checks", encode(&id)))
             .await
             .ok()
     } else {
@@ -123,6 +132,26 @@ async fn render(cx: Arc<Ctx>, id: String) -> Result<Page, ApiError> {
     };
     let body = html! {
         (live_section("alloc-summary", summary))
+        @if let Some(checks) = checks.as_ref().and_then(Value::as_object).filter(|c| !c.is_empty()) {
+            section.checks {
+                h2 { "Service checks" }
+                table.list {
+                    thead { tr { th { "Check" } th { "Service" } th { "Task" } th { "Status" } th { "Mode" } th.wide { "Output" } } }
+                    tbody {
+                        @for c in checks.values() {
+                            tr {
+                                td { (s(c, "Check")) }
+                                td { (s(c, "Service")) }
+                                td { @if s(c, "Task").is_empty() { "(group)" } @else { (s(c, "Task")) } }
+                                td { (badge(s(c, "Status"))) @if n(c, "StatusCode") > 0 { " " small { (n(c, "StatusCode")) } } }
+                                td { (s(c, "Mode")) }
+                                td { code { (s(c, "Output")) } }
+                            }
+                        }
+                    }
+                }
+            }
+        }
         (live_section("alloc-tasks", task_sections))
         section.logs #logs data-alloc=(id) {
             h2 { "Logs" }
