@@ -7,6 +7,7 @@ pub mod browser;
 pub mod clients;
 pub mod csi;
 pub mod netns;
+pub mod private_net;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

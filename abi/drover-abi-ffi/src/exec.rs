@@ -421,6 +421,7 @@ mod tests {
                 exec: true,
                 fs_isolation: FsIsolation::None,
                 network_isolation: false,
+                group_network: false,
                 mount_configs: false,
             }
         }

@@ -229,6 +229,7 @@ impl Driver for FfiDriver {
                 exec: false,
                 fs_isolation: FsIsolation::None,
                 network_isolation: false,
+                group_network: false,
                 mount_configs: false,
             })
     }

@@ -97,8 +97,13 @@ pub struct Capabilities {
     /// How much of the host filesystem a task sees; anything but `None` obliges `start_task`
     /// to make `TaskConfig::mounts` visible.
     pub fs_isolation: FsIsolation,
-    /// Tasks get their own network namespace.
+    /// Tasks get their own network namespace, made by the driver (Nomad's task mode).
     pub network_isolation: bool,
+    /// Tasks run in the allocation's network namespace when `TaskConfig::network_isolation`
+    /// names one (Nomad's group mode: bridge networking, made by the client). A driver without
+    /// it cannot run tasks of a bridge-mode group. Absent in JSON from drivers that predate it.
+    #[serde(default)]
+    pub group_network: bool,
     /// The driver honours `TaskConfig::mounts` itself.
     pub mount_configs: bool,
 }
@@ -208,6 +213,21 @@ pub struct TaskConfig {
     /// directories). Absent in JSON from hosts and plugins that predate it, hence the default.
     #[serde(default)]
     pub mounts: Vec<MountConfig>,
+    /// The allocation's network namespace to run the task in (bridge networking); `None` runs
+    /// it in the host's. Only given to drivers with `Capabilities::group_network`.
+    #[serde(default)]
+    pub network_isolation: Option<NetworkIsolation>,
+}
+
+/// Nomad's `NetworkIsolationSpec` in group mode: the network namespace the client made for an
+/// allocation, which every task of it joins.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetworkIsolation {
+    /// Path of the namespace (a bind mount of it), to open and `setns(2)` into.
+    pub path: PathBuf,
+    /// Nomad's labels of the spec (none set by the client yet).
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
 }
 
 /// What the host keeps to find a running task again after the agent restarts.

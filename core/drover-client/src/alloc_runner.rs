@@ -40,6 +40,8 @@ pub struct RunnerEnv {
     pub agent_env: Arc<BTreeMap<String, String>>,
     /// The client's `artifact` block.
     pub artifact: Arc<crate::artifact::ArtifactConfig>,
+    /// Bridge networking, when the node offers it.
+    pub bridge: crate::network::Bridge,
 }
 
 /// Handle the client keeps for a running allocation.
@@ -195,13 +197,53 @@ async fn run(
             task_states: None,
             modify_time: drover_structs::time::now_nanos(),
             deployment_status: health.alloc_failed(),
+            network_status: None,
         });
         let _ = done_tx.send(true);
         return;
     }
     let mut states: BTreeMap<String, TaskState> = BTreeMap::new();
-    // Group volumes are mounted before any task starts (Nomad's csi_hook, a pre-run hook).
     let resumed_running = prior.values().any(|s| s.state == TASK_STATE_RUNNING);
+    // The allocation's own network comes first (Nomad's network hook runs before the CSI
+    // hook): bridge mode's namespace, which every task joins.
+    let network = match make_network(&env, &alloc, &group, resumed_running).await {
+        Ok(n) => n,
+        Err(err) => {
+            let description = format!("pre-run hook \"network\" failed: {err}");
+            for task in &group.tasks {
+                let mut s = prior.get(&task.name).cloned().unwrap_or_default();
+                let mut ev = TaskEvent::new(TASK_EVENT_SETUP_FAILURE);
+                ev.setup_error = format!("failed to setup alloc: {description}");
+                ev.fails_task = true;
+                ev.display_message = ev.default_display_message();
+                s.events.push(ev);
+                s.state = TASK_STATE_DEAD.into();
+                s.failed = true;
+                states.insert(task.name.clone(), s);
+            }
+            let _ = env.updates.send(AllocClientUpdate {
+                id: alloc.id.clone(),
+                client_status: ALLOC_CLIENT_FAILED.into(),
+                client_description: description,
+                task_states: Some(states),
+                modify_time: drover_structs::time::now_nanos(),
+                deployment_status: health.alloc_failed(),
+                network_status: None,
+            });
+            let _ = done_tx.send(true);
+            return;
+        }
+    };
+    let network_status = network.as_ref().map(|n| n.status.clone());
+    // Tasks see the allocation's address (`NOMAD_ALLOC_IP_*`) through its network status.
+    let alloc = match &network_status {
+        Some(status) => Arc::new(Allocation {
+            network_status: Some(status.clone()),
+            ..(*alloc).clone()
+        }),
+        None => alloc,
+    };
+    // Group volumes are mounted before any task starts (Nomad's csi_hook, a pre-run hook).
     let mounted = match mount_csi_volumes(&env, &alloc, &group, stop_rx.clone(), resumed_running)
         .await
     {
@@ -226,7 +268,9 @@ async fn run(
                 task_states: Some(states),
                 modify_time: drover_structs::time::now_nanos(),
                 deployment_status: health.reported(),
+                network_status: None,
             });
+            release_network(&env, &alloc, network.as_ref()).await;
             let _ = done_tx.send(true);
             return;
         }
@@ -250,7 +294,9 @@ async fn run(
                 task_states: Some(states),
                 modify_time: drover_structs::time::now_nanos(),
                 deployment_status: health.alloc_failed(),
+                network_status: None,
             });
+            release_network(&env, &alloc, network.as_ref()).await;
             let _ = done_tx.send(true);
             return;
         }
@@ -312,6 +358,10 @@ async fn run(
             driver_events: env.driver_events.clone(),
             agent_env: env.agent_env.clone(),
             artifact: env.artifact.clone(),
+            network: network.as_ref().map(|n| drover_abi::NetworkIsolation {
+                path: n.netns.clone(),
+                labels: BTreeMap::new(),
+            }),
         };
         task_binds.extend(
             ctx.binds.iter().map(|b| {
@@ -398,6 +448,7 @@ async fn run(
                 task_states: Some(states.clone()),
                 modify_time: drover_structs::time::now_nanos(),
                 deployment_status: health.reported(),
+                network_status: network_status.clone(),
             });
             last_sent = Some(sent);
         }
@@ -464,7 +515,60 @@ async fn run(
             volumes::unmount_and_release(&env.csi, env.csi_server.as_ref(), m).await;
         }
     }
+    // The agent is exiting with the tasks left running: their network stays for the next
+    // agent to take back. Otherwise every task ended, and the network goes.
+    if !commands_closed || states.values().all(|s| s.state == TASK_STATE_DEAD) {
+        release_network(&env, &alloc, network.as_ref()).await;
+    }
     let _ = done_tx.send(true);
+}
+
+/// Makes the allocation's network when its group asks for bridge mode (`None` in host mode).
+/// Every task's driver must be able to run in it.
+async fn make_network(
+    env: &RunnerEnv,
+    alloc: &Arc<Allocation>,
+    group: &TaskGroup,
+    resumed: bool,
+) -> Result<Option<crate::network::AllocNetwork>, String> {
+    match crate::network::group_mode(group) {
+        crate::network::MODE_HOST => return Ok(None),
+        crate::network::MODE_BRIDGE => {}
+        other => return Err(format!("network mode {other:?} is not supported")),
+    }
+    let Some(bridge) = env.bridge.clone() else {
+        return Err("bridge networking is not available on this node".into());
+    };
+    for task in &group.tasks {
+        let joins = env
+            .drivers
+            .get(&task.driver)
+            .is_some_and(|d| d.capabilities().group_network);
+        if !joins {
+            return Err(format!(
+                "task {:?} uses driver {:?}, which cannot run tasks in the allocation's network namespace",
+                task.name, task.driver
+            ));
+        }
+    }
+    let alloc = alloc.clone();
+    tokio::task::spawn_blocking(move || crate::network::setup(&bridge, &alloc, resumed))
+        .await
+        .map_err(|e| format!("setting up the network panicked: {e}"))?
+        .map(Some)
+}
+
+/// Removes what [`make_network`] made.
+async fn release_network(
+    env: &RunnerEnv,
+    alloc: &Arc<Allocation>,
+    network: Option<&crate::network::AllocNetwork>,
+) {
+    let (Some(_), Some(bridge)) = (network, env.bridge.clone()) else {
+        return;
+    };
+    let alloc = alloc.clone();
+    let _ = tokio::task::spawn_blocking(move || crate::network::teardown(&bridge, &alloc)).await;
 }
 
 /// What the runner needs of the allocation's checks: their results and the restarts they ask.
@@ -667,6 +771,7 @@ async fn mount_csi_volumes(
             task_states: None,
             modify_time: drover_structs::time::now_nanos(),
             deployment_status: None,
+            network_status: None,
         });
     };
     let mut wait = volumes::ClaimWait {

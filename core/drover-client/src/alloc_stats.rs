@@ -312,6 +312,7 @@ mod tests {
                 exec: false,
                 fs_isolation: FsIsolation::None,
                 network_isolation: false,
+                group_network: false,
                 mount_configs: false,
             }
         }

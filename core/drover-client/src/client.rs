@@ -101,6 +101,9 @@ pub struct ClientConfig {
     pub host_volumes: BTreeMap<String, ClientHostVolumeConfig>,
     /// The agent's `telemetry` settings the client acts on.
     pub telemetry: crate::client_metrics::Telemetry,
+    /// Bridge networking's CNI settings; offered to jobs (the node's `bridge` network) only
+    /// when its plugins are there and the agent runs as root.
+    pub bridge: Option<crate::network::cni::BridgeConfig>,
 }
 
 impl ClientConfig {
@@ -127,6 +130,20 @@ impl ClientConfig {
             artifact: Default::default(),
             host_volumes: BTreeMap::new(),
             telemetry: Default::default(),
+            bridge: None,
+        }
+    }
+}
+
+/// The bridge configuration when bridge networking can work on this node (logged once when
+/// it is configured but cannot).
+fn usable_bridge(config: &ClientConfig) -> crate::network::Bridge {
+    let bridge = config.bridge.as_ref()?;
+    match crate::network::available(bridge) {
+        Ok(()) => Some(Arc::new(bridge.clone())),
+        Err(why) => {
+            tracing::info!(reason = %why, "bridge networking is not offered");
+            None
         }
     }
 }
@@ -235,6 +252,7 @@ impl Client {
             driver_events: Default::default(),
             agent_env: Arc::new(crate::taskenv::agent_env(&config.env_denylist)),
             artifact: Arc::new(config.artifact.clone()),
+            bridge: usable_bridge(&config),
         };
         // Pumps end with the client (`shutdown`); the drivers' events reach the runners.
         crate::driver_events::start_pumps(&config.drivers, &env.driver_events, &shutdown_rx);
@@ -605,7 +623,15 @@ fn build_node(config: &ClientConfig, db: &ClientStateDb) -> Result<Node, ClientE
         .unwrap_or(1);
     node.node_resources.memory.memory_mb = mem;
     node.node_resources.disk.disk_mb = disk;
-    node.node_resources.networks = Some(vec![network.clone()]);
+    let mut networks = vec![network.clone()];
+    if usable_bridge(config).is_some() {
+        // Nomad's bridge fingerprint: the mode is offered, its addresses are the CNI's.
+        networks.push(NetworkResource {
+            mode: crate::network::MODE_BRIDGE.into(),
+            ..Default::default()
+        });
+    }
+    node.node_resources.networks = Some(networks);
     node.reserved_resources.cpu.cpu_shares = config.reserved_cpu as i64;
     node.reserved_resources.memory.memory_mb = config.reserved_memory_mb as i64;
     node.reserved_resources.disk.disk_mb = config.reserved_disk_mb as i64;

@@ -54,6 +54,7 @@ impl Driver for Scripted {
             exec: false,
             fs_isolation: FsIsolation::None,
             network_isolation: false,
+            group_network: false,
             mount_configs: false,
         }
     }
@@ -263,6 +264,7 @@ impl Harness {
                 Err(_) => {}
             }
         }
+        network_status: None,
     }
 
     pub(crate) async fn until_log(&mut self, entry: &str) {

@@ -74,6 +74,8 @@ pub struct TaskContext {
     pub agent_env: Arc<BTreeMap<String, String>>,
     /// The client's `artifact` block (timeouts, size limits).
     pub artifact: Arc<crate::artifact::ArtifactConfig>,
+    /// The allocation's network namespace (bridge mode), which the task runs in.
+    pub network: Option<drover_abi::NetworkIsolation>,
 }
 
 /// Sent to the allocation runner whenever the task's state changes.
@@ -785,6 +787,7 @@ impl TaskRunner {
             stdout_path: stdout.to_path_buf(),
             stderr_path: stderr.to_path_buf(),
             mounts,
+            network_isolation: c.network.clone(),
         };
         let driver = c.driver.clone();
         let db = c.db.clone();

@@ -158,6 +158,12 @@ pub fn build_env(
         set(&format!("NOMAD_META_{}", clean.to_uppercase()), v.clone());
     }
     // Ports the allocation holds.
+    let alloc_address = alloc
+        .network_status
+        .as_ref()
+        .and_then(|n| n.get("Address"))
+        .and_then(|a| a.as_str())
+        .filter(|a| !a.is_empty());
     if let Some(res) = &alloc.allocated_resources {
         for p in res.shared.ports.iter().flatten() {
             let ip = if p.host_ip.is_empty() {
@@ -177,6 +183,18 @@ pub fn build_env(
                 format!("{ip}:{}", p.value),
             );
             set(&format!("NOMAD_ALLOC_PORT_{label}"), inside.to_string());
+            // The allocation's own address (bridge mode), where the port is `to` inside.
+            if let Some(address) = alloc_address {
+                set(&format!("NOMAD_ALLOC_IP_{label}"), address.to_string());
+                set(
+                    &format!("NOMAD_ALLOC_ADDR_{label}"),
+                    format!("{address}:{inside}"),
+                );
+                set(
+                    &format!("NOMAD_ALLOC_INTERFACE_{label}"),
+                    crate::network::cni::INTERFACE.to_string(),
+                );
+            }
         }
         if let Some(tr) = res.tasks.get(&task.name) {
             for n in tr.networks.iter().flatten() {

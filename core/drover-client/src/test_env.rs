@@ -69,6 +69,7 @@ pub(crate) fn runner_env(
         driver_events: Default::default(),
         agent_env: Default::default(),
         artifact: Default::default(),
+        bridge: None,
     };
     (env, updates)
 }

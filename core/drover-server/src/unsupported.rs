@@ -99,6 +99,7 @@ fn refuse_group(tg: &TaskGroup, at: &str, m: &mut MultiError) {
         ));
     };
     refuse_service_parts(&tg.services, &mut refuse);
+    refuse_network_mode(tg, &mut refuse);
     // Canonicalization gives every group `Consul {"Namespace": ""}`; only a namespace asks
     // for something.
     let consul_namespace = tg
@@ -174,6 +175,35 @@ fn refuse_service_parts(services: &Option<Value>, refuse: &mut impl FnMut(&str, 
     }
 }
 
+/// Host and bridge networking run; other modes do not yet, nor do docker tasks in a bridge
+/// (the docker driver cannot join a namespace the client made; Nomad's pause container is not
+/// there yet).
+fn refuse_network_mode(tg: &TaskGroup, refuse: &mut impl FnMut(&str, &str, &str)) {
+    for (i, n) in tg.networks.iter().flatten().enumerate() {
+        let at = format!("Networks[{i}].Mode");
+        match n.mode.as_str() {
+            "" | "host" => {}
+            "bridge" => {
+                if let Some(t) = tg.tasks.iter().find(|t| t.driver == "docker") {
+                    refuse(
+                        &at,
+                        "network",
+                        &format!(
+                            "bridge networking for docker tasks (task {:?}) is not supported yet",
+                            t.name
+                        ),
+                    );
+                }
+            }
+            other => refuse(
+                &at,
+                "network",
+                &format!("network mode {other:?} is not supported yet (host and bridge are)"),
+            ),
+        }
+    }
+}
+
 /// `field (block): why`, the shape every refusal has.
 fn refusal(path: &str, block: &str, why: &str) -> String {
     format!("{block} is not supported: {why} ({path})")
@@ -234,6 +264,27 @@ mod tests {
         tg.services = Some(json!([]));
         tg.volumes = Some(json!({"data": {"Type": "csi", "Source": "vol"}}));
         assert!(refuse_unacted(&job_with(tg)).is_ok());
+    }
+
+    #[test]
+    fn bridge_runs_but_other_modes_and_docker_in_a_bridge_are_refused() {
+        let net = |mode: &str| drover_structs::NetworkResource {
+            mode: mode.into(),
+            ..Default::default()
+        };
+        let mut tg = group(task());
+        tg.networks = Some(vec![net("bridge")]);
+        assert!(refuse_unacted(&job_with(tg.clone())).is_ok());
+        tg.tasks[0].driver = "docker".into();
+        let e = refuse_unacted(&job_with(tg.clone())).unwrap_err().to_string();
+        assert!(
+            e.contains("bridge networking for docker tasks")
+                && e.contains("(Job.TaskGroups[0].Networks[0].Mode)"),
+            "{e}"
+        );
+        tg.networks = Some(vec![net("cni/mynet")]);
+        let e = refuse_unacted(&job_with(tg)).unwrap_err().to_string();
+        assert!(e.contains("network mode \"cni/mynet\" is not supported"), "{e}");
     }
 
     #[test]

@@ -387,6 +387,9 @@ impl StateStore {
                     if u.task_states.is_some() {
                         a.task_states = u.task_states;
                     }
+                    if u.network_status.is_some() {
+                        a.network_status = u.network_status;
+                    }
                     if let Some(status) = u.deployment_status {
                         // The canary mark is the scheduler's, kept whatever the client says.
                         let canary = a.deployment_status.as_ref().is_some_and(|s| s.canary);

@@ -628,4 +628,8 @@ pub struct AllocClientUpdate {
     /// The allocation's deployment health, once the client decided it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deployment_status: Option<crate::deployment::AllocDeploymentStatus>,
+    /// The allocation's own network (Nomad's `AllocNetworkStatus`: bridge mode's interface
+    /// and address), once the client made it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_status: Option<serde_json::Value>,
 }

@@ -77,6 +77,17 @@ pub fn alloc_services(
     out
 }
 
+/// The allocation's own address (Nomad's `AllocNetworkStatus.Address`), in bridge mode.
+pub fn alloc_address(alloc: &Allocation) -> Option<String> {
+    alloc
+        .network_status
+        .as_ref()?
+        .get("Address")?
+        .as_str()
+        .filter(|a| !a.is_empty())
+        .map(str::to_string)
+}
+
 fn items(v: Option<&Value>) -> &[Value] {
     v.and_then(Value::as_array)
         .map(Vec::as_slice)
@@ -101,8 +112,14 @@ fn register(
         .as_ref()
         .and_then(|r| r.shared.ports.as_ref())
         .and_then(|ports| ports.iter().find(|p| p.label == label));
+    // `address_mode = "alloc"`: the allocation's own address (bridge mode) and the port
+    // inside it.
+    let alloc_address = (str_of(service, "AddressMode") == "alloc")
+        .then(|| alloc_address(alloc))
+        .flatten();
     let port = match (label.parse::<i64>(), mapped) {
         (Ok(n), _) => n,
+        (Err(_), Some(p)) if alloc_address.is_some() && p.to > 0 => p.to,
         (Err(_), Some(p)) => p.value,
         (Err(_), None) => 0,
     };
@@ -111,6 +128,7 @@ fn register(
         .cloned()
         .unwrap_or_default();
     let address = match str_of(service, "Address") {
+        "" if alloc_address.is_some() => alloc_address.unwrap_or_default(),
         "" => mapped
             .map(|p| p.host_ip.clone())
             .filter(|ip| !ip.is_empty())

@@ -427,6 +427,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         cc.http_addr = http_addr.to_string();
         cc.version = VERSION.into();
         cc.drivers = driver_catalog(&file, dev, plugin_dir.as_deref(), &data_dir.join("plugins"))?;
+        cc.bridge = Some(bridge_config(file.client.as_ref(), &cc.data_dir));
         if let Some(c) = &file.client {
             cc.node_class = c.node_class.clone().unwrap_or_default();
             cc.meta = c.meta.clone().unwrap_or_default();
@@ -736,6 +737,34 @@ fn env_denylist(client: &ClientBlock) -> EnvDenylist {
 
 /// The client's `artifact` block over Nomad's defaults; a value that does not parse stops the
 /// agent, naming its key.
+/// The client's bridge network: Nomad's defaults under the `client` block's settings.
+fn bridge_config(
+    c: Option<&crate::config::ClientBlock>,
+    client_dir: &std::path::Path,
+) -> drover_client::network::cni::BridgeConfig {
+    let cni_path = c
+        .and_then(|c| c.cni_path.as_deref())
+        .unwrap_or("/opt/cni/bin:/usr/lib/cni");
+    let dirs = cni_path
+        .split(':')
+        .filter(|d| !d.is_empty())
+        .map(std::path::PathBuf::from)
+        .collect();
+    let mut bridge = drover_client::network::cni::BridgeConfig::with_defaults(dirs, client_dir);
+    if let Some(c) = c {
+        if let Some(name) = c.bridge_network_name.clone().filter(|n| !n.is_empty()) {
+            bridge.name = name;
+        }
+        if let Some(subnet) = c.bridge_network_subnet.clone().filter(|s| !s.is_empty()) {
+            bridge.subnet = subnet;
+        }
+        if let Some(hairpin) = c.bridge_network_hairpin_mode {
+            bridge.hairpin = hairpin;
+        }
+    }
+    bridge
+}
+
 fn artifact_config(
     block: &crate::config::ArtifactBlock,
 ) -> anyhow::Result<drover_client::artifact::ArtifactConfig> {

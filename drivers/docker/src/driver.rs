@@ -294,6 +294,7 @@ impl Driver for DockerDriver {
             exec: true,
             fs_isolation: FsIsolation::Image,
             network_isolation: true,
+            group_network: false,
             mount_configs: true,
         }
     }

@@ -204,6 +204,9 @@ impl ExecDriver {
             last_cap: self.last_cap,
             new_pid_namespace: isolation.pid_mode == IsolationMode::Private,
             new_ipc_namespace: isolation.ipc_mode == IsolationMode::Private,
+            netns: crate::shared::netns::open(config)
+                .map_err(|e| start_failed(true)(e.to_string()))?
+                .map(OwnedFd::from),
         })
         .map_err(|e| start_failed(false)(e.to_string()))?;
         let pid = spawn_isolated(&isolated).map_err(|e| {
@@ -338,6 +341,7 @@ impl Driver for ExecDriver {
             // Tasks see their task directory as `/`, with chroot_env bound read-only in it.
             fs_isolation: FsIsolation::Chroot,
             network_isolation: false,
+            group_network: true,
             mount_configs: true,
         }
     }

@@ -28,9 +28,10 @@ use crate::shared::user::{RunAs, switch_user};
 const DEFAULT_PATH: &str = "/usr/local/bin:/usr/local/sbin:/usr/bin:/usr/sbin:/bin:/sbin";
 
 /// The namespaces entered besides the PID one, in nsenter's order (mount last: it changes
-/// what paths mean).
-const NAMESPACES: [(&str, libc::c_int); 3] = [
+/// what paths mean). The network one is the allocation's in bridge mode, the host's otherwise.
+const NAMESPACES: [(&str, libc::c_int); 4] = [
     ("ipc", libc::CLONE_NEWIPC),
+    ("net", libc::CLONE_NEWNET),
     ("uts", libc::CLONE_NEWUTS),
     ("mnt", libc::CLONE_NEWNS),
 ];

@@ -44,11 +44,12 @@ pub enum Step {
     SwitchUser,
     SetCapabilities,
     Exec,
+    JoinNetwork,
 }
 
 impl Step {
     fn from_code(code: u32) -> Option<Step> {
-        const ALL: [Step; 13] = [
+        const ALL: [Step; 14] = [
             Step::JoinCgroup,
             Step::PrivateMounts,
             Step::BuildRoot,
@@ -62,6 +63,7 @@ impl Step {
             Step::SwitchUser,
             Step::SetCapabilities,
             Step::Exec,
+            Step::JoinNetwork,
         ];
         ALL.into_iter().find(|s| *s as u32 == code)
     }
@@ -81,6 +83,7 @@ impl Step {
             Step::SwitchUser => "switching user",
             Step::SetCapabilities => "setting the task's capabilities",
             Step::Exec => "executing the command",
+            Step::JoinNetwork => "joining the allocation's network namespace",
         }
     }
 }
@@ -121,6 +124,7 @@ pub struct IsolatedCommand {
     caps: CapSet,
     last_cap: u32,
     flags: CloneFlags,
+    netns: Option<OwnedFd>,
 }
 
 fn c_string(value: &[u8], what: impl FnOnce() -> String) -> Result<CString, IsolateError> {
@@ -157,6 +161,8 @@ pub struct CommandSpec<'a> {
     pub last_cap: u32,
     pub new_pid_namespace: bool,
     pub new_ipc_namespace: bool,
+    /// The allocation's network namespace to join (bridge mode); `None`: the agent's.
+    pub netns: Option<OwnedFd>,
 }
 
 impl IsolatedCommand {
@@ -204,6 +210,7 @@ impl IsolatedCommand {
             caps: spec.caps,
             last_cap: spec.last_cap,
             flags,
+            netns: spec.netns,
         })
     }
 
@@ -254,6 +261,12 @@ fn child_main(
     // SAFETY: each call below is a raw syscall wrapper on C strings and descriptors prepared
     // before the clone; nothing allocates or takes a lock.
     unsafe {
+        // The network first: entering it needs the agent's capabilities, all still held.
+        if let Some(ns) = &cmd.netns
+            && libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) != 0
+        {
+            fail(report_fd, Step::JoinNetwork);
+        }
         // Join the task cgroup first so that everything the task does is accounted.
         for procs in &cmd.cgroup_procs {
             let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);

@@ -139,6 +139,7 @@ impl Driver for MockDriver {
             exec: true,
             fs_isolation: self.settings().config.fs_isolation,
             network_isolation: false,
+            group_network: false,
             mount_configs: false,
         }
     }

@@ -94,6 +94,8 @@ impl RawExecDriver {
             .map_err(|e| start_failed(true)(format!("connecting stdout: {e}")))?;
         let stderr = open_fifo_writer(&config.stderr_path)
             .map_err(|e| start_failed(true)(format!("connecting stderr: {e}")))?;
+        let netns = crate::shared::netns::open(config)
+            .map_err(|e| start_failed(true)(e.to_string()))?;
         let child = spawn(SpawnSpec {
             program: &program,
             args: &command.args,
@@ -102,6 +104,7 @@ impl RawExecDriver {
             run_as,
             stdout: stdout.into(),
             stderr: stderr.into(),
+            netns_fd: crate::spawn::netns_fd(&netns),
         })
         .map_err(|e| {
             // Missing files and permissions will not fix themselves on a retry.
@@ -164,6 +167,7 @@ impl Driver for RawExecDriver {
             exec: true,
             fs_isolation: FsIsolation::None,
             network_isolation: false,
+            group_network: true,
             mount_configs: false,
         }
     }

@@ -40,6 +40,7 @@ pub fn exec_in_task(
     let env_path = config.env.get("PATH").map(String::as_str);
     let program =
         resolve_command(&config.task_dir, program, env_path).map_err(DriverError::other)?;
+    let netns = crate::shared::netns::open(config).map_err(DriverError::other)?;
     let mut child = spawn(SpawnSpec {
         program: &program,
         args,
@@ -48,6 +49,7 @@ pub fn exec_in_task(
         run_as,
         stdout: Stdio::piped(),
         stderr: Stdio::piped(),
+        netns_fd: crate::spawn::netns_fd(&netns),
     })
     .map_err(|e| DriverError::Other(format!("starting {}: {e}", program.display())))?;
     let stdout = child.stdout.take().map(drain::<ChildStdout>);

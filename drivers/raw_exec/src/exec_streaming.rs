@@ -42,10 +42,13 @@ pub fn exec_streaming(
         .stdin(Stdio::from(stdin))
         .stdout(Stdio::from(stdout))
         .stderr(Stdio::from(stderr));
+    let netns = crate::shared::netns::open(config).map_err(DriverError::other)?;
+    let netns_fd = crate::spawn::netns_fd(&netns);
     // SAFETY: the closure runs between fork and exec and only makes async-signal-safe syscalls
-    // (setsid, ioctl, setgroups, setgid, setuid) on data prepared before the fork.
+    // (setns, setsid, ioctl, setgroups, setgid, setuid) on data prepared before the fork.
     unsafe {
         command.pre_exec(move || {
+            crate::spawn::enter_netns(netns_fd)?;
             become_session_leader(tty).map_err(|()| io::Error::last_os_error())?;
             if let Some(run_as) = &run_as {
                 switch_user(run_as).map_err(io::Error::from_raw_os_error)?;

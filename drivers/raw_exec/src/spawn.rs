@@ -18,6 +18,8 @@ pub struct SpawnSpec<'a> {
     pub run_as: Option<RunAs>,
     pub stdout: Stdio,
     pub stderr: Stdio,
+    /// The network namespace to enter (an open descriptor, `-1`: the agent's).
+    pub netns_fd: std::os::fd::RawFd,
 }
 
 /// Starts the process and returns once it has exec'ed (std reports exec failures through its
@@ -34,10 +36,14 @@ pub fn spawn(spec: SpawnSpec<'_>) -> io::Result<Child> {
         .stdout(spec.stdout)
         .stderr(spec.stderr);
     let run_as = spec.run_as;
+    let netns_fd = spec.netns_fd;
     // SAFETY: the closure runs between fork and exec and only makes async-signal-safe syscalls
-    // (setsid, setgroups, setgid, setuid) on data prepared before the fork; it does not allocate.
+    // (setns, setsid, setgroups, setgid, setuid) on data prepared before the fork; it does not
+    // allocate.
     unsafe {
         command.pre_exec(move || {
+            // Before the user switch: entering a namespace needs the agent's privileges.
+            enter_netns(netns_fd)?;
             // A session of its own: the task is its own process group (so stop can signal the
             // whole group) and a ^C on the agent's terminal does not reach it.
             if libc::setsid() < 0 {
@@ -50,6 +56,24 @@ pub fn spawn(spec: SpawnSpec<'_>) -> io::Result<Child> {
         });
     }
     command.spawn()
+}
+
+/// The descriptor the child enters (`-1`: none).
+pub fn netns_fd(ns: &Option<std::fs::File>) -> std::os::fd::RawFd {
+    ns.as_ref().map_or(-1, std::os::fd::AsRawFd::as_raw_fd)
+}
+
+/// Between fork and exec: enters the namespace `fd` names, if any. Async-signal-safe (one
+/// syscall).
+pub(crate) fn enter_netns(fd: std::os::fd::RawFd) -> io::Result<()> {
+    if fd < 0 {
+        return Ok(());
+    }
+    // SAFETY: setns on a descriptor the parent holds open across the fork.
+    if unsafe { libc::setns(fd, libc::CLONE_NEWNET) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -70,6 +94,7 @@ mod tests {
             run_as: None,
             stdout: Stdio::null(),
             stderr: Stdio::null(),
+            netns_fd: -1,
         })
         .unwrap();
         let pid = child.id() as i32;

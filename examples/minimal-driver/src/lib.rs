@@ -55,6 +55,7 @@ impl Driver for ShellDriver {
             exec: false,
             fs_isolation: FsIsolation::None,
             network_isolation: false,
+            group_network: false,
             mount_configs: false,
         }
     }

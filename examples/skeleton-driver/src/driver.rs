@@ -101,6 +101,7 @@ impl Driver for SkeletonDriver {
             exec: false,
             fs_isolation: FsIsolation::None,
             network_isolation: false,
+            group_network: false,
             mount_configs: false,
         }
     }

@@ -68,6 +68,7 @@ pub mod process;
 ///             exec: false,
 ///             fs_isolation: FsIsolation::None,
 ///             network_isolation: false,
+///             group_network: false,
 ///             mount_configs: false,
 ///         }
 ///     }

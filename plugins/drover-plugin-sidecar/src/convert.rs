@@ -95,6 +95,17 @@ pub fn task_config(c: &pb::TaskConfig) -> Result<TaskConfig, Status> {
         stdout_path: PathBuf::from(&c.stdout_path),
         stderr_path: PathBuf::from(&c.stderr_path),
         mounts,
+        network_isolation: c
+            .network_isolation_spec
+            .as_ref()
+            .filter(|n| {
+                use pb::network_isolation_spec::NetworkIsolationMode as Net;
+                n.mode == Net::Group as i32 && !n.path.is_empty()
+            })
+            .map(|n| drover_abi::NetworkIsolation {
+                path: PathBuf::from(&n.path),
+                labels: n.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            }),
     })
 }
 
@@ -230,6 +241,9 @@ pub fn capabilities(c: &Capabilities) -> pb::DriverCapabilities {
     // mode would need the namespace Nomad's client makes (or CreateNetwork, which the contract
     // cannot serve) handed to the task, and the contract has no place for it.
     let mut modes = vec![Net::Host as i32];
+    if c.group_network {
+        modes.push(Net::Group as i32);
+    }
     if c.network_isolation {
         modes.push(Net::Task as i32);
     }
@@ -488,6 +502,7 @@ mod tests {
             exec: false,
             fs_isolation: FsIsolation::None,
             network_isolation: false,
+            group_network: false,
             mount_configs: false,
         };
         let wire = capabilities(&caps);

@@ -54,6 +54,7 @@ impl Driver for Forever {
             exec: false,
             fs_isolation: FsIsolation::None,
             network_isolation: false,
+            group_network: false,
             mount_configs: false,
         }
     }

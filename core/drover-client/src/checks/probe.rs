@@ -54,7 +54,7 @@ pub(super) fn target(
         "" => "host",
         other => other,
     };
-    if !matches!(mode, "auto" | "host") {
+    if !matches!(mode, "auto" | "host" | "alloc") {
         return Err(format!("address_mode {mode:?} is not supported for checks yet"));
     }
     let label = if c.port_label.is_empty() {
@@ -90,10 +90,17 @@ pub(super) fn target(
         (None, Ok(n)) => (node_ip, i64::from(n)),
         (None, Err(_)) => return Err(format!("invalid port {label:?}: port label not found")),
     };
-    let host = if mode == "auto" && !gc.service_address.is_empty() {
-        gc.service_address.clone()
+    let (host, port) = if mode == "alloc" {
+        // The allocation's own address, and the port inside it.
+        let address = drover_structs::service::alloc_address(alloc).ok_or_else(|| {
+            "address_mode \"alloc\" needs the allocation's own network (bridge mode)".to_string()
+        })?;
+        let inside = mapped.map_or(port, |p| if p.to > 0 { p.to } else { p.value });
+        (address, inside)
+    } else if mode == "auto" && !gc.service_address.is_empty() {
+        (gc.service_address.clone(), port)
     } else {
-        host
+        (host, port)
     };
     let port = u16::try_from(port).map_err(|_| format!("invalid port {port}"))?;
     Ok((host, port))

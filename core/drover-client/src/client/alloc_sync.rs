@@ -85,6 +85,7 @@ pub(super) async fn watch_allocs<S: ServerConn>(
                                 task_states: None,
                                 modify_time: now_nanos(),
                                 deployment_status: None,
+                                network_status: None,
                             });
                         }
                     }

@@ -48,6 +48,7 @@ impl Driver for Execs {
             exec: true,
             fs_isolation: FsIsolation::None,
             network_isolation: false,
+            group_network: false,
             mount_configs: false,
         }
     }

@@ -321,6 +321,13 @@ pub struct ClientBlock {
     pub gc_max_allocs: Option<usize>,
     pub gc_disk_usage_threshold: Option<f64>,
     pub gc_inode_usage_threshold: Option<f64>,
+    /// Bridge networking (Nomad's keys and defaults): where CNI plugins are searched
+    /// (colon-separated; Nomad's /opt/cni/bin, then Debian's /usr/lib/cni), the bridge's name
+    /// and subnet, and hairpin mode.
+    pub cni_path: Option<String>,
+    pub bridge_network_name: Option<String>,
+    pub bridge_network_subnet: Option<String>,
+    pub bridge_network_hairpin_mode: Option<bool>,
     #[serde(flatten)]
     pub other: BTreeMap<String, Value>,
 }

@@ -8,6 +8,7 @@
 pub mod exec_stream;
 pub mod exit_poller;
 pub mod fifo;
+pub mod netns;
 pub mod procfs;
 pub mod task_config;
 pub mod task_state;

@@ -212,6 +212,7 @@ impl Driver for GrpcDriver {
                     exec: false,
                     fs_isolation: FsIsolation::None,
                     network_isolation: false,
+                    group_network: false,
                     mount_configs: false,
                 }
             }

@@ -138,6 +138,14 @@ pub fn task_config(c: &TaskConfig, msgpack_driver_config: Vec<u8>) -> pb::TaskCo
                 selinux_label: String::new(),
             })
             .collect(),
+        network_isolation_spec: c.network_isolation.as_ref().map(|n| {
+            pb::NetworkIsolationSpec {
+                mode: pb::network_isolation_spec::NetworkIsolationMode::Group as i32,
+                path: path(&n.path),
+                labels: n.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                hosts_config: None,
+            }
+        }),
         user: c.user.clone(),
         alloc_dir: path(&c.alloc_dir),
         stdout_path: path(&c.stdout_path),
@@ -248,22 +256,28 @@ pub fn capabilities(c: Option<&pb::DriverCapabilities>) -> Capabilities {
             _ => FsIsolation::None,
         },
         network_isolation: network_isolation(&c),
+        group_network: group_network(&c),
         mount_configs: c.mount_configs != MountConfigs::NoMounts as i32,
     }
 }
 
-/// Whether the plugin isolates task networks in a way the agent can use. Task mode is the
-/// driver's own doing; group mode counts only when the plugin does not need CreateNetwork, which
-/// the driver contract cannot ask for (there is no network namespace creation in it).
+/// Whether the plugin isolates task networks itself (Nomad's task mode).
 fn network_isolation(c: &pb::DriverCapabilities) -> bool {
     use pb::network_isolation_spec::NetworkIsolationMode as Net;
     c.network_isolation_modes
         .iter()
-        .any(|m| match Net::try_from(*m) {
-            Ok(Net::Task) => true,
-            Ok(Net::Group) => !c.must_create_network,
-            _ => false,
-        })
+        .any(|m| Net::try_from(*m) == Ok(Net::Task))
+}
+
+/// Whether the plugin runs tasks in a namespace the client made (Nomad's group mode). One that
+/// must make the namespace itself (CreateNetwork, which the driver contract cannot ask for) does
+/// not count.
+fn group_network(c: &pb::DriverCapabilities) -> bool {
+    use pb::network_isolation_spec::NetworkIsolationMode as Net;
+    !c.must_create_network
+        && c.network_isolation_modes
+            .iter()
+            .any(|m| Net::try_from(*m) == Ok(Net::Group))
 }
 
 pub fn usage(stats: Option<&pb::TaskStats>) -> TaskResourceUsage {

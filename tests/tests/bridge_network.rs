@@ -1,0 +1,160 @@
+//! Bridge networking: a group with `network { mode = "bridge" }` gets a network namespace of
+//! its own on the `nomad` bridge (the CNI reference plugins), its tasks run in it, its port is
+//! forwarded from the node's address to the port inside, its check reaches it through that
+//! forward, and everything goes when the allocation stops. The agent runs inside a network
+//! namespace the test made, so no traffic leaves it.
+
+use std::time::Duration;
+
+use drover_tests::{Agent, TempDir, allocs, output_text, private_net, write_job};
+use serde_json::Value;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// Answers /env with the environment variables it was asked about, `ok` elsewhere, on port
+/// 8080 of every address of its namespace.
+const SERVER: &str = r#"
+import http.server, os
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = "ok"
+        if self.path == "/env":
+            names = ["NOMAD_PORT_http", "NOMAD_HOST_PORT_http", "NOMAD_ALLOC_IP_http"]
+            body = " ".join(n + "=" + os.environ.get(n, "") for n in names)
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(body.encode())
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("0.0.0.0", 8080), H).serve_forever()
+"#;
+
+fn job() -> String {
+    format!(
+        r#"
+job "bridged" {{
+  datacenters = ["dc1"]
+  group "web" {{
+    network {{
+      mode = "bridge"
+      port "http" {{
+        to = 8080
+      }}
+    }}
+    service {{
+      name = "bridged"
+      port = "http"
+      check {{
+        name     = "through-the-forward"
+        type     = "http"
+        path     = "/"
+        interval = "1s"
+        timeout  = "2s"
+      }}
+    }}
+    task "serve" {{
+      driver = "raw_exec"
+      config {{
+        command = "/usr/bin/python3"
+        args    = ["-c", {SERVER:?}]
+      }}
+      resources {{
+        cpu    = 50
+        memory = 64
+      }}
+    }}
+  }}
+}}
+"#
+    )
+}
+
+fn get(url: &str) -> Result<(u16, String), String> {
+    drover_tests::http_call("GET", url, None)
+}
+
+#[test]
+fn a_bridge_mode_allocation_gets_its_own_namespace_forwarded_ports_and_a_passing_check() {
+    if let Err(why) = private_net::enter_private_network() {
+        eprintln!("skipped: no private network for the test: {why}");
+        return;
+    }
+    let dir = TempDir::new("bridge");
+    let agent = Agent::start_dev(dir.path(), &[]);
+    let node = agent.get("/v1/nodes").expect("nodes")[0]["ID"]
+        .as_str()
+        .expect("node id")
+        .to_string();
+    let node = agent.get(&format!("/v1/node/{node}")).expect("node");
+    let modes: Vec<&str> = node["NodeResources"]["Networks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|n| n["Mode"].as_str())
+        .collect();
+    assert!(modes.contains(&"bridge"), "the node offers bridge: {modes:?}");
+
+    let file = write_job(&dir, "bridged.nomad", &job());
+    let out = agent.cli(&["job", "run", "-detach", &file]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    let mut alloc = Value::Null;
+    agent.eventually("the allocation runs", WAIT, || {
+        alloc = allocs(&agent, "bridged")
+            .into_iter()
+            .find(|a| a["ClientStatus"] == "running")
+            .unwrap_or(Value::Null);
+        !alloc.is_null()
+    });
+    let id = alloc["ID"].as_str().expect("alloc id").to_string();
+    let alloc = agent.get(&format!("/v1/allocation/{id}")).expect("alloc");
+    let address = alloc["NetworkStatus"]["Address"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(address.starts_with("172.26."), "{}", alloc["NetworkStatus"]);
+    assert_eq!(alloc["NetworkStatus"]["InterfaceName"], "eth0");
+    let port = &alloc["AllocatedResources"]["Shared"]["Ports"][0];
+    let host_port = port["Value"].as_i64().expect("host port");
+    assert_eq!(port["HostIP"], private_net::HOST_IP);
+    assert!(
+        std::path::Path::new(&format!("/var/run/netns/{id}")).exists(),
+        "the allocation's namespace is bound"
+    );
+
+    // Through the node's address and the forwarded host port, and straight over the bridge.
+    let forwarded = format!("http://{}:{host_port}", private_net::HOST_IP);
+    agent.eventually("the task answers through the forward", WAIT, || {
+        get(&format!("{forwarded}/")).is_ok_and(|(status, _)| status == 200)
+    });
+    let (status, env) = get(&format!("{forwarded}/env")).expect("env");
+    assert_eq!(status, 200);
+    assert_eq!(
+        env,
+        format!(
+            "NOMAD_PORT_http=8080 NOMAD_HOST_PORT_http={host_port} NOMAD_ALLOC_IP_http={address}"
+        )
+    );
+    let (status, body) = get(&format!("http://{address}:8080/")).expect("over the bridge");
+    assert_eq!((status, body.as_str()), (200, "ok"));
+    // Port 8080 is the namespace's, not the node's.
+    assert!(get(&format!("http://{}:8080/", private_net::HOST_IP)).is_err());
+
+    // The check reaches the task through the forward too.
+    agent.eventually("the check passes", WAIT, || {
+        agent
+            .get(&format!("/v1/client/allocation/{id}/checks"))
+            .ok()
+            .and_then(|c| c.as_object().cloned())
+            .is_some_and(|c| c.values().any(|r| r["Status"] == "success"))
+    });
+    let registrations = agent.get("/v1/service/bridged").expect("service");
+    assert_eq!(registrations[0]["Address"], private_net::HOST_IP);
+    assert_eq!(registrations[0]["Port"], host_port);
+
+    let out = agent.cli(&["job", "stop", "bridged"]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    agent.eventually("the namespace is removed", WAIT, || {
+        !std::path::Path::new(&format!("/var/run/netns/{id}")).exists()
+    });
+    assert!(get(&format!("{forwarded}/")).is_err(), "the forward is gone");
+}
