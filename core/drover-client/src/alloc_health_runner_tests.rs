@@ -95,7 +95,6 @@ async fn until_closed(h: &mut Harness, mut last: AllocClientUpdate) -> AllocClie
             Err(_) => panic!("the allocation runner did not end; log {:?}", h.log()),
         }
     }
-    network_status: None,
 }
 
 fn health_events(state: &TaskState) -> Vec<&str> {
@@ -278,5 +277,4 @@ async fn manual_health_and_health_decided_before_a_restart_are_not_tracked() {
 
 fn u_last(seen: &[AllocClientUpdate]) -> AllocClientUpdate {
     seen.last().cloned().expect("a report")
-    network_status: None,
 }

@@ -264,7 +264,6 @@ impl Harness {
                 Err(_) => {}
             }
         }
-        network_status: None,
     }
 
     pub(crate) async fn until_log(&mut self, entry: &str) {
