@@ -49,7 +49,7 @@ pub enum GenerateError {
     Sign(String),
 }
 
-fn sign_error(e: rcgen::Error) -> GenerateError {
+pub(crate) fn sign_error(e: rcgen::Error) -> GenerateError {
     GenerateError::Sign(e.to_string())
 }
 
@@ -155,7 +155,7 @@ pub fn agent_cert(
     })
 }
 
-fn rand_serial() -> u64 {
+pub(crate) fn rand_serial() -> u64 {
     let mut bytes = [0u8; 8];
     // The OS's randomness; a failure leaves the clock's nanoseconds, still unique enough for
     // a serial (uniqueness, not secrecy, is what a serial needs).
@@ -175,7 +175,7 @@ fn rand_serial() -> u64 {
 
 /// The subject of certificate `der`, entry by entry with its string type, so a certificate
 /// it signs names it byte for byte (chains are matched on the encoded names).
-fn subject_of(der: &[u8]) -> Result<DistinguishedName, String> {
+pub(crate) fn subject_of(der: &[u8]) -> Result<DistinguishedName, String> {
     let (_, cert, _) = tlv(der).ok_or("not DER")?;
     let (_, tbs, _) = tlv(cert).ok_or("no tbsCertificate")?;
     let mut rest = tbs;
@@ -224,7 +224,7 @@ fn subject_of(der: &[u8]) -> Result<DistinguishedName, String> {
 }
 
 /// One DER element: its tag, its content and what follows it.
-fn tlv(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+pub(crate) fn tlv(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
     let (&tag, rest) = input.split_first()?;
     let (&first, rest) = rest.split_first()?;
     let (len, rest) = if first < 0x80 {

@@ -12,6 +12,7 @@
 //! the HTTP API (drover-http) wrap their connections with what this crate builds.
 
 pub mod generate;
+pub mod mesh;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
@@ -129,7 +130,7 @@ impl std::fmt::Debug for AgentTls {
     }
 }
 
-fn provider() -> Arc<CryptoProvider> {
+pub(crate) fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
