@@ -42,6 +42,8 @@ pub struct RunnerEnv {
     pub artifact: Arc<crate::artifact::ArtifactConfig>,
     /// Bridge networking, when the node offers it.
     pub bridge: crate::network::Bridge,
+    /// The servers' mesh calls (certificates, the mesh's view).
+    pub mesh_server: Arc<dyn crate::mesh::MeshServerCalls>,
 }
 
 /// Handle the client keeps for a running allocation.
@@ -234,6 +236,45 @@ async fn run(
             return;
         }
     };
+    // Mesh certificates and proxy configurations, written before any task starts.
+    let secrets_of = |task: &str| dir.task_dir(task).ok().map(|d| d.secrets_dir.clone());
+    let mesh = match crate::mesh::prepare(
+        env.mesh_server.as_ref(),
+        &env.node.id,
+        alloc.clone(),
+        &group,
+        secrets_of,
+    )
+    .await
+    {
+        Ok(m) => m,
+        Err(err) => {
+            let description = format!("pre-run hook \"connect\" failed: {err}");
+            for task in &group.tasks {
+                let mut s = prior.get(&task.name).cloned().unwrap_or_default();
+                let mut ev = TaskEvent::new(TASK_EVENT_SETUP_FAILURE);
+                ev.setup_error = format!("failed to setup alloc: {description}");
+                ev.fails_task = true;
+                ev.display_message = ev.default_display_message();
+                s.events.push(ev);
+                s.state = TASK_STATE_DEAD.into();
+                s.failed = true;
+                states.insert(task.name.clone(), s);
+            }
+            let _ = env.updates.send(AllocClientUpdate {
+                id: alloc.id.clone(),
+                client_status: ALLOC_CLIENT_FAILED.into(),
+                client_description: description,
+                task_states: Some(states),
+                modify_time: drover_structs::time::now_nanos(),
+                deployment_status: health.alloc_failed(),
+                network_status: None,
+            });
+            release_network(&env, &alloc, network.as_ref()).await;
+            let _ = done_tx.send(true);
+            return;
+        }
+    };
     let network_status = network.as_ref().map(|n| n.status.clone());
     // Tasks see the allocation's address (`NOMAD_ALLOC_IP_*`) through its network status.
     let alloc = match &network_status {
@@ -399,9 +440,17 @@ async fn run(
     // Tasks without a runner run nothing: dropping their commands answers them so.
     drop(commands);
     // The checks run from here until the allocation stops (Nomad's checks hook: from
-    // prerun to prekill); dropping `checks_stop` at the end ends them too.
+    // prerun to prekill); dropping `checks_stop` at the end ends them too, and the mesh
+    // files' upkeep with them.
     let (runs_tx, runs_rx) = watch::channel(task_runs(&states));
     let (checks_stop, checks_stopped) = watch::channel(false);
+    if let Some(files) = mesh {
+        tokio::spawn(crate::mesh::keep(
+            files,
+            env.mesh_server.clone(),
+            checks_stopped.clone(),
+        ));
+    }
     let mut checks_changed = checks.results.subscribe();
     if !group_checks.is_empty() {
         let env = CheckEnv {

@@ -66,6 +66,25 @@ pub trait ServerConn: Send + Sync + 'static {
         let _ = (namespace, volume_id, claim);
         async { Err("this server connection cannot release CSI claims".to_string()) }
     }
+    /// A mesh certificate for the identity of task `task` of allocation `alloc_id` (of this
+    /// node).
+    fn sign_mesh_leaf(
+        &self,
+        node_id: &str,
+        alloc_id: &str,
+        task: &str,
+    ) -> impl Future<Output = Result<drover_structs::mesh::MeshLeaf, String>> + Send {
+        let _ = (node_id, alloc_id, task);
+        async { Err("this server connection has no service mesh".to_string()) }
+    }
+    /// What the proxies of `namespace` need: intentions and where services' proxies listen.
+    fn mesh_view(
+        &self,
+        namespace: &str,
+    ) -> impl Future<Output = Result<drover_structs::mesh::MeshView, String>> + Send {
+        let _ = namespace;
+        async { Err("this server connection has no service mesh".to_string()) }
+    }
 }
 
 #[derive(Clone)]
@@ -249,6 +268,7 @@ impl Client {
             updates: updates_tx,
             csi: csi.clone(),
             csi_server: Arc::new(ServerCsi(server.clone())),
+            mesh_server: Arc::new(crate::mesh::ServerMesh(server.clone())),
             driver_events: Default::default(),
             agent_env: Arc::new(crate::taskenv::agent_env(&config.env_denylist)),
             artifact: Arc::new(config.artifact.clone()),

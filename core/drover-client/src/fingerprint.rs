@@ -94,6 +94,13 @@ pub fn fingerprint_host(data_dir: &Path, nomad_version: &str) -> HostFingerprint
     if let Some(ip) = probe_ip_address() {
         attributes.insert("unique.network.ip-address".to_string(), ip.to_string());
     }
+    // The agent's own program: what Connect sidecar tasks run as Drover's proxy.
+    if let Ok(exe) = std::env::current_exe() {
+        attributes.insert(
+            "unique.drover.binary".to_string(),
+            exe.display().to_string(),
+        );
+    }
 
     HostFingerprint {
         attributes,

@@ -28,6 +28,7 @@ pub mod host_volumes;
 pub mod interpolate;
 pub mod lifecycle;
 pub mod logs;
+pub mod mesh;
 pub mod network;
 pub mod mountinfo;
 pub mod node_meta;

@@ -70,6 +70,7 @@ pub(crate) fn runner_env(
         agent_env: Default::default(),
         artifact: Default::default(),
         bridge: None,
+        mesh_server: Arc::new(crate::mesh::NoMesh),
     };
     (env, updates)
 }

@@ -77,6 +77,8 @@ fn need(method: &Method, path: &str) -> Need {
         ["v1", "allocations"] => Namespace(cap::CAP_READ_JOB),
         // Nomad's service endpoints: read-job to read, submit-job to delete.
         ["v1", "services"] => Namespace(cap::CAP_READ_JOB),
+        ["v1", "connect", "intentions", ..] if read => Namespace(cap::CAP_READ_JOB),
+        ["v1", "connect", "intentions", ..] => Namespace(cap::CAP_SUBMIT_JOB),
         ["v1", "service", _] if read => Namespace(cap::CAP_READ_JOB),
         ["v1", "service", _, _] => Namespace(cap::CAP_SUBMIT_JOB),
         ["v1", "allocation", _, "stop"] => Alloc(cap::CAP_ALLOC_LIFECYCLE),

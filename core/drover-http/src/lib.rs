@@ -41,6 +41,7 @@ mod region;
 mod response;
 mod scaling;
 mod search;
+mod intentions;
 mod services;
 mod starting;
 mod stream;
@@ -247,6 +248,14 @@ pub fn router(
         .route(
             "/v1/allocation/{id}/stop",
             post(allocs::stop).put(allocs::stop),
+        )
+        .route("/v1/connect/intentions", get(intentions::list))
+        .route(
+            "/v1/connect/intentions/exact",
+            get(intentions::exact)
+                .put(intentions::exact)
+                .post(intentions::exact)
+                .delete(intentions::exact),
         )
         .route("/v1/services", get(services::list))
         .route("/v1/service/{name}", get(services::get_one))

@@ -159,6 +159,8 @@ pub enum LogEntry {
     Deployment(crate::deployments::DeploymentWrite),
     /// CSI volumes and plugins (see `crate::csi`).
     Csi(crate::csi::CsiEntry),
+    /// The mesh CA and intentions (see `crate::mesh`).
+    Mesh(crate::mesh::MeshEntry),
     /// Namespaces created or updated (validated by the leader).
     NamespaceUpsert {
         namespaces: Vec<drover_structs::Namespace>,
@@ -505,6 +507,7 @@ pub fn apply_entry(state: &StateStore, index: u64, entry: LogEntry) -> Result<()
             state.upsert_deployments(index, Vec::new(), &w.updates, w.evals);
         }
         LogEntry::Csi(entry) => crate::csi::apply_entry(state, index, entry)?,
+        LogEntry::Mesh(entry) => crate::mesh::apply_entry(state, index, entry)?,
     }
     Ok(())
 }

@@ -32,6 +32,7 @@ pub mod job_versions;
 mod leader_task;
 mod leadership;
 mod members;
+pub mod mesh;
 pub mod metrics;
 pub mod multiregion;
 pub mod namespaces;

@@ -120,6 +120,8 @@ pub enum Request {
     Variable(crate::variables::VariableRequest),
     /// A plugin's own list of its volumes (see `crate::csi::external`).
     CsiExternal(crate::csi::ExternalVolumesRequest),
+    /// Mesh certificates, view and intentions (see `crate::mesh`).
+    Mesh(crate::mesh::MeshRequest),
 }
 
 impl Request {
@@ -136,7 +138,7 @@ impl Request {
                 | Request::Csi(
                     crate::csi::CsiRequest::Claim { .. } | crate::csi::CsiRequest::Unpublish { .. }
                 )
-        )
+        ) || matches!(self, Request::Mesh(m) if m.is_client_call())
     }
 
     pub fn is_read(&self) -> bool {
@@ -189,6 +191,7 @@ pub enum Reply {
         list: drover_structs::CsiVolumeExternalList,
         index: u64,
     },
+    Mesh(crate::mesh::MeshReply),
 }
 
 /// Kinds of endpoint errors, so the caller rebuilds the same `ServerError` (and HTTP status).

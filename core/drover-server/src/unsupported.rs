@@ -117,9 +117,9 @@ fn refuse_group(tg: &TaskGroup, at: &str, m: &mut MultiError) {
     }
 }
 
-/// Services register natively (whatever their `provider`: Drover needs no Consul) and the
-/// client runs their checks, but the Connect mesh does not exist yet, nor do the check
-/// settings that need it or a driver's own network: those are refused, naming their path.
+/// Services register natively (whatever their `provider`: Drover needs no Consul), the client
+/// runs their checks and Drover's mesh their Connect sidecars; the settings neither acts on
+/// are refused, naming their path.
 fn refuse_service_parts(services: &Option<Value>, refuse: &mut impl FnMut(&str, &str, &str)) {
     let list = services.as_ref().and_then(Value::as_array);
     for (i, service) in list.into_iter().flatten().enumerate() {
@@ -129,13 +129,6 @@ fn refuse_service_parts(services: &Option<Value>, refuse: &mut impl FnMut(&str, 
             let text = |k: &str| check.get(k).and_then(Value::as_str).unwrap_or("");
             let flag = |k: &str| check.get(k).and_then(Value::as_bool).unwrap_or(false);
             let number = |k: &str| check.get(k).and_then(Value::as_i64).unwrap_or(0);
-            if flag("Expose") {
-                refuse(
-                    &at("Expose"),
-                    "expose",
-                    "expose paths need the Connect mesh, which is not supported yet",
-                );
-            }
             if text("AddressMode") == "driver" {
                 refuse(
                     &at("AddressMode"),
@@ -165,11 +158,67 @@ fn refuse_service_parts(services: &Option<Value>, refuse: &mut impl FnMut(&str, 
                 );
             }
         }
-        if service.get("Connect").is_some_and(|c| !c.is_null()) {
+        if let Some(connect) = service.get("Connect").filter(|c| !c.is_null()) {
+            refuse_connect_parts(connect, &format!("Services[{i}].Connect"), refuse);
+        }
+    }
+}
+
+/// Drover's mesh runs sidecar proxies and native tasks; gateways, transparent proxying,
+/// other namespaces or datacenters as upstreams, and Envoy's own settings are refused.
+fn refuse_connect_parts(connect: &Value, at: &str, refuse: &mut impl FnMut(&str, &str, &str)) {
+    let set = |v: Option<&Value>| match v {
+        None | Some(Value::Null) => false,
+        Some(Value::Object(o)) => !o.is_empty(),
+        Some(Value::Array(a)) => !a.is_empty(),
+        Some(Value::String(s)) => !s.is_empty(),
+        Some(_) => true,
+    };
+    if set(connect.get("Gateway")) {
+        refuse(&format!("{at}.Gateway"), "gateway", "mesh gateways are not supported yet");
+    }
+    let proxy = connect.get("SidecarService").and_then(|s| s.get("Proxy"));
+    let Some(proxy) = proxy.filter(|p| !p.is_null()) else {
+        return;
+    };
+    let at = format!("{at}.SidecarService.Proxy");
+    if set(proxy.get("TransparentProxy")) {
+        refuse(
+            &format!("{at}.TransparentProxy"),
+            "transparent_proxy",
+            "transparent proxying is not supported yet",
+        );
+    }
+    if set(proxy.get("Config")) {
+        refuse(
+            &format!("{at}.Config"),
+            "config",
+            "Envoy's settings have no meaning for Drover's proxy",
+        );
+    }
+    let upstreams = proxy.get("Upstreams").and_then(Value::as_array);
+    for (j, u) in upstreams.into_iter().flatten().enumerate() {
+        for (field, block, why) in [
+            ("Datacenter", "datacenter", "upstreams in other datacenters are not supported yet"),
+            ("DestinationNamespace", "destination_namespace", "upstreams in other namespaces are not supported yet"),
+            ("DestinationPeer", "destination_peer", "cluster peering is not supported"),
+            ("DestinationPartition", "destination_partition", "admin partitions are not supported"),
+            ("LocalBindSocketPath", "local_bind_socket_path", "unix socket upstreams are not supported yet"),
+        ] {
+            if set(u.get(field)) {
+                refuse(&format!("{at}.Upstreams[{j}].{field}"), block, why);
+            }
+        }
+        let gateway_mode = u
+            .get("MeshGateway")
+            .and_then(|g| g.get("Mode"))
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if !gateway_mode.is_empty() && gateway_mode != "none" {
             refuse(
-                &format!("Services[{i}].Connect"),
-                "connect",
-                "the Connect service mesh is not supported yet",
+                &format!("{at}.Upstreams[{j}].MeshGateway"),
+                "mesh_gateway",
+                "mesh gateways are not supported yet",
             );
         }
     }
@@ -314,10 +363,9 @@ mod tests {
             {"Type": "grpc", "Expose": true, "GRPCUseTLS": true, "AddressMode": "driver"}
         ]}]));
         let e = refuse_unacted(&job_with(group(t))).unwrap_err();
-        assert_eq!(e.errors.len(), 3, "{e}");
+        assert_eq!(e.errors.len(), 2, "{e}");
         let text = e.to_string();
         for path in [
-            "Job.TaskGroups[0].Tasks[0].Services[0].Checks[1].Expose",
             "Job.TaskGroups[0].Tasks[0].Services[0].Checks[1].GRPCUseTLS",
             "Job.TaskGroups[0].Tasks[0].Services[0].Checks[1].AddressMode",
         ] {
@@ -327,19 +375,24 @@ mod tests {
     }
 
     #[test]
-    fn checks_connect_vault_and_devices_are_refused_each_with_its_path() {
+    fn gateways_connect_extras_vault_and_devices_are_refused_each_with_its_path() {
         let mut t = task();
-        t.services = Some(json!([{"Name": "web", "Checks": [{"Type": "http", "Expose": true}]}]));
+        t.services = Some(json!([{"Name": "web", "Connect": {"SidecarService": {"Proxy": {
+            "Config": {"envoy_extra": 1},
+            "Upstreams": [{"DestinationName": "db", "LocalBindPort": 8080, "Datacenter": "dc2"}]
+        }}}}]));
         t.vault = Some(json!({"Policies": ["x"]}));
         t.resources.devices = Some(vec![json!({"Name": "nvidia/gpu"})]);
         let mut tg = group(t);
-        tg.services = Some(json!([{"Name": "plain"}, {"Name": "g", "Connect": {"Native": true}}]));
+        tg.services = Some(json!([{"Name": "plain", "Connect": {"Native": true}},
+            {"Name": "g", "Connect": {"Gateway": {"Ingress": {}}}}]));
         let e = refuse_unacted(&job_with(tg)).unwrap_err();
-        assert_eq!(e.errors.len(), 4, "{e}");
+        assert_eq!(e.errors.len(), 5, "{e}");
         let text = e.to_string();
         for path in [
-            "Job.TaskGroups[0].Services[1].Connect",
-            "Job.TaskGroups[0].Tasks[0].Services[0].Checks[0].Expose",
+            "Job.TaskGroups[0].Services[1].Connect.Gateway",
+            "Job.TaskGroups[0].Tasks[0].Services[0].Connect.SidecarService.Proxy.Config",
+            "Job.TaskGroups[0].Tasks[0].Services[0].Connect.SidecarService.Proxy.Upstreams[0].Datacenter",
             "Job.TaskGroups[0].Tasks[0].Vault",
             "Job.TaskGroups[0].Tasks[0].Resources.Devices",
         ] {

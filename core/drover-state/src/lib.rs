@@ -12,6 +12,7 @@ mod acl;
 mod children;
 mod csi;
 mod deployments;
+mod mesh;
 mod namespaces;
 mod periodic;
 mod scheduler_config;

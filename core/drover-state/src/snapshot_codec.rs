@@ -59,6 +59,10 @@ struct Encoded {
     variables: Vec<drover_structs::Variable>,
     #[serde(default)]
     job_submissions: Vec<drover_structs::JobSubmission>,
+    #[serde(default)]
+    mesh_ca: Option<drover_structs::mesh::MeshCa>,
+    #[serde(default)]
+    intentions: Vec<drover_structs::mesh::Intention>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -158,6 +162,8 @@ pub(crate) fn encode(s: &StateSnapshot) -> Vec<u8> {
         acl_bootstrap_index: t.acl_bootstrap_index,
         variables: t.variables.values().map(|v| (**v).clone()).collect(),
         job_submissions: t.job_submissions.values().map(|s| (**s).clone()).collect(),
+        mesh_ca: t.mesh_ca.as_deref().cloned(),
+        intentions: t.intentions.values().map(|i| (**i).clone()).collect(),
     };
     // Serialising plain data structs into a Vec cannot fail.
     serde_json::to_vec(&enc).unwrap_or_default()
@@ -277,6 +283,15 @@ fn decode(data: &[u8]) -> Result<Tables, SnapshotError> {
     for v in enc.variables {
         t.variables
             .insert((v.namespace.clone(), v.path.clone()), Arc::new(v));
+    }
+    t.mesh_ca = enc.mesh_ca.map(Arc::new);
+    for i in enc.intentions {
+        let k = (
+            i.namespace.clone(),
+            i.source_name.clone(),
+            i.destination_name.clone(),
+        );
+        t.intentions.insert(k, Arc::new(i));
     }
     Ok(t)
 }

@@ -29,10 +29,12 @@ pub enum Table {
     AclPolicies,
     AclTokens,
     Variables,
+    /// The mesh CA and the intentions.
+    Mesh,
 }
 
 impl Table {
-    pub const ALL: [Table; 16] = [
+    pub const ALL: [Table; 17] = [
         Table::Jobs,
         Table::JobVersions,
         Table::JobSummary,
@@ -49,6 +51,7 @@ impl Table {
         Table::AclPolicies,
         Table::AclTokens,
         Table::Variables,
+        Table::Mesh,
     ];
 
     pub fn name(self) -> &'static str {
@@ -69,6 +72,7 @@ impl Table {
             Table::AclPolicies => "acl_policy",
             Table::AclTokens => "acl_token",
             Table::Variables => "variables",
+            Table::Mesh => "mesh",
         }
     }
 }
@@ -115,6 +119,10 @@ pub(crate) struct Tables {
     pub acl_tokens_by_secret: OrdMap<String, String>,
     /// Variables by (namespace, path).
     pub variables: OrdMap<NsKey, Arc<drover_structs::Variable>>,
+    /// The mesh CA, once the leader made it.
+    pub mesh_ca: Option<Arc<drover_structs::mesh::MeshCa>>,
+    /// Intentions by (namespace, source, destination).
+    pub intentions: OrdMap<(String, String, String), Arc<drover_structs::mesh::Intention>>,
     /// The index of the ACL bootstrap; 0 before it.
     pub acl_bootstrap_index: u64,
     pub indexes: OrdMap<Table, u64>,

@@ -277,6 +277,7 @@ fn canonicalize_group(g: &mut Map<String, Value>, ctx: &JobContext<'_>) {
     );
 
     services::assign_connect_native_tasks(g);
+    services::inject_connect_sidecars(g);
 
     if let Some(Value::Array(tasks)) = g.get_mut("Tasks") {
         for t in tasks.iter_mut() {

@@ -17,6 +17,7 @@ pub mod dispatch;
 pub mod eval;
 pub mod glob;
 pub mod job;
+pub mod mesh;
 pub mod metrics;
 pub mod multierror;
 pub mod multiregion;

@@ -54,13 +54,14 @@ pub fn alloc_services(
         return Vec::new();
     };
     let mut out = Vec::new();
+    let owner = format!("group-{}", group.name);
     for service in items(group.services.as_ref()) {
-        out.push(register(
-            alloc,
-            node,
-            service,
-            &format!("group-{}", group.name),
-        ));
+        out.push(register(alloc, node, service, &owner));
+        // A Connect service's proxy registers as `<service>-sidecar-proxy` on the proxy's
+        // port, as Nomad registers it in Consul: where other proxies dial it.
+        if let Some(proxy) = sidecar_registration(service) {
+            out.push(register(alloc, node, &proxy, &owner));
+        }
     }
     for task in &group.tasks {
         let running = alloc
@@ -86,6 +87,30 @@ pub fn alloc_address(alloc: &Allocation) -> Option<String> {
         .as_str()
         .filter(|a| !a.is_empty())
         .map(str::to_string)
+}
+
+/// The name a Connect service's sidecar proxy registers under.
+pub fn sidecar_service_name(service: &str) -> String {
+    format!("{service}-sidecar-proxy")
+}
+
+/// The registration of a group service's sidecar proxy, if it has one: its port is the
+/// sidecar service's, else `connect-proxy-<service>` (the port the admission hook adds).
+fn sidecar_registration(service: &Value) -> Option<Value> {
+    let sidecar = service
+        .get("Connect")?
+        .get("SidecarService")
+        .filter(|s| !s.is_null())?;
+    let name = str_of(service, "Name");
+    let port = match str_of(sidecar, "Port") {
+        "" => format!("connect-proxy-{name}"),
+        p => p.to_string(),
+    };
+    Some(serde_json::json!({
+        "Name": sidecar_service_name(name),
+        "PortLabel": port,
+        "Tags": sidecar.get("Tags").cloned().unwrap_or(Value::Null),
+    }))
 }
 
 fn items(v: Option<&Value>) -> &[Value] {

@@ -227,7 +227,7 @@ mod tests {
         let e = validate_job(&j).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "1 error occurred:\n\t* Task group api validation failed: 2 errors occurred:\n\t* Missing tasks for task group\n\t* Task group service validation failed: 1 error occurred:\n\t* Service[0] api validation failed: 1 error occurred:\n\t* Consul Connect must be exclusively native, make use of a sidecar, or represent a Gateway\n\n\n\n\n\n\n\n"
+            "1 error occurred:\n\t* Task group api validation failed: 2 errors occurred:\n\t* Missing tasks for task group\n\t* Task group service validation failed: 1 error occurred:\n\t* Service[0] api validation failed: 1 error occurred:\n\t* Consul Connect must be native or use a sidecar service\n\n\n\n\n\n\n\n"
         );
     }
 

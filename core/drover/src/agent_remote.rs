@@ -133,6 +133,33 @@ fn unexpected(reply: Reply) -> String {
 }
 
 impl ServerConn for RemoteServers {
+    async fn sign_mesh_leaf(
+        &self,
+        node_id: &str,
+        alloc_id: &str,
+        task: &str,
+    ) -> Result<drover_structs::mesh::MeshLeaf, String> {
+        let request = Request::Mesh(drover_server::mesh::MeshRequest::SignLeaf {
+            node_id: node_id.to_string(),
+            alloc_id: alloc_id.to_string(),
+            task: task.to_string(),
+        });
+        match self.call(&request, CALL_TIMEOUT).await? {
+            Reply::Mesh(drover_server::mesh::MeshReply::Leaf(leaf)) => Ok(leaf),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn mesh_view(&self, namespace: &str) -> Result<drover_structs::mesh::MeshView, String> {
+        let request = Request::Mesh(drover_server::mesh::MeshRequest::View {
+            namespace: namespace.to_string(),
+        });
+        match self.call(&request, CALL_TIMEOUT).await? {
+            Reply::Mesh(drover_server::mesh::MeshReply::View(view)) => Ok(view),
+            other => Err(unexpected(other)),
+        }
+    }
+
     async fn register_node(&self, node: Node) -> Result<Duration, String> {
         match self
             .call(&Request::RegisterNode { node }, CALL_TIMEOUT)

@@ -27,6 +27,20 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 struct LocalServer(Server);
 
 impl ServerConn for LocalServer {
+    async fn sign_mesh_leaf(
+        &self,
+        node_id: &str,
+        alloc_id: &str,
+        task: &str,
+    ) -> Result<drover_structs::mesh::MeshLeaf, String> {
+        self.0
+            .sign_mesh_leaf(node_id, alloc_id, task)
+            .await
+            .map_err(|e| e.to_string())
+    }
+    async fn mesh_view(&self, namespace: &str) -> Result<drover_structs::mesh::MeshView, String> {
+        self.0.mesh_view(namespace).await.map_err(|e| e.to_string())
+    }
     async fn register_node(&self, node: Node) -> Result<Duration, String> {
         self.0
             .register_node(node)

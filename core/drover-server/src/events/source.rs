@@ -246,7 +246,8 @@ impl EntryEvents {
             | LogEntry::SchedulerConfigUpdate { .. }
             | LogEntry::NamespaceUpsert { .. }
             | LogEntry::NamespaceDelete { .. }
-            | LogEntry::VariableWrite { .. } => return None,
+            | LogEntry::VariableWrite { .. }
+            | LogEntry::Mesh(_) => return None,
         };
         Some(out)
     }

@@ -206,6 +206,222 @@ pub(super) fn assign_connect_native_tasks(g: &mut Map<String, Value>) {
     }
 }
 
+/// Task names and kinds of Connect sidecars (Nomad's `ConnectProxyPrefix`).
+pub const CONNECT_PROXY_PREFIX: &str = "connect-proxy";
+
+/// What Nomad's Connect admission hook does for sidecar services: each group service with a
+/// `sidecar_service` gets a proxy task `connect-proxy-<service>` of kind
+/// `connect-proxy:<service>` (a prestart sidecar running Drover's proxy, merged with the
+/// service's `sidecar_task`), unless the group already has a task of that kind, and a port
+/// `connect-proxy-<service>` (`to = -1`) on the group's network unless the sidecar service
+/// names its own. A check with `expose = true` on such a service gets the expose path it
+/// needs (Nomad's expose-check hook).
+pub(super) fn inject_connect_sidecars(g: &mut Map<String, Value>) {
+    let mut proxies = Vec::new();
+    let networks = g.get("Networks").cloned();
+    if let Some(Value::Array(services)) = g.get_mut("Services") {
+        for s in services.iter_mut().filter_map(Value::as_object_mut) {
+            let name = s.get("Name").and_then(Value::as_str).unwrap_or("").to_string();
+            let service_port = s.get("PortLabel").and_then(Value::as_str).unwrap_or("").to_string();
+            let checks = s.get("Checks").cloned();
+            let Some(Value::Object(connect)) = s.get_mut("Connect") else {
+                continue;
+            };
+            let sidecar_task = connect.get("SidecarTask").filter(|t| !t.is_null()).cloned();
+            let Some(Value::Object(sidecar)) = connect.get_mut("SidecarService") else {
+                continue;
+            };
+            let port = match sidecar.get("Port").and_then(Value::as_str) {
+                Some(p) if !p.is_empty() => p.to_string(),
+                _ => format!("{CONNECT_PROXY_PREFIX}-{name}"),
+            };
+            add_expose_paths(sidecar, checks.as_ref(), &service_port, networks.as_ref());
+            proxies.push((name, port, sidecar_task));
+        }
+    }
+    for (service, port, overrides) in proxies {
+        let kind = format!("{CONNECT_PROXY_PREFIX}:{service}");
+        let has_task = match g.get("Tasks") {
+            Some(Value::Array(tasks)) => tasks
+                .iter()
+                .any(|t| t.get("Kind").and_then(Value::as_str) == Some(kind.as_str())),
+            _ => false,
+        };
+        if !has_task {
+            let mut task = sidecar_task(&service);
+            if let (Some(Value::Object(base)), Some(Value::Object(over))) =
+                (Some(&mut task), overrides.as_ref())
+            {
+                merge_sidecar_task(base, over);
+            }
+            match g.get_mut("Tasks") {
+                Some(Value::Array(tasks)) => tasks.push(task),
+                _ => {
+                    g.insert("Tasks".into(), json!([task]));
+                }
+            }
+        }
+        add_group_port(g, &port);
+    }
+}
+
+/// Nomad's `newConnectSidecarTask`, running Drover's proxy through raw_exec: the agent's own
+/// binary (`attr.unique.drover.binary`) with the configuration the client writes.
+fn sidecar_task(service: &str) -> Value {
+    json!({
+        "Name": format!("{CONNECT_PROXY_PREFIX}-{service}"),
+        "Kind": format!("{CONNECT_PROXY_PREFIX}:{service}"),
+        "Driver": "raw_exec",
+        "Config": {
+            "command": "${attr.unique.drover.binary}",
+            "args": ["connect", "proxy", "-config", "${NOMAD_SECRETS_DIR}/mesh-proxy.json"],
+        },
+        "ShutdownDelay": 5 * SEC,
+        "LogConfig": {"MaxFiles": 2, "MaxFileSizeMB": 2},
+        "Resources": {"CPU": 250, "MemoryMB": 128},
+        "Lifecycle": {"Hook": "prestart", "Sidecar": true},
+    })
+}
+
+/// Nomad's `SidecarTask.MergeIntoTask`: what the user set replaces the defaults (the config
+/// and env maps key by key).
+fn merge_sidecar_task(task: &mut Map<String, Value>, over: &Map<String, Value>) {
+    for (key, value) in over {
+        if is_unset(Some(value)) {
+            continue;
+        }
+        match (key.as_str(), task.get_mut(key), value) {
+            ("Config" | "Env" | "Meta", Some(Value::Object(mine)), Value::Object(theirs)) => {
+                for (k, v) in theirs {
+                    mine.insert(k.clone(), v.clone());
+                }
+            }
+            ("Resources" | "LogConfig", Some(Value::Object(mine)), Value::Object(theirs)) => {
+                for (k, v) in theirs.iter().filter(|(_, v)| !is_unset(Some(v))) {
+                    mine.insert(k.clone(), v.clone());
+                }
+            }
+            _ => {
+                task.insert(key.clone(), value.clone());
+            }
+        }
+    }
+}
+
+/// Adds dynamic port `label` (`to = -1`) to the group's first network, unless a network
+/// already has a port of that label.
+fn add_group_port(g: &mut Map<String, Value>, label: &str) {
+    let Some(Value::Array(networks)) = g.get_mut("Networks") else {
+        return;
+    };
+    let has = networks.iter().any(|n| {
+        ["ReservedPorts", "DynamicPorts"].iter().any(|k| {
+            n.get(*k)
+                .and_then(Value::as_array)
+                .is_some_and(|ports| ports.iter().any(|p| p.get("Label").and_then(Value::as_str) == Some(label)))
+        })
+    });
+    if has {
+        return;
+    }
+    let Some(Value::Object(first)) = networks.first_mut() else {
+        return;
+    };
+    let port = json!({"Label": label, "Value": 0, "To": -1, "HostNetwork": "default"});
+    match first.get_mut("DynamicPorts") {
+        Some(Value::Array(ports)) => ports.push(port),
+        _ => {
+            first.insert("DynamicPorts".into(), json!([port]));
+        }
+    }
+}
+
+/// Nomad's `exposePathsHook`: an `http` or `grpc` check with a path and `expose = true`
+/// gets an expose path in the sidecar's proxy: the check's path and protocol, the port the
+/// service listens on inside the namespace as `local_path_port` (its port label's static value
+/// or `to`, else the label as a number; 0 when neither, which validation refuses), and the
+/// check's port label as `listener_port`. An identical path already there is not added twice.
+fn add_expose_paths(
+    sidecar: &mut Map<String, Value>,
+    checks: Option<&Value>,
+    service_port: &str,
+    networks: Option<&Value>,
+) {
+    let local_port = local_service_port(service_port, networks);
+    let exposed: Vec<Value> = checks
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|c| c.get("Expose").and_then(Value::as_bool) == Some(true))
+        .filter(|c| {
+            let kind = c.get("Type").and_then(Value::as_str).unwrap_or("");
+            let path = c.get("Path").and_then(Value::as_str).unwrap_or("");
+            matches!(kind.to_ascii_lowercase().as_str(), "http" | "grpc") && path.starts_with('/')
+        })
+        .map(|c| {
+            let text = |k: &str| c.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+            json!({
+                "Path": text("Path"),
+                "Protocol": text("Protocol"),
+                "LocalPathPort": local_port,
+                "ListenerPort": text("PortLabel"),
+            })
+        })
+        .collect();
+    if exposed.is_empty() {
+        return;
+    }
+    let proxy = sidecar.entry("Proxy").or_insert(Value::Null);
+    if !proxy.is_object() {
+        *proxy = json!({});
+    }
+    let Some(proxy) = proxy.as_object_mut() else {
+        return;
+    };
+    let expose = proxy.entry("ExposeConfig").or_insert(Value::Null);
+    if !expose.is_object() {
+        *expose = json!({});
+    }
+    let Some(expose) = expose.as_object_mut() else {
+        return;
+    };
+    let paths = expose.entry("Path").or_insert(Value::Null);
+    if !paths.is_array() {
+        *paths = json!([]);
+    }
+    if let Some(paths) = paths.as_array_mut() {
+        for p in exposed {
+            if !paths.contains(&p) {
+                paths.push(p);
+            }
+        }
+    }
+}
+
+/// The port a service listens on inside its namespace: its label's static value or `to` on
+/// the group's networks, else the label itself as a number, else 0.
+fn local_service_port(label: &str, networks: Option<&Value>) -> i64 {
+    let ports = networks
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .flat_map(|n| {
+            ["ReservedPorts", "DynamicPorts"]
+                .into_iter()
+                .filter_map(move |k| n.get(k).and_then(Value::as_array))
+                .flatten()
+        });
+    for p in ports {
+        if p.get("Label").and_then(Value::as_str) != Some(label) {
+            continue;
+        }
+        let value = p.get("Value").and_then(Value::as_i64).unwrap_or(0);
+        let to = p.get("To").and_then(Value::as_i64).unwrap_or(0);
+        return if value > 0 { value } else { to.max(0) };
+    }
+    label.parse().unwrap_or(0)
+}
+
 /// api `ConsulConnect.Canonicalize` and the blocks under it.
 fn canonicalize_connect(c: &mut Map<String, Value>) {
     if let Some(Value::Object(sidecar)) = c.get_mut("SidecarService") {

@@ -154,6 +154,9 @@ pub(crate) fn validate_group(j: &Job, tg: &TaskGroup) -> Result<(), MultiError> 
     if let Err(e) = validate_group_script_checks(&tg.name, tg.services.as_ref()) {
         m.push(format!("Task group service check validation failed: {e}"));
     }
+    if let Err(e) = validate_connect_network(tg) {
+        m.push(e);
+    }
     if let Err(e) = validate_scaling(j, tg) {
         m.push(format!("Task group scaling policy validation failed: {e}"));
     }
@@ -451,4 +454,34 @@ mod tests {
             .is_ok()
         );
     }
+}
+
+/// Nomad's `groupConnectValidate`: a group with a Connect sidecar or an exposed check has
+/// exactly one network, in bridge mode (the proxy's listeners live in its namespace).
+fn validate_connect_network(tg: &TaskGroup) -> Result<(), String> {
+    let services = super::json::items(tg.services.as_ref());
+    let sidecar = services.iter().any(|s| {
+        s.get("Connect")
+            .and_then(|c| c.get("SidecarService"))
+            .is_some_and(|v| !v.is_null())
+    });
+    if !sidecar {
+        return Ok(());
+    }
+    let networks = tg.networks.as_deref().unwrap_or(&[]);
+    if networks.len() != 1 {
+        return Err(format!(
+            "Consul Connect sidecar requires exactly one network, found {} in group {:?}",
+            networks.len(),
+            tg.name
+        ));
+    }
+    let mode = networks[0].mode.as_str();
+    if mode != "bridge" {
+        return Err(format!(
+            "Consul Connect sidecar requires bridge network, found {mode:?} in group {:?}",
+            tg.name
+        ));
+    }
+    Ok(())
 }

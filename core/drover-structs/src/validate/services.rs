@@ -275,12 +275,14 @@ fn validate_connect(c: &Value) -> Result<(), String> {
     let sidecar = set(c, "SidecarService").is_some();
     let native = bool_of(c, "Native");
     let gateway = set(c, "Gateway");
-    if [sidecar, native, gateway.is_some()]
+    let kinds = [sidecar, native, gateway.is_some()]
         .iter()
         .filter(|x| **x)
-        .count()
-        != 1
-    {
+        .count();
+    if kinds == 0 {
+        return Err("Consul Connect must be native or use a sidecar service".into());
+    }
+    if kinds != 1 {
         return Err(
             "Consul Connect must be exclusively native, make use of a sidecar, or represent a Gateway"
                 .into(),
@@ -708,9 +710,12 @@ mod tests {
         let s = json!({"Name": "api", "Connect": {"Native": false}});
         assert_eq!(
             errors(validate_service(&s)),
-            [
-                "Consul Connect must be exclusively native, make use of a sidecar, or represent a Gateway"
-            ]
+            ["Consul Connect must be native or use a sidecar service"]
+        );
+        let s = json!({"Name": "api", "Connect": {"Native": true, "SidecarService": {}}});
+        assert_eq!(
+            errors(validate_service(&s))[0],
+            "Consul Connect must be exclusively native, make use of a sidecar, or represent a Gateway"
         );
         let s = json!({"Name": "api", "Connect": {"Native": true}});
         assert_eq!(

@@ -14,6 +14,7 @@ mod alloc_exec;
 mod alloc_fs;
 mod alloc_lifecycle;
 mod api;
+mod connect;
 mod api_tls;
 mod argv;
 mod deployment;
@@ -126,6 +127,10 @@ enum Command {
     Var(var::VarCli),
     /// Interact with native service registrations
     Service(service::ServiceCli),
+    /// Run Drover's Connect sidecar proxy
+    Connect(connect::ConnectCli),
+    /// Allow or deny service-to-service calls in the mesh
+    Intention(connect::IntentionCli),
     /// Open the web UI, at the page of a job, allocation or client
     Ui(web_ui::UiArgs),
     /// Print the version
@@ -282,6 +287,8 @@ fn dispatch(command: Command) -> anyhow::Result<Exit> {
         Command::Var(cmd) => var::run(cmd),
         Command::Ui(args) => web_ui::run(args),
         Command::Service(cmd) => service::run(cmd),
+        Command::Connect(cmd) => connect::run(cmd),
+        Command::Intention(cmd) => connect::run_intention(cmd),
         Command::Version => {
             print_version();
             Ok(0)
