@@ -234,4 +234,14 @@ fn api_reaches_db_through_the_mesh_intentions_decide_and_an_exposed_check_passes
     // The proxies register beside their services.
     let proxies = agent.get("/v1/service/db-sidecar-proxy").expect("service");
     assert_eq!(proxies.as_array().map(Vec::len), Some(1), "{proxies}");
+
+    // Stopped: the proxies and namespaces go with the allocations.
+    let out = agent.cli(&["job", "stop", "mesh"]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    for alloc in [&db, &api] {
+        let id = alloc["ID"].as_str().unwrap_or_default().to_string();
+        agent.eventually("the namespace is removed", WAIT, || {
+            !std::path::Path::new(&format!("/var/run/netns/{id}")).exists()
+        });
+    }
 }
