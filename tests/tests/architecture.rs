@@ -103,6 +103,7 @@ const CORE: &[&str] = &[
     "drover-client",
     "drover-http",
     "drover-ui",
+    "drover-mesh",
 ];
 
 #[test]
@@ -196,6 +197,21 @@ fn dependency_arrows_of_architecture_md_hold() {
         "drover-ui",
         &["drover-*"],
         "the UI knows the API only as HTTP and JSON",
+        &mut e,
+    );
+    check(
+        &c,
+        "drover-mesh",
+        &[
+            "drover-structs",
+            "drover-state",
+            "drover-server",
+            "drover-client",
+            "drover-http",
+            "drover-abi",
+            "drover-rpc",
+        ],
+        "the proxy runs as its own process and knows only its configuration file",
         &mut e,
     );
     for core in CORE {

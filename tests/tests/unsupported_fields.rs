@@ -20,11 +20,10 @@ job "refused" {
         name = "web"
         port = "http"
         check {
-          type     = "http"
-          path     = "/health"
-          expose   = true
-          interval = "10s"
-          timeout  = "2s"
+          type         = "grpc"
+          grpc_use_tls = true
+          interval     = "10s"
+          timeout      = "2s"
         }
       }
     }
@@ -33,7 +32,7 @@ job "refused" {
 "#;
 
 #[test]
-fn a_job_with_vault_and_an_exposed_check_is_refused_by_run_and_validate_and_not_registered() {
+fn a_job_with_vault_and_a_tls_grpc_check_is_refused_by_run_and_validate_and_not_registered() {
     let dir = TempDir::new("unsupported");
     let agent = Agent::start_dev(dir.path(), &[]);
     let job = write_job(&dir, "refused.nomad", JOB);
@@ -44,8 +43,8 @@ fn a_job_with_vault_and_an_exposed_check_is_refused_by_run_and_validate_and_not_
     for expected in [
         "vault is not supported",
         "(Job.TaskGroups[0].Tasks[0].Vault)",
-        "expose is not supported: expose paths need the Connect mesh",
-        "(Job.TaskGroups[0].Tasks[0].Services[0].Checks[0].Expose)",
+        "grpc_use_tls is not supported: gRPC checks over TLS are not supported yet",
+        "(Job.TaskGroups[0].Tasks[0].Services[0].Checks[0].GRPCUseTLS)",
     ] {
         assert!(text.contains(expected), "{expected:?} missing: {text}");
     }
