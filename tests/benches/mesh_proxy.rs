@@ -154,8 +154,8 @@ fn pct(v: &[u64], p: f64) -> f64 {
     v[((v.len() - 1) as f64 * p).round() as usize] as f64 / 1000.0
 }
 
-/// VmRSS and Pss of a process, in MB.
-fn memory(pid: u32) -> (f64, f64) {
+/// VmRSS, its anonymous part, and Pss of a process, in MB.
+fn memory(pid: u32) -> (f64, f64, f64) {
     let field = |file: &str, key: &str| {
         std::fs::read_to_string(format!("/proc/{pid}/{file}"))
             .ok()
@@ -168,7 +168,11 @@ fn memory(pid: u32) -> (f64, f64) {
             .unwrap_or(0.0)
             / 1024.0
     };
-    (field("status", "VmRSS:"), field("smaps_rollup", "Pss:"))
+    (
+        field("status", "VmRSS:"),
+        field("status", "RssAnon:"),
+        field("smaps_rollup", "Pss:"),
+    )
 }
 
 fn main() {
@@ -201,11 +205,16 @@ fn main() {
     let mut api_proc = start_proxy(&dir, "api", &api);
     wait_listening(db_inbound);
     wait_listening(upstream);
+    std::thread::sleep(Duration::from_millis(300));
+    let (idle_rss, idle_anon, idle_pss) = memory(api_proc.id());
+    println!(
+        "an idle proxy: {idle_rss:.1} MB RSS ({idle_anon:.1} MB anonymous, {idle_pss:.1} MB PSS)"
+    );
 
     let direct = load(service, rate, secs);
     let proxied = load(upstream, rate, secs);
-    let (db_rss, db_pss) = memory(db_proc.id());
-    let (api_rss, api_pss) = memory(api_proc.id());
+    let (db_rss, db_anon, db_pss) = memory(db_proc.id());
+    let (api_rss, api_anon, api_pss) = memory(api_proc.id());
     println!(
         "direct: {} requests, p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms",
         direct.len(),
@@ -226,7 +235,7 @@ fn main() {
         pct(&proxied, 0.99) - pct(&direct, 0.99)
     );
     println!(
-        "proxy memory after the run: caller's {api_rss:.1} MB RSS ({api_pss:.1} MB PSS), destination's {db_rss:.1} MB RSS ({db_pss:.1} MB PSS)"
+        "proxy memory after the run: caller's {api_rss:.1} MB RSS ({api_anon:.1} MB of it anonymous, {api_pss:.1} MB PSS), destination's {db_rss:.1} MB RSS ({db_anon:.1} MB anonymous, {db_pss:.1} MB PSS)"
     );
     let _ = db_proc.kill();
     let _ = api_proc.kill();

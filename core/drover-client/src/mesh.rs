@@ -473,4 +473,73 @@ mod tests {
         assert!(!c.intentions.allows("api", "db"));
         assert!(c.intentions.allows("web", "db"));
     }
+
+    /// Signs leaves expiring `ttl_secs` from now and counts the calls.
+    struct Fake {
+        ttl_secs: i64,
+        signed: std::sync::atomic::AtomicUsize,
+    }
+
+    impl MeshServerCalls for Fake {
+        fn sign_leaf(&self, _: String, _: String, task: String) -> CallFuture<'_, MeshLeaf> {
+            self.signed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let expires = drover_structs::time::now_nanos() / 1_000_000_000 + self.ttl_secs;
+            Box::pin(async move {
+                Ok(MeshLeaf {
+                    trust_domain: "t.drover".into(),
+                    namespace: "default".into(),
+                    service: task,
+                    cert_pem: "CERT".into(),
+                    key_pem: "KEY".into(),
+                    ca_pem: "CA".into(),
+                    expires,
+                })
+            })
+        }
+
+        fn view(&self, _: String) -> CallFuture<'_, MeshView> {
+            Box::pin(async { Ok(MeshView::default()) })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_native_task_gets_its_files_and_a_leaf_near_expiry_is_renewed() {
+        let dir = std::env::temp_dir().join(format!("drover-mesh-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let group = TaskGroup {
+            tasks: vec![Task {
+                name: "app".into(),
+                kind: "connect-native:web".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        // Leaves that expire within the renewal margin are signed again at every refresh.
+        let calls = Fake {
+            ttl_secs: 60,
+            signed: Default::default(),
+        };
+        let mut files = prepare(&calls, "n1", Arc::new(alloc()), &group, |_| Some(dir.clone()))
+            .await
+            .unwrap()
+            .expect("a mesh task");
+        let key = dir.join("connect/leaf-key.pem");
+        assert_eq!(std::fs::read_to_string(&key).unwrap(), "KEY");
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&key).unwrap().permissions().mode() & 0o777, 0o600);
+        files.refresh(&calls, false).await.unwrap();
+        assert_eq!(calls.signed.load(std::sync::atomic::Ordering::SeqCst), 2);
+        // A leaf far from expiry is kept.
+        let lasting = Fake {
+            ttl_secs: 72 * 3600,
+            signed: Default::default(),
+        };
+        let mut files = prepare(&lasting, "n1", Arc::new(alloc()), &group, |_| Some(dir.clone()))
+            .await
+            .unwrap()
+            .expect("a mesh task");
+        files.refresh(&lasting, false).await.unwrap();
+        assert_eq!(lasting.signed.load(std::sync::atomic::Ordering::SeqCst), 1);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

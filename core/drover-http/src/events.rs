@@ -24,8 +24,8 @@ const HEARTBEAT: Duration = Duration::from_secs(10);
 /// ends the stream, a policy changed applies to what follows (Nomad closes such streams).
 const TOKEN_RECHECK: Duration = Duration::from_secs(1);
 
-/// The topics Nomad streams. Drover does not emit all of them yet (no ACLs, services or CSI
-/// events); asking for those is valid and simply selects nothing until they exist.
+/// The topics Nomad streams. Drover does not emit all of them yet (no ACL roles, node pools,
+/// drains or operator events); asking for those is valid and simply selects nothing.
 const TOPICS: &[&str] = &[
     "*",
     "ACLToken",

@@ -39,6 +39,8 @@ pub enum Payload {
     AclPolicy(Arc<drover_structs::AclPolicy>),
     CsiVolume(Arc<drover_structs::csi::CsiVolume>),
     CsiPlugin(Arc<drover_structs::csi::CsiPlugin>),
+    /// A native service registration that appeared or went with its allocation.
+    Service(Arc<drover_structs::ServiceRegistration>),
 }
 
 impl Payload {
@@ -53,6 +55,7 @@ impl Payload {
             Payload::AclPolicy(_) => "ACLPolicy",
             Payload::CsiVolume(_) => "CSIVolume",
             Payload::CsiPlugin(_) => "CSIPlugin",
+            Payload::Service(_) => "Service",
         }
     }
 
@@ -68,6 +71,7 @@ impl Payload {
             Payload::AclPolicy(p) => (&p.name, "", Vec::new()),
             Payload::CsiVolume(v) => (&v.id, &v.namespace, Vec::new()),
             Payload::CsiPlugin(p) => (&p.id, "", Vec::new()),
+            Payload::Service(r) => (&r.id, &r.namespace, vec![&r.service_name, &r.job_id]),
         }
     }
 }
@@ -169,6 +173,7 @@ impl Serialize for PayloadJson<'_> {
             // Nomad's `CSIVolumeEvent` and `CSIPluginEvent`.
             Payload::CsiVolume(v) => m.serialize_entry("Volume", &v.sanitized())?,
             Payload::CsiPlugin(p) => m.serialize_entry("Plugin", &**p)?,
+            Payload::Service(r) => m.serialize_entry("Service", &**r)?,
         }
         m.end()
     }

@@ -178,6 +178,21 @@ impl StateSnapshot {
         self.t.job_versions.get(&(key(ns, id), version)).cloned()
     }
 
+    /// The native service registrations of allocation `id` (none unless it runs).
+    pub fn alloc_service_registrations(&self, id: &str) -> Vec<drover_structs::ServiceRegistration> {
+        let Some(a) = self.t.allocs.get(id) else {
+            return Vec::new();
+        };
+        match &a.job {
+            Some(job) => drover_structs::service::alloc_services(
+                a,
+                job,
+                self.t.nodes.get(&a.node_id).map(|n| &**n),
+            ),
+            None => Vec::new(),
+        }
+    }
+
     /// The native service registrations of running allocations (see
     /// [`drover_structs::service`]), in namespace `ns` (every namespace with `None`). Derived
     /// on each read: they change only when allocations do (under the `Allocs` index).

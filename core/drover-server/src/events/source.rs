@@ -25,6 +25,9 @@ pub(crate) struct EntryEvents {
     /// Objects the entry deletes, as they were before it (Nomad streams a deleted token or
     /// policy whole).
     deleted: Vec<Payload>,
+    /// The service registrations of the entry's allocations before it: those not there after
+    /// it stream as `ServiceDeregistration`, new ones as `ServiceRegistration`.
+    services_before: Vec<drover_structs::ServiceRegistration>,
 }
 
 fn ids<'a, T: 'a>(items: impl IntoIterator<Item = &'a T>, id: fn(&T) -> &String) -> Vec<String> {
@@ -238,7 +241,7 @@ impl EntryEvents {
                     ..EntryEvents::default()
                 }
             }
-            LogEntry::Csi(csi) => csi_events(csi, before),
+            LogEntry::Csi(csi) => csi_events(csi, &before),
             LogEntry::EvalDelete { .. }
             | LogEntry::DeploymentDelete { .. }
             | LogEntry::ScalingEvent { .. }
@@ -249,6 +252,15 @@ impl EntryEvents {
             | LogEntry::VariableWrite { .. }
             | LogEntry::Mesh(_) => return None,
         };
+        let mut out = out;
+        if !out.allocs.is_empty() {
+            let before = before();
+            out.services_before = out
+                .allocs
+                .iter()
+                .flat_map(|id| before.alloc_service_registrations(id))
+                .collect();
+        }
         Some(out)
     }
 
@@ -320,6 +332,27 @@ impl EntryEvents {
                 .map(|p| event(Payload::CsiPlugin(p))),
         );
         events.extend(self.deleted.into_iter().map(event));
+        // Registrations follow their allocations (they are derived): Nomad's Service topic.
+        let after: Vec<_> = self
+            .allocs
+            .iter()
+            .flat_map(|id| state.alloc_service_registrations(id))
+            .collect();
+        let service_event = |event_type, r: &drover_structs::ServiceRegistration| Event {
+            index,
+            event_type,
+            payload: Payload::Service(std::sync::Arc::new(r.clone())),
+        };
+        for r in &self.services_before {
+            if !after.iter().any(|a| a.id == r.id) {
+                events.push(service_event("ServiceDeregistration", r));
+            }
+        }
+        for r in &after {
+            if !self.services_before.iter().any(|b| b.id == r.id) {
+                events.push(service_event("ServiceRegistration", r));
+            }
+        }
         EventBatch { index, events }
     }
 }
@@ -412,6 +445,65 @@ mod tests {
                 ("Evaluation", "JobRegistered", "e1")
             ]
         );
+    }
+
+    #[test]
+    fn an_allocation_that_starts_running_streams_its_service_registrations() {
+        use drover_structs::{
+            ALLOC_CLIENT_PENDING, ALLOC_CLIENT_RUNNING, ALLOC_DESIRED_RUN, AllocClientUpdate,
+            Allocation, TaskGroup,
+        };
+        let state = StateStore::new();
+        let job = std::sync::Arc::new(Job {
+            id: "web".into(),
+            namespace: "default".into(),
+            task_groups: vec![TaskGroup {
+                name: "g".into(),
+                services: Some(serde_json::json!([{"Name": "api", "PortLabel": "8080"}])),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        let alloc = Allocation {
+            id: "a1".into(),
+            namespace: "default".into(),
+            job_id: "web".into(),
+            task_group: "g".into(),
+            client_status: ALLOC_CLIENT_PENDING.into(),
+            desired_status: ALLOC_DESIRED_RUN.into(),
+            job: Some(job.clone()),
+            ..Default::default()
+        };
+        state.upsert_job(4, (*job).clone());
+        let jv = state.snapshot().job("default", "web");
+        state.upsert_plan_results(5, jv, vec![], vec![alloc], vec![]);
+        let update = |status: &str| AllocClientUpdate {
+            id: "a1".into(),
+            client_status: status.into(),
+            client_description: String::new(),
+            task_states: None,
+            modify_time: 0,
+            deployment_status: None,
+            network_status: None,
+        };
+        let types = |index: u64, status: &str| {
+            let entry = LogEntry::AllocClientUpdate {
+                updates: vec![update(status)],
+                evals: vec![],
+            };
+            let events = EntryEvents::of(&entry, || state.snapshot()).unwrap();
+            state.update_allocs_from_client(index, vec![update(status)]);
+            events
+                .into_batch(index, &state.snapshot())
+                .events
+                .iter()
+                .filter(|e| e.topic() == "Service")
+                .map(|e| e.event_type)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(types(6, ALLOC_CLIENT_RUNNING), vec!["ServiceRegistration"]);
+        assert!(types(7, ALLOC_CLIENT_RUNNING).is_empty());
+        assert_eq!(types(8, "complete"), vec!["ServiceDeregistration"]);
     }
 
     #[test]
