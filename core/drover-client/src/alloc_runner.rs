@@ -180,7 +180,8 @@ async fn run(
     done_tx: watch::Sender<bool>,
 ) {
     // Deployment health is tracked from here, as Nomad's health hook starts before the others.
-    let group_checks = checks::of_alloc(&alloc, &group);
+    let resolve = |task: &str, text: &str| check_env_resolve(&env, &alloc, &group, &dir, task, text);
+    let group_checks = checks::of_alloc(&alloc, &group, &resolve);
     let mut health = HealthTracking::new(&alloc, &group, &group_checks);
     // Directory creation is many small blocking syscalls: off the async threads, and in
     // parallel with other allocations' setup.
@@ -618,6 +619,40 @@ async fn release_network(
     };
     let alloc = alloc.clone();
     let _ = tokio::task::spawn_blocking(move || crate::network::teardown(&bridge, &alloc)).await;
+}
+
+/// `${...}` in a check's `text` resolved against the env of task `task` (a task without a
+/// name for a group check without one: the allocation's variables).
+fn check_env_resolve(
+    env: &RunnerEnv,
+    alloc: &Allocation,
+    group: &TaskGroup,
+    dir: &AllocDir,
+    task: &str,
+    text: &str,
+) -> String {
+    let unnamed = Task::default();
+    let t = group.tasks.iter().find(|t| t.name == task).unwrap_or(&unnamed);
+    let task_dir = dir.task_dir(&t.name).ok();
+    let alloc_dir = dir.path().to_path_buf();
+    let fallback = alloc_dir.join("alloc");
+    let paths = crate::taskenv::TaskPaths {
+        alloc_dir: &alloc_dir,
+        task_local_dir: task_dir.as_ref().map_or(&fallback, |d| &d.local_dir),
+        task_secrets_dir: task_dir.as_ref().map_or(&fallback, |d| &d.secrets_dir),
+        task_tmp_dir: task_dir.as_ref().map_or(&fallback, |d| &d.tmp_dir),
+    };
+    let vars = crate::taskenv::build_env(
+        alloc,
+        group,
+        t,
+        &env.node,
+        &env.region,
+        &paths,
+        &BTreeMap::new(),
+    );
+    let lookup = |name: &str| crate::taskenv::lookup_in(name, &vars, &env.node, &env.region);
+    crate::interpolate::interpolate(text, &lookup)
 }
 
 /// What the runner needs of the allocation's checks: their results and the restarts they ask.

@@ -108,12 +108,47 @@ pub(crate) struct CheckEnv {
     pub runs: watch::Receiver<TaskRuns>,
 }
 
-/// The checks of the allocation's group, each with its id.
-pub(crate) fn of_alloc(alloc: &Allocation, group: &drover_structs::TaskGroup) -> Vec<(String, GroupCheck)> {
+/// The checks of the allocation's group, each with its id. Their texts are interpolated first
+/// (Nomad's `InterpolateServices`): `resolve(task, text)` replaces `${...}` with the env of the
+/// check's task (the group's, for a group check without one); ids are of the result.
+pub(crate) fn of_alloc(
+    alloc: &Allocation,
+    group: &drover_structs::TaskGroup,
+    resolve: &dyn Fn(&str, &str) -> String,
+) -> Vec<(String, GroupCheck)> {
     group_checks(group)
         .into_iter()
-        .map(|gc| (check_id(&alloc.id, &alloc.task_group, &gc.task, &gc.check), gc))
+        .map(|mut gc| {
+            interpolate(&mut gc, resolve);
+            (check_id(&alloc.id, &alloc.task_group, &gc.task, &gc.check), gc)
+        })
         .collect()
+}
+
+fn interpolate(gc: &mut GroupCheck, resolve: &dyn Fn(&str, &str) -> String) {
+    let task = gc.task.clone();
+    let r = |s: &mut String| {
+        if s.contains("${") {
+            *s = resolve(&task, s);
+        }
+    };
+    let c = &mut gc.check;
+    for field in [
+        &mut c.name,
+        &mut c.path,
+        &mut c.command,
+        &mut c.protocol,
+        &mut c.port_label,
+        &mut c.method,
+        &mut c.body,
+        &mut c.grpc_service,
+    ] {
+        r(field);
+    }
+    c.args.iter_mut().for_each(r);
+    c.header.values_mut().flatten().for_each(r);
+    r(&mut gc.service_port_label);
+    r(&mut gc.service_address);
 }
 
 /// Starts an observer per check; they end when `stop` turns true or its sender goes.
@@ -126,6 +161,33 @@ pub(crate) fn start(env: CheckEnv, checks: Vec<(String, GroupCheck)>, stop: watc
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn check_texts_are_interpolated_with_their_tasks_env_before_the_id_is_taken() {
+        let group = drover_structs::TaskGroup {
+            name: "g".into(),
+            services: Some(serde_json::json!([{"Name": "api", "PortLabel": "http", "Checks": [
+                {"Name": "c", "Type": "script", "Command": "${NOMAD_TASK_DIR}/check.sh",
+                 "Args": ["${NOMAD_ALLOC_ID}"], "TaskName": "web", "Interval": 1, "Timeout": 1}
+            ]}])),
+            ..Default::default()
+        };
+        let alloc = Allocation {
+            id: "a1".into(),
+            task_group: "g".into(),
+            ..Default::default()
+        };
+        let resolve = |task: &str, text: &str| {
+            text.replace("${NOMAD_TASK_DIR}", &format!("/t/{task}/local"))
+                .replace("${NOMAD_ALLOC_ID}", "a1")
+        };
+        let checks = of_alloc(&alloc, &group, &resolve);
+        let c = &checks[0].1.check;
+        assert_eq!(c.command, "/t/web/local/check.sh");
+        assert_eq!(c.args, ["a1"]);
+        let plain = of_alloc(&alloc, &group, &|_, t| t.to_string());
+        assert_eq!(checks[0].0, plain[0].0, "the command is not part of Nomad's check id");
+    }
 
     #[test]
     fn check_ids_follow_nomads_hash() {
