@@ -13,9 +13,9 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use drover_mesh::Identity;
 use drover_mesh::config::{Inbound, ProxyConfig, Upstream};
 use drover_mesh::intentions::Intentions;
-use drover_mesh::Identity;
 use drover_tests::{TempDir, drover_bin, free_port};
 
 /// Connections the load spreads over, each with one request in flight.

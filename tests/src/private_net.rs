@@ -34,7 +34,9 @@ pub fn enter_private_network() -> Result<(), String> {
         ));
     }
     ip(&["link", "set", "lo", "up"])?;
-    ip(&["link", "add", "drv0", "type", "veth", "peer", "name", "drv1"])?;
+    ip(&[
+        "link", "add", "drv0", "type", "veth", "peer", "name", "drv1",
+    ])?;
     ip(&["addr", "add", &format!("{HOST_IP}/24"), "dev", "drv0"])?;
     ip(&["link", "set", "drv0", "up"])?;
     ip(&["link", "set", "drv1", "up"])?;

@@ -92,7 +92,10 @@ fn a_bridge_mode_allocation_gets_its_own_namespace_forwarded_ports_and_a_passing
         .flatten()
         .filter_map(|n| n["Mode"].as_str())
         .collect();
-    assert!(modes.contains(&"bridge"), "the node offers bridge: {modes:?}");
+    assert!(
+        modes.contains(&"bridge"),
+        "the node offers bridge: {modes:?}"
+    );
 
     let file = write_job(&dir, "bridged.nomad", &job());
     let out = agent.cli(&["job", "run", "-detach", &file]);
@@ -156,5 +159,8 @@ fn a_bridge_mode_allocation_gets_its_own_namespace_forwarded_ports_and_a_passing
     agent.eventually("the namespace is removed", WAIT, || {
         !std::path::Path::new(&format!("/var/run/netns/{id}")).exists()
     });
-    assert!(get(&format!("{forwarded}/")).is_err(), "the forward is gone");
+    assert!(
+        get(&format!("{forwarded}/")).is_err(),
+        "the forward is gone"
+    );
 }

@@ -115,7 +115,10 @@ fn running_alloc(agent: &Agent, group: &str) -> Value {
         !found.is_null()
     });
     agent
-        .get(&format!("/v1/allocation/{}", found["ID"].as_str().unwrap_or("")))
+        .get(&format!(
+            "/v1/allocation/{}",
+            found["ID"].as_str().unwrap_or("")
+        ))
         .expect("alloc")
 }
 
@@ -133,7 +136,14 @@ fn host_port(alloc: &Value, label: &str) -> u16 {
 /// The api task's call to its upstream, through `alloc exec` (which runs in its namespace).
 fn call_db(agent: &Agent, api_alloc: &str) -> String {
     let out = agent.cli(&[
-        "alloc", "exec", "-task", "api", api_alloc, "/usr/bin/python3", "-c", CALL_DB,
+        "alloc",
+        "exec",
+        "-task",
+        "api",
+        api_alloc,
+        "/usr/bin/python3",
+        "-c",
+        CALL_DB,
     ]);
     if out.status.success() {
         output_text(&out).trim().to_string()
@@ -166,7 +176,8 @@ fn api_reaches_db_through_the_mesh_intentions_decide_and_an_exposed_check_passes
         .expect("the injected proxy task");
     assert_eq!(proxy["Kind"], "connect-proxy:api");
     assert_eq!(proxy["Lifecycle"]["Hook"], "prestart");
-    let expose = &api["Services"][0]["Connect"]["SidecarService"]["Proxy"]["ExposeConfig"]["Path"][0];
+    let expose =
+        &api["Services"][0]["Connect"]["SidecarService"]["Proxy"]["ExposeConfig"]["Path"][0];
     assert_eq!(expose["Path"], "/health", "{expose}");
     assert_eq!(expose["LocalPathPort"], 9001);
     assert_eq!(expose["ListenerPort"], "health");
@@ -180,7 +191,11 @@ fn api_reaches_db_through_the_mesh_intentions_decide_and_an_exposed_check_passes
     });
 
     // Between the proxies it is TLS: plain text to db's proxy gets no answer from db.
-    let db_proxy = format!("{}:{}", private_net::HOST_IP, host_port(&db, "connect-proxy-db"));
+    let db_proxy = format!(
+        "{}:{}",
+        private_net::HOST_IP,
+        host_port(&db, "connect-proxy-db")
+    );
     let mut plain = std::net::TcpStream::connect(&db_proxy).expect("connect to db's proxy");
     plain
         .set_read_timeout(Some(Duration::from_secs(5)))
@@ -200,8 +215,14 @@ fn api_reaches_db_through_the_mesh_intentions_decide_and_an_exposed_check_passes
     let out = agent.cli(&["intention", "create", "-deny", "api", "db"]);
     assert!(out.status.success(), "{}", output_text(&out));
     let listed = agent.cli(&["intention", "list"]);
-    assert!(output_text(&listed).contains("deny"), "{}", output_text(&listed));
-    agent.eventually("the deny takes effect", WAIT, || call_db(&agent, &api_id).is_empty());
+    assert!(
+        output_text(&listed).contains("deny"),
+        "{}",
+        output_text(&listed)
+    );
+    agent.eventually("the deny takes effect", WAIT, || {
+        call_db(&agent, &api_id).is_empty()
+    });
     let out = agent.cli(&["intention", "delete", "api", "db"]);
     assert!(out.status.success(), "{}", output_text(&out));
     agent.eventually("the call goes through again", WAIT, || {

@@ -140,7 +140,10 @@ fn http_and_script_checks_pass_show_in_alloc_checks_and_make_the_deployment_heal
     assert_eq!(alive["Output"], "nomad: http ok");
     assert_eq!(alive["Mode"], "healthiness");
     assert_eq!(alive["Service"], "web");
-    assert!(alive.get("Task").is_none(), "a group check has no task: {alive}");
+    assert!(
+        alive.get("Task").is_none(),
+        "a group check has no task: {alive}"
+    );
     assert_eq!(alive["Group"], alloc["Name"]);
     assert_eq!(alive["ID"].as_str().map(str::len), Some(32));
     let script = check_named(&c, "script-ok").expect("script check");
@@ -162,7 +165,10 @@ fn http_and_script_checks_pass_show_in_alloc_checks_and_make_the_deployment_heal
     let out = agent.cli(&["alloc", "checks", &id]);
     let text = output_text(&out);
     assert!(out.status.success(), "{text}");
-    assert!(text.starts_with("Status of 3 Nomad Service Checks"), "{text}");
+    assert!(
+        text.starts_with("Status of 3 Nomad Service Checks"),
+        "{text}"
+    );
     // Nomad's `formatList` of `key|=|value` rows: the keys padded, then `=` and the value.
     let rows: Vec<(&str, &str)> = text
         .lines()

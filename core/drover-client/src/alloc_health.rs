@@ -113,7 +113,14 @@ pub fn decide(
     tracking_started: i64,
     now: i64,
 ) -> Health {
-    decide_with_checks(update, tasks, states, tracking_started, now, Checks::NotUsed)
+    decide_with_checks(
+        update,
+        tasks,
+        states,
+        tracking_started,
+        now,
+        Checks::NotUsed,
+    )
 }
 
 /// Nomad's `Tracker.watchTaskEvents`, decided at `now` for an allocation whose tracking began
@@ -363,7 +370,9 @@ mod tests {
             }
         );
         // Passing since 15 s: healthy 10 s later, not at the task's start plus 10 s.
-        let passing = Checks::Passing { since: T0 + 15 * SEC };
+        let passing = Checks::Passing {
+            since: T0 + 15 * SEC,
+        };
         assert_eq!(
             decide_at(T0 + 20 * SEC, passing),
             Health::Pending {

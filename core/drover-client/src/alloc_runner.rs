@@ -180,7 +180,8 @@ async fn run(
     done_tx: watch::Sender<bool>,
 ) {
     // Deployment health is tracked from here, as Nomad's health hook starts before the others.
-    let resolve = |task: &str, text: &str| check_env_resolve(&env, &alloc, &group, &dir, task, text);
+    let resolve =
+        |task: &str, text: &str| check_env_resolve(&env, &alloc, &group, &dir, task, text);
     let group_checks = checks::of_alloc(&alloc, &group, &resolve);
     let mut health = HealthTracking::new(&alloc, &group, &group_checks);
     // Directory creation is many small blocking syscalls: off the async threads, and in
@@ -632,7 +633,11 @@ fn check_env_resolve(
     text: &str,
 ) -> String {
     let unnamed = Task::default();
-    let t = group.tasks.iter().find(|t| t.name == task).unwrap_or(&unnamed);
+    let t = group
+        .tasks
+        .iter()
+        .find(|t| t.name == task)
+        .unwrap_or(&unnamed);
     let task_dir = dir.task_dir(&t.name).ok();
     let alloc_dir = dir.path().to_path_buf();
     let fallback = alloc_dir.join("alloc");
@@ -781,8 +786,14 @@ impl HealthTracking {
     fn check(&mut self, alloc_id: &str, tasks: &[Task], states: &mut BTreeMap<String, TaskState>) {
         let Some(update) = &self.update else { return };
         let now = drover_structs::time::now_nanos();
-        match alloc_health::decide_with_checks(update, tasks, states, self.started, now, self.checks)
-        {
+        match alloc_health::decide_with_checks(
+            update,
+            tasks,
+            states,
+            self.started,
+            now,
+            self.checks,
+        ) {
             Health::Pending { next_check } => self.next_check = Some(next_check),
             Health::Healthy { at } => {
                 tracing::info!(alloc = %alloc_id, "allocation is healthy");

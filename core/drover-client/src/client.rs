@@ -431,7 +431,11 @@ impl Client {
         &self,
         alloc_id: &str,
     ) -> Option<BTreeMap<String, drover_structs::service_check::CheckQueryResult>> {
-        let runners = self.shared.runners.lock().unwrap_or_else(|e| e.into_inner());
+        let runners = self
+            .shared
+            .runners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         Some(runners.get(alloc_id)?.checks.results())
     }
 

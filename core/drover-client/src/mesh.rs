@@ -27,7 +27,12 @@ const REFRESH: Duration = Duration::from_secs(2);
 
 /// The servers' mesh calls, as an object the allocation runners share.
 pub trait MeshServerCalls: Send + Sync + 'static {
-    fn sign_leaf(&self, node_id: String, alloc_id: String, task: String) -> CallFuture<'_, MeshLeaf>;
+    fn sign_leaf(
+        &self,
+        node_id: String,
+        alloc_id: String,
+        task: String,
+    ) -> CallFuture<'_, MeshLeaf>;
     fn view(&self, namespace: String) -> CallFuture<'_, MeshView>;
 }
 
@@ -35,7 +40,12 @@ pub trait MeshServerCalls: Send + Sync + 'static {
 pub struct ServerMesh<S>(pub Arc<S>);
 
 impl<S: ServerConn> MeshServerCalls for ServerMesh<S> {
-    fn sign_leaf(&self, node_id: String, alloc_id: String, task: String) -> CallFuture<'_, MeshLeaf> {
+    fn sign_leaf(
+        &self,
+        node_id: String,
+        alloc_id: String,
+        task: String,
+    ) -> CallFuture<'_, MeshLeaf> {
         Box::pin(async move { self.0.sign_mesh_leaf(&node_id, &alloc_id, &task).await })
     }
 
@@ -153,7 +163,12 @@ fn listeners(
             .get("LocalBindPort")
             .and_then(Value::as_i64)
             .and_then(|p| u16::try_from(p).ok())
-            .ok_or_else(|| format!("upstream {:?} has no local_bind_port", text(u, "DestinationName")))?;
+            .ok_or_else(|| {
+                format!(
+                    "upstream {:?} has no local_bind_port",
+                    text(u, "DestinationName")
+                )
+            })?;
         let address = match text(u, "LocalBindAddress") {
             "" => "127.0.0.1",
             a => a,
@@ -304,7 +319,9 @@ impl MeshFiles {
                 let leaf = calls
                     .sign_leaf(self.node_id.clone(), self.alloc.id.clone(), t.task.clone())
                     .await
-                    .map_err(|e| format!("getting the mesh certificate of task {:?}: {e}", t.task))?;
+                    .map_err(|e| {
+                        format!("getting the mesh certificate of task {:?}: {e}", t.task)
+                    })?;
                 if !t.proxy {
                     write_native_files(&t.secrets, &leaf)?;
                 }
@@ -366,7 +383,11 @@ fn write_native_files(secrets: &std::path::Path, leaf: &MeshLeaf) -> Result<(), 
 
 /// Keeps the files current until `stop` turns true or its sender goes. A failed refresh is
 /// logged and tried again at the next tick: the proxy runs on with what it has.
-pub async fn keep(mut files: MeshFiles, calls: Arc<dyn MeshServerCalls>, mut stop: watch::Receiver<bool>) {
+pub async fn keep(
+    mut files: MeshFiles,
+    calls: Arc<dyn MeshServerCalls>,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut tick = tokio::time::interval(REFRESH);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -482,7 +503,8 @@ mod tests {
 
     impl MeshServerCalls for Fake {
         fn sign_leaf(&self, _: String, _: String, task: String) -> CallFuture<'_, MeshLeaf> {
-            self.signed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.signed
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             let expires = drover_structs::time::now_nanos() / 1_000_000_000 + self.ttl_secs;
             Box::pin(async move {
                 Ok(MeshLeaf {
@@ -519,14 +541,19 @@ mod tests {
             ttl_secs: 60,
             signed: Default::default(),
         };
-        let mut files = prepare(&calls, "n1", Arc::new(alloc()), &group, |_| Some(dir.clone()))
-            .await
-            .unwrap()
-            .expect("a mesh task");
+        let mut files = prepare(&calls, "n1", Arc::new(alloc()), &group, |_| {
+            Some(dir.clone())
+        })
+        .await
+        .unwrap()
+        .expect("a mesh task");
         let key = dir.join("connect/leaf-key.pem");
         assert_eq!(std::fs::read_to_string(&key).unwrap(), "KEY");
         use std::os::unix::fs::PermissionsExt;
-        assert_eq!(std::fs::metadata(&key).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(
+            std::fs::metadata(&key).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
         files.refresh(&calls, false).await.unwrap();
         assert_eq!(calls.signed.load(std::sync::atomic::Ordering::SeqCst), 2);
         // A leaf far from expiry is kept.
@@ -534,10 +561,12 @@ mod tests {
             ttl_secs: 72 * 3600,
             signed: Default::default(),
         };
-        let mut files = prepare(&lasting, "n1", Arc::new(alloc()), &group, |_| Some(dir.clone()))
-            .await
-            .unwrap()
-            .expect("a mesh task");
+        let mut files = prepare(&lasting, "n1", Arc::new(alloc()), &group, |_| {
+            Some(dir.clone())
+        })
+        .await
+        .unwrap()
+        .expect("a mesh task");
         files.refresh(&lasting, false).await.unwrap();
         assert_eq!(lasting.signed.load(std::sync::atomic::Ordering::SeqCst), 1);
         let _ = std::fs::remove_dir_all(&dir);

@@ -41,7 +41,9 @@ fn pair(params: &Params) -> Result<(String, String), ApiError> {
             .get(k)
             .filter(|v| !v.is_empty())
             .cloned()
-            .ok_or_else(|| ApiError::bad_request(format!("required query parameter {k:?} is missing")))
+            .ok_or_else(|| {
+                ApiError::bad_request(format!("required query parameter {k:?} is missing"))
+            })
     };
     Ok((get("source")?, get("destination")?))
 }
@@ -73,7 +75,9 @@ pub(crate) async fn exact(
             }
         }
         Method::DELETE => {
-            s.server.delete_intention(&ns, &source, &destination).await?;
+            s.server
+                .delete_intention(&ns, &source, &destination)
+                .await?;
             respond_json(&Value::Bool(true), None, opts.pretty)
         }
         _ => {

@@ -34,7 +34,13 @@ impl Identity {
         let rest = uri.strip_prefix("spiffe://")?;
         let (trust_domain, path) = rest.split_once('/')?;
         let mut parts = path.split('/');
-        match (parts.next(), parts.next(), parts.next(), parts.next(), parts.next()) {
+        match (
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+        ) {
             (Some("ns"), Some(ns), Some("svc"), Some(svc), None)
                 if !ns.is_empty() && !svc.is_empty() =>
             {
@@ -93,8 +99,8 @@ mod tests {
     #[test]
     fn the_identity_is_read_back_from_an_issued_certificate() {
         let ca = drover_tls::mesh::ca("abc.drover").unwrap();
-        let leaf = drover_tls::mesh::leaf(&ca, &id("api").spiffe_id(), &id("api").dns_name(), 1)
-            .unwrap();
+        let leaf =
+            drover_tls::mesh::leaf(&ca, &id("api").spiffe_id(), &id("api").dns_name(), 1).unwrap();
         use rustls_pki_types::pem::PemObject;
         let der = rustls_pki_types::CertificateDer::from_pem_slice(leaf.cert.as_bytes()).unwrap();
         assert_eq!(of_certificate(&der), Some(id("api")));

@@ -231,7 +231,10 @@ async fn inbound(conn: TcpStream, cfg: Arc<Loaded>, local: SocketAddr) -> Result
         let _ = tls.shutdown().await;
         return Err(format!(
             "{} may not call {}",
-            caller.map_or_else(|| "a caller without a mesh identity".into(), |c| c.to_string()),
+            caller.map_or_else(
+                || "a caller without a mesh identity".into(),
+                |c| c.to_string()
+            ),
             me
         ));
     }
@@ -273,22 +276,20 @@ async fn upstream(
                 continue;
             }
         };
-        let mut tls = match tokio::time::timeout(
-            CONNECT_TIMEOUT,
-            cfg.connector.connect(name.clone(), tcp),
-        )
-        .await
-        {
-            Ok(Ok(tls)) => tls,
-            Ok(Err(e)) => {
-                last_error = format!("TLS with {addr}: {e}");
-                continue;
-            }
-            Err(_) => {
-                last_error = format!("TLS with {addr}: timed out");
-                continue;
-            }
-        };
+        let mut tls =
+            match tokio::time::timeout(CONNECT_TIMEOUT, cfg.connector.connect(name.clone(), tcp))
+                .await
+            {
+                Ok(Ok(tls)) => tls,
+                Ok(Err(e)) => {
+                    last_error = format!("TLS with {addr}: {e}");
+                    continue;
+                }
+                Err(_) => {
+                    last_error = format!("TLS with {addr}: timed out");
+                    continue;
+                }
+            };
         return tokio::io::copy_bidirectional(&mut conn, &mut tls)
             .await
             .map(|_| ())

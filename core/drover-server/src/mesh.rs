@@ -27,8 +27,12 @@ const KIND_PREFIXES: [&str; 2] = ["connect-proxy:", "connect-native:"];
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum MeshEntry {
     /// The CA the leader made (kept only if none is stored).
-    CaInit { ca: MeshCa },
-    IntentionUpsert { intention: Intention },
+    CaInit {
+        ca: MeshCa,
+    },
+    IntentionUpsert {
+        intention: Intention,
+    },
     IntentionDelete {
         namespace: String,
         source: String,
@@ -67,8 +71,12 @@ pub enum MeshRequest {
         task: String,
     },
     /// A node asks what its proxies in `namespace` need.
-    View { namespace: String },
-    UpsertIntention { intention: Intention },
+    View {
+        namespace: String,
+    },
+    UpsertIntention {
+        intention: Intention,
+    },
     DeleteIntention {
         namespace: String,
         source: String,
@@ -79,7 +87,10 @@ pub enum MeshRequest {
 impl MeshRequest {
     /// What a client agent may ask.
     pub fn is_client_call(&self) -> bool {
-        matches!(self, MeshRequest::SignLeaf { .. } | MeshRequest::View { .. })
+        matches!(
+            self,
+            MeshRequest::SignLeaf { .. } | MeshRequest::View { .. }
+        )
     }
 }
 

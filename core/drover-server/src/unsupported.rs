@@ -175,7 +175,11 @@ fn refuse_connect_parts(connect: &Value, at: &str, refuse: &mut impl FnMut(&str,
         Some(_) => true,
     };
     if set(connect.get("Gateway")) {
-        refuse(&format!("{at}.Gateway"), "gateway", "mesh gateways are not supported yet");
+        refuse(
+            &format!("{at}.Gateway"),
+            "gateway",
+            "mesh gateways are not supported yet",
+        );
     }
     let proxy = connect.get("SidecarService").and_then(|s| s.get("Proxy"));
     let Some(proxy) = proxy.filter(|p| !p.is_null()) else {
@@ -199,11 +203,31 @@ fn refuse_connect_parts(connect: &Value, at: &str, refuse: &mut impl FnMut(&str,
     let upstreams = proxy.get("Upstreams").and_then(Value::as_array);
     for (j, u) in upstreams.into_iter().flatten().enumerate() {
         for (field, block, why) in [
-            ("Datacenter", "datacenter", "upstreams in other datacenters are not supported yet"),
-            ("DestinationNamespace", "destination_namespace", "upstreams in other namespaces are not supported yet"),
-            ("DestinationPeer", "destination_peer", "cluster peering is not supported"),
-            ("DestinationPartition", "destination_partition", "admin partitions are not supported"),
-            ("LocalBindSocketPath", "local_bind_socket_path", "unix socket upstreams are not supported yet"),
+            (
+                "Datacenter",
+                "datacenter",
+                "upstreams in other datacenters are not supported yet",
+            ),
+            (
+                "DestinationNamespace",
+                "destination_namespace",
+                "upstreams in other namespaces are not supported yet",
+            ),
+            (
+                "DestinationPeer",
+                "destination_peer",
+                "cluster peering is not supported",
+            ),
+            (
+                "DestinationPartition",
+                "destination_partition",
+                "admin partitions are not supported",
+            ),
+            (
+                "LocalBindSocketPath",
+                "local_bind_socket_path",
+                "unix socket upstreams are not supported yet",
+            ),
         ] {
             if set(u.get(field)) {
                 refuse(&format!("{at}.Upstreams[{j}].{field}"), block, why);
@@ -325,7 +349,9 @@ mod tests {
         tg.networks = Some(vec![net("bridge")]);
         assert!(refuse_unacted(&job_with(tg.clone())).is_ok());
         tg.tasks[0].driver = "docker".into();
-        let e = refuse_unacted(&job_with(tg.clone())).unwrap_err().to_string();
+        let e = refuse_unacted(&job_with(tg.clone()))
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("bridge networking for docker tasks")
                 && e.contains("(Job.TaskGroups[0].Networks[0].Mode)"),
@@ -333,7 +359,10 @@ mod tests {
         );
         tg.networks = Some(vec![net("cni/mynet")]);
         let e = refuse_unacted(&job_with(tg)).unwrap_err().to_string();
-        assert!(e.contains("network mode \"cni/mynet\" is not supported"), "{e}");
+        assert!(
+            e.contains("network mode \"cni/mynet\" is not supported"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -377,10 +406,12 @@ mod tests {
     #[test]
     fn gateways_connect_extras_vault_and_devices_are_refused_each_with_its_path() {
         let mut t = task();
-        t.services = Some(json!([{"Name": "web", "Connect": {"SidecarService": {"Proxy": {
-            "Config": {"envoy_extra": 1},
-            "Upstreams": [{"DestinationName": "db", "LocalBindPort": 8080, "Datacenter": "dc2"}]
-        }}}}]));
+        t.services = Some(
+            json!([{"Name": "web", "Connect": {"SidecarService": {"Proxy": {
+                "Config": {"envoy_extra": 1},
+                "Upstreams": [{"DestinationName": "db", "LocalBindPort": 8080, "Datacenter": "dc2"}]
+            }}}}]),
+        );
         t.vault = Some(json!({"Policies": ["x"]}));
         t.resources.devices = Some(vec![json!({"Name": "nvidia/gpu"})]);
         let mut tg = group(t);

@@ -35,8 +35,18 @@ impl StateStore {
     }
 
     /// Removes an intention; returns whether there was one.
-    pub fn delete_intention(&self, index: u64, namespace: &str, source: &str, destination: &str) -> bool {
-        let key = (namespace.to_string(), source.to_string(), destination.to_string());
+    pub fn delete_intention(
+        &self,
+        index: u64,
+        namespace: &str,
+        source: &str,
+        destination: &str,
+    ) -> bool {
+        let key = (
+            namespace.to_string(),
+            source.to_string(),
+            destination.to_string(),
+        );
         if !self.snapshot().t.intentions.contains_key(&key) {
             return false;
         }
@@ -85,9 +95,22 @@ mod tests {
             ..Default::default()
         };
         s.upsert_intention(5, i.clone());
-        s.upsert_intention(6, Intention { action: "allow".into(), ..i });
+        s.upsert_intention(
+            6,
+            Intention {
+                action: "allow".into(),
+                ..i
+            },
+        );
         let got = s.snapshot().intentions(Some("default"));
-        assert_eq!((got[0].create_index, got[0].modify_index, got[0].action.as_str()), (5, 6, "allow"));
+        assert_eq!(
+            (
+                got[0].create_index,
+                got[0].modify_index,
+                got[0].action.as_str()
+            ),
+            (5, 6, "allow")
+        );
         // Kept across a snapshot's encoding.
         let restored = StateStore::new();
         restored.restore(&s.snapshot().encode()).unwrap();

@@ -179,7 +179,10 @@ impl StateSnapshot {
     }
 
     /// The native service registrations of allocation `id` (none unless it runs).
-    pub fn alloc_service_registrations(&self, id: &str) -> Vec<drover_structs::ServiceRegistration> {
+    pub fn alloc_service_registrations(
+        &self,
+        id: &str,
+    ) -> Vec<drover_structs::ServiceRegistration> {
         let Some(a) = self.t.allocs.get(id) else {
             return Vec::new();
         };

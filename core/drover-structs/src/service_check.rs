@@ -244,7 +244,10 @@ mod tests {
             ..Default::default()
         };
         let v = serde_json::to_value(&r).unwrap();
-        assert!(v.get("StatusCode").is_none() && v.get("Task").is_none(), "{v}");
+        assert!(
+            v.get("StatusCode").is_none() && v.get("Task").is_none(),
+            "{v}"
+        );
         assert_eq!(v["Status"], "success");
     }
 }

@@ -4,8 +4,8 @@
 //! and to dial. Also reads the URI SANs back from a peer's certificate.
 
 use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose,
-    IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, SanType,
 };
 use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject;
@@ -181,7 +181,11 @@ fn parse_time(tag: u8, s: &str) -> Option<i64> {
         u8::try_from(sec).ok()?,
     )
     .ok()?;
-    Some(time::PrimitiveDateTime::new(date, t).assume_utc().unix_timestamp())
+    Some(
+        time::PrimitiveDateTime::new(date, t)
+            .assume_utc()
+            .unix_timestamp(),
+    )
 }
 
 #[cfg(test)]
@@ -225,10 +229,12 @@ pub fn workload_tls(cert_pem: &str, key_pem: &str, ca_pem: &str) -> Result<MeshT
     let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())
         .map_err(|e| format!("the leaf key: {e}"))?;
     let provider = crate::provider();
-    let verifier =
-        rustls::server::WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone())
-            .build()
-            .map_err(|e| e.to_string())?;
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        roots.clone(),
+        provider.clone(),
+    )
+    .build()
+    .map_err(|e| e.to_string())?;
     let server = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| e.to_string())?

@@ -94,8 +94,8 @@ impl RawExecDriver {
             .map_err(|e| start_failed(true)(format!("connecting stdout: {e}")))?;
         let stderr = open_fifo_writer(&config.stderr_path)
             .map_err(|e| start_failed(true)(format!("connecting stderr: {e}")))?;
-        let netns = crate::shared::netns::open(config)
-            .map_err(|e| start_failed(true)(e.to_string()))?;
+        let netns =
+            crate::shared::netns::open(config).map_err(|e| start_failed(true)(e.to_string()))?;
         let child = spawn(SpawnSpec {
             program: &program,
             args: &command.args,

@@ -104,7 +104,11 @@ pub fn task_config(c: &pb::TaskConfig) -> Result<TaskConfig, Status> {
             })
             .map(|n| drover_abi::NetworkIsolation {
                 path: PathBuf::from(&n.path),
-                labels: n.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                labels: n
+                    .labels
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
             }),
     })
 }

@@ -120,7 +120,10 @@ pub(crate) fn of_alloc(
         .into_iter()
         .map(|mut gc| {
             interpolate(&mut gc, resolve);
-            (check_id(&alloc.id, &alloc.task_group, &gc.task, &gc.check), gc)
+            (
+                check_id(&alloc.id, &alloc.task_group, &gc.task, &gc.check),
+                gc,
+            )
         })
         .collect()
 }
@@ -166,10 +169,12 @@ mod tests {
     fn check_texts_are_interpolated_with_their_tasks_env_before_the_id_is_taken() {
         let group = drover_structs::TaskGroup {
             name: "g".into(),
-            services: Some(serde_json::json!([{"Name": "api", "PortLabel": "http", "Checks": [
-                {"Name": "c", "Type": "script", "Command": "${NOMAD_TASK_DIR}/check.sh",
-                 "Args": ["${NOMAD_ALLOC_ID}"], "TaskName": "web", "Interval": 1, "Timeout": 1}
-            ]}])),
+            services: Some(
+                serde_json::json!([{"Name": "api", "PortLabel": "http", "Checks": [
+                    {"Name": "c", "Type": "script", "Command": "${NOMAD_TASK_DIR}/check.sh",
+                     "Args": ["${NOMAD_ALLOC_ID}"], "TaskName": "web", "Interval": 1, "Timeout": 1}
+                ]}]),
+            ),
             ..Default::default()
         };
         let alloc = Allocation {
@@ -186,7 +191,10 @@ mod tests {
         assert_eq!(c.command, "/t/web/local/check.sh");
         assert_eq!(c.args, ["a1"]);
         let plain = of_alloc(&alloc, &group, &|_, t| t.to_string());
-        assert_eq!(checks[0].0, plain[0].0, "the command is not part of Nomad's check id");
+        assert_eq!(
+            checks[0].0, plain[0].0,
+            "the command is not part of Nomad's check id"
+        );
     }
 
     #[test]

@@ -52,9 +52,8 @@ pub(super) async fn observe(
         .restart_policy()
         .map(|policy| Restarter::new(c, policy, now_nanos()));
     let mut runs = env.runs.clone();
-    let run_of_task = |runs: &watch::Receiver<super::TaskRuns>| {
-        runs.borrow().get(&gc.task).copied().flatten()
-    };
+    let run_of_task =
+        |runs: &watch::Receiver<super::TaskRuns>| runs.borrow().get(&gc.task).copied().flatten();
     let mut task_run = run_of_task(&runs);
     record(thresholds.shown(), None);
     // Nomad's compromise between at once (too early) and a whole interval (slow).

@@ -55,7 +55,9 @@ pub(super) fn target(
         other => other,
     };
     if !matches!(mode, "auto" | "host" | "alloc") {
-        return Err(format!("address_mode {mode:?} is not supported for checks yet"));
+        return Err(format!(
+            "address_mode {mode:?} is not supported for checks yet"
+        ));
     }
     let label = if c.port_label.is_empty() {
         &gc.service_port_label
@@ -177,8 +179,8 @@ impl HttpProbe {
         let url = format!("{}://{}{}", self.scheme, join(host, port), self.path);
         let agent = self.agent.clone();
         let (method, header, body) = (self.method.clone(), self.header.clone(), self.body.clone());
-        let ran = tokio::task::spawn_blocking(move || send(&agent, &method, &url, &header, body))
-            .await;
+        let ran =
+            tokio::task::spawn_blocking(move || send(&agent, &method, &url, &header, body)).await;
         ran.unwrap_or_else(|e| Outcome::failure(format!("nomad: check panicked: {e}")))
     }
 }
@@ -291,9 +293,8 @@ pub(super) async fn grpc(host: &str, port: u16, service: &str, timeout: Duration
         let channel = endpoint.connect().await.map_err(|e| e.to_string())?;
         let mut client = tonic::client::Grpc::new(channel);
         client.ready().await.map_err(|e| e.to_string())?;
-        let path = tonic::codegen::http::uri::PathAndQuery::from_static(
-            "/grpc.health.v1.Health/Check",
-        );
+        let path =
+            tonic::codegen::http::uri::PathAndQuery::from_static("/grpc.health.v1.Health/Check");
         let codec = tonic_prost::ProstCodec::<
             health::HealthCheckRequest,
             health::HealthCheckResponse,
@@ -331,8 +332,7 @@ pub(super) async fn script(
         Err(NotLive::UnknownTask) => return Outcome::failure(format!("no task {task:?}")),
         Err(_) => return Outcome::failure(format!("task {task:?} is not running")),
     };
-    let ran =
-        tokio::task::spawn_blocking(move || driver.exec_task(&task_id, &argv, timeout)).await;
+    let ran = tokio::task::spawn_blocking(move || driver.exec_task(&task_id, &argv, timeout)).await;
     let out = match ran {
         Ok(Ok(out)) => out,
         Ok(Err(e)) => return Outcome::failure(format!("running the check script: {e}")),
@@ -493,7 +493,10 @@ mod tests {
             (CHECK_SUCCESS, 200, "nomad: http ok")
         );
         let request = seen.recv().unwrap();
-        assert!(request.starts_with("POST /health?x=1 HTTP/1.1"), "{request}");
+        assert!(
+            request.starts_with("POST /health?x=1 HTTP/1.1"),
+            "{request}"
+        );
         assert!(
             request.to_ascii_lowercase().contains("x-probe: yes"),
             "{request}"
@@ -501,13 +504,17 @@ mod tests {
         assert!(request.ends_with("ping"), "{request}");
 
         let (port, _seen) = http_server(503, "down for maintenance");
-        let down = HttpProbe::new(&http_check("", "")).run("127.0.0.1", port).await;
+        let down = HttpProbe::new(&http_check("", ""))
+            .run("127.0.0.1", port)
+            .await;
         assert_eq!(
             (down.status, down.status_code, down.output.as_str()),
             (CHECK_FAILURE, 503, "down for maintenance")
         );
         let (port, _seen) = http_server(204, "");
-        let no_content = HttpProbe::new(&http_check("", "")).run("127.0.0.1", port).await;
+        let no_content = HttpProbe::new(&http_check("", ""))
+            .run("127.0.0.1", port)
+            .await;
         assert_eq!(no_content.status, CHECK_SUCCESS);
     }
 
@@ -518,9 +525,15 @@ mod tests {
             .local_addr()
             .unwrap()
             .port();
-        let out = HttpProbe::new(&http_check("", "")).run("127.0.0.1", port).await;
+        let out = HttpProbe::new(&http_check("", ""))
+            .run("127.0.0.1", port)
+            .await;
         assert_eq!(out.status, CHECK_FAILURE);
-        assert!(out.output.starts_with("nomad: GET http://127.0.0.1:"), "{}", out.output);
+        assert!(
+            out.output.starts_with("nomad: GET http://127.0.0.1:"),
+            "{}",
+            out.output
+        );
     }
 
     #[tokio::test]
@@ -528,7 +541,11 @@ mod tests {
         let (port, _seen) = http_server(200, "not grpc");
         let out = grpc("127.0.0.1", port, "", Duration::from_secs(2)).await;
         assert_eq!(out.status, CHECK_FAILURE);
-        assert!(out.output.starts_with("gRPC check 127.0.0.1:"), "{}", out.output);
+        assert!(
+            out.output.starts_with("gRPC check 127.0.0.1:"),
+            "{}",
+            out.output
+        );
     }
 
     mod grpc_health {
@@ -549,7 +566,11 @@ mod tests {
                 &self,
                 request: Request<HealthCheckRequest>,
             ) -> Result<Response<HealthCheckResponse>, Status> {
-                let status = if request.get_ref().service == "down" { 2 } else { 1 };
+                let status = if request.get_ref().service == "down" {
+                    2
+                } else {
+                    1
+                };
                 Ok(Response::new(HealthCheckResponse { status }))
             }
 

@@ -131,7 +131,11 @@ pub fn add(config: &BridgeConfig, at: &Attachment<'_>) -> Result<Value, CniError
 
 /// Runs every plugin's DEL in reverse order with `prev` (the ADD's result), going on past
 /// failures so that each plugin frees what it can; the first failure is returned.
-pub fn del(config: &BridgeConfig, at: &Attachment<'_>, prev: Option<&Value>) -> Result<(), CniError> {
+pub fn del(
+    config: &BridgeConfig,
+    at: &Attachment<'_>,
+    prev: Option<&Value>,
+) -> Result<(), CniError> {
     let mut first = None;
     for plugin in config.plugins().iter().rev() {
         if let Err(e) = run(config, plugin, "DEL", at, prev) {
@@ -232,7 +236,9 @@ pub fn address(result: &Value) -> Option<String> {
     result["ips"]
         .as_array()?
         .iter()
-        .filter(|ip| ip["version"] == "4" || ip["address"].as_str().is_some_and(|a| !a.contains(':')))
+        .filter(|ip| {
+            ip["version"] == "4" || ip["address"].as_str().is_some_and(|a| !a.contains(':'))
+        })
         .find(|ip| ip.get("interface").and_then(inside).unwrap_or(true))
         .and_then(|ip| ip["address"].as_str())
         .and_then(|a| a.split('/').next())
@@ -250,7 +256,10 @@ mod tests {
         let types: Vec<&str> = plugins.iter().filter_map(|p| p["type"].as_str()).collect();
         assert_eq!(types, ["loopback", "bridge", "firewall", "portmap"]);
         assert_eq!(plugins[1]["bridge"], "nomad");
-        assert_eq!(plugins[1]["ipam"]["ranges"][0][0]["subnet"], "172.26.64.0/20");
+        assert_eq!(
+            plugins[1]["ipam"]["ranges"][0][0]["subnet"],
+            "172.26.64.0/20"
+        );
         assert_eq!(plugins[1]["ipam"]["dataDir"], "/d/cni/networks");
         assert_eq!(plugins[3]["snat"], true);
     }
@@ -281,6 +290,9 @@ mod tests {
             ports: &[],
         };
         let e = add(&c, &at).unwrap_err().to_string();
-        assert!(e.contains("\"loopback\" not found") && e.contains("/nonexistent"), "{e}");
+        assert!(
+            e.contains("\"loopback\" not found") && e.contains("/nonexistent"),
+            "{e}"
+        );
     }
 }

@@ -110,7 +110,8 @@ pub fn setup(
     if netns::exists(&path) {
         teardown(config, alloc);
     }
-    netns::create(&path).map_err(|e| format!("creating network namespace {}: {e}", path.display()))?;
+    netns::create(&path)
+        .map_err(|e| format!("creating network namespace {}: {e}", path.display()))?;
     let ports = port_mappings(alloc);
     let at = Attachment {
         container_id: &alloc.id,
@@ -208,7 +209,10 @@ mod tests {
         };
         let m = port_mappings(&alloc);
         assert_eq!(m.len(), 4);
-        assert_eq!((m[0].host_port, m[0].container_port, m[0].protocol), (23000, 8080, "tcp"));
+        assert_eq!(
+            (m[0].host_port, m[0].container_port, m[0].protocol),
+            (23000, 8080, "tcp")
+        );
         assert_eq!(m[1].protocol, "udp");
         assert_eq!((m[2].host_port, m[2].container_port), (23001, 23001));
     }

@@ -62,7 +62,13 @@ async fn echo_server() -> SocketAddr {
 
 /// Starts a proxy from `config`; returns its listeners' addresses and the sender that swaps
 /// its configuration.
-async fn start(config: ProxyConfig) -> (Option<SocketAddr>, Vec<SocketAddr>, watch::Sender<Arc<Loaded>>) {
+async fn start(
+    config: ProxyConfig,
+) -> (
+    Option<SocketAddr>,
+    Vec<SocketAddr>,
+    watch::Sender<Arc<Loaded>>,
+) {
     let listeners = Listeners::bind(&config).await.unwrap();
     let (inbound, upstreams) = (listeners.inbound_addr(), listeners.upstream_addrs());
     let (tx, rx) = watch::channel(Arc::new(Loaded::new(config).unwrap()));
@@ -158,7 +164,15 @@ async fn an_expose_listener_forwards_only_its_paths() {
     let (_, _, _tx) = start(c).await;
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let ok = round_trip(addr, b"GET /health?full=1 HTTP/1.1\r\nHost: x\r\n\r\n").await;
-    assert!(ok.starts_with(b"db:GET /health?full=1"), "{}", String::from_utf8_lossy(&ok));
+    assert!(
+        ok.starts_with(b"db:GET /health?full=1"),
+        "{}",
+        String::from_utf8_lossy(&ok)
+    );
     let other = round_trip(addr, b"GET /admin HTTP/1.1\r\nHost: x\r\n\r\n").await;
-    assert!(other.starts_with(b"HTTP/1.1 404"), "{}", String::from_utf8_lossy(&other));
+    assert!(
+        other.starts_with(b"HTTP/1.1 404"),
+        "{}",
+        String::from_utf8_lossy(&other)
+    );
 }

@@ -221,8 +221,16 @@ pub(super) fn inject_connect_sidecars(g: &mut Map<String, Value>) {
     let networks = g.get("Networks").cloned();
     if let Some(Value::Array(services)) = g.get_mut("Services") {
         for s in services.iter_mut().filter_map(Value::as_object_mut) {
-            let name = s.get("Name").and_then(Value::as_str).unwrap_or("").to_string();
-            let service_port = s.get("PortLabel").and_then(Value::as_str).unwrap_or("").to_string();
+            let name = s
+                .get("Name")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            let service_port = s
+                .get("PortLabel")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
             let checks = s.get("Checks").cloned();
             let Some(Value::Object(connect)) = s.get_mut("Connect") else {
                 continue;
@@ -316,9 +324,11 @@ fn add_group_port(g: &mut Map<String, Value>, label: &str) {
     };
     let has = networks.iter().any(|n| {
         ["ReservedPorts", "DynamicPorts"].iter().any(|k| {
-            n.get(*k)
-                .and_then(Value::as_array)
-                .is_some_and(|ports| ports.iter().any(|p| p.get("Label").and_then(Value::as_str) == Some(label)))
+            n.get(*k).and_then(Value::as_array).is_some_and(|ports| {
+                ports
+                    .iter()
+                    .any(|p| p.get("Label").and_then(Value::as_str) == Some(label))
+            })
         })
     });
     if has {

@@ -107,7 +107,10 @@ mod tests {
             },
         );
         let text = render(&checks);
-        assert!(text.starts_with("Status of 2 Nomad Service Checks\n"), "{text}");
+        assert!(
+            text.starts_with("Status of 2 Nomad Service Checks\n"),
+            "{text}"
+        );
         let rows: Vec<(&str, &str)> = text
             .lines()
             .filter_map(|l| l.split_once('='))

@@ -35,7 +35,11 @@ pub fn run(cli: ConnectCli) -> anyhow::Result<Exit> {
 /// The configuration file of exactly `drover connect proxy -config FILE` (how sidecar tasks
 /// run it), so the proxy can start without the CLI's command tree.
 pub fn proxy_invocation(args: &[std::ffi::OsString]) -> Option<PathBuf> {
-    let words: Vec<&str> = args.iter().skip(1).map(|a| a.to_str()).collect::<Option<_>>()?;
+    let words: Vec<&str> = args
+        .iter()
+        .skip(1)
+        .map(|a| a.to_str())
+        .collect::<Option<_>>()?;
     match words.as_slice() {
         ["connect", "proxy", "-config" | "--config", path] => Some(PathBuf::from(path)),
         ["connect", "proxy", flag] => flag
@@ -165,7 +169,10 @@ pub fn run_intention(cli: IntentionCli) -> anyhow::Result<Exit> {
             source,
             destination,
         } => {
-            let pair = [("source", source.as_str()), ("destination", destination.as_str())];
+            let pair = [
+                ("source", source.as_str()),
+                ("destination", destination.as_str()),
+            ];
             if !replace {
                 let existing: Result<Intention, _> = client.get_json(path, &pair).map(|(i, _)| i);
                 if existing.is_ok() {
@@ -192,7 +199,10 @@ pub fn run_intention(cli: IntentionCli) -> anyhow::Result<Exit> {
             source,
             destination,
         } => {
-            let pair = [("source", source.as_str()), ("destination", destination.as_str())];
+            let pair = [
+                ("source", source.as_str()),
+                ("destination", destination.as_str()),
+            ];
             match client.delete_json::<serde_json::Value>(path, &pair) {
                 Ok(_) => {
                     ui::out(&format!("Intention deleted: {source} => {destination}"));

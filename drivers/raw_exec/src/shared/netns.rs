@@ -14,7 +14,10 @@ pub fn open(config: &TaskConfig) -> io::Result<Option<File>> {
     let Some(net) = &config.network_isolation else {
         return Ok(None);
     };
-    File::open(&net.path)
-        .map(Some)
-        .map_err(|e| io::Error::new(e.kind(), format!("opening network namespace {}: {e}", net.path.display())))
+    File::open(&net.path).map(Some).map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("opening network namespace {}: {e}", net.path.display()),
+        )
+    })
 }

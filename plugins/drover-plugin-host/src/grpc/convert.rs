@@ -138,14 +138,19 @@ pub fn task_config(c: &TaskConfig, msgpack_driver_config: Vec<u8>) -> pb::TaskCo
                 selinux_label: String::new(),
             })
             .collect(),
-        network_isolation_spec: c.network_isolation.as_ref().map(|n| {
-            pb::NetworkIsolationSpec {
+        network_isolation_spec: c
+            .network_isolation
+            .as_ref()
+            .map(|n| pb::NetworkIsolationSpec {
                 mode: pb::network_isolation_spec::NetworkIsolationMode::Group as i32,
                 path: path(&n.path),
-                labels: n.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                labels: n
+                    .labels
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
                 hosts_config: None,
-            }
-        }),
+            }),
         user: c.user.clone(),
         alloc_dir: path(&c.alloc_dir),
         stdout_path: path(&c.stdout_path),
