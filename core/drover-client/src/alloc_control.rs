@@ -222,11 +222,11 @@ impl AllocControl {
         let reason = format!("healthcheck: check {check:?} unhealthy");
         let event = Box::new(restart_event(&reason));
         // Nobody waits for the answer: a task that does not run is not restarted.
-        let _ = ask(tx, |done| TaskCommand::Restart {
+        drop(ask(tx, |done| TaskCommand::Restart {
             event,
             failure: true,
             done,
-        });
+        }));
     }
 }
 

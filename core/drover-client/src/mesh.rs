@@ -123,12 +123,15 @@ fn items<'a>(v: &'a Value, key: &str) -> &'a [Value] {
         .unwrap_or(&[])
 }
 
+/// A proxy's listeners.
+struct Listeners {
+    inbound: Option<Inbound>,
+    upstreams: Vec<Upstream>,
+    expose: Vec<ExposePath>,
+}
+
 /// The listeners of the proxy of `service`, from the group's service and ports.
-fn listeners(
-    alloc: &Allocation,
-    group: &TaskGroup,
-    service: &str,
-) -> Result<(Option<Inbound>, Vec<Upstream>, Vec<ExposePath>), String> {
+fn listeners(alloc: &Allocation, group: &TaskGroup, service: &str) -> Result<Listeners, String> {
     let services = group.services.as_ref().and_then(Value::as_array);
     let svc = services
         .into_iter()
@@ -203,7 +206,11 @@ fn listeners(
             listener_port,
         });
     }
-    Ok((inbound, upstreams, expose))
+    Ok(Listeners {
+        inbound,
+        upstreams,
+        expose,
+    })
 }
 
 /// The proxy configuration of `service` from its leaf and the mesh's view.
@@ -214,7 +221,11 @@ fn proxy_config(
     leaf: &MeshLeaf,
     view: &MeshView,
 ) -> Result<ProxyConfig, String> {
-    let (inbound, upstreams, expose) = listeners(alloc, group, service)?;
+    let Listeners {
+        inbound,
+        upstreams,
+        expose,
+    } = listeners(alloc, group, service)?;
     let endpoints = upstreams
         .iter()
         .map(|u| {

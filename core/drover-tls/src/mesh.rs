@@ -188,24 +188,6 @@ fn parse_time(tag: u8, s: &str) -> Option<i64> {
     )
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_leaf_carries_its_spiffe_id_and_expires_when_asked() {
-        let ca = ca("abc.drover").unwrap();
-        let id = "spiffe://abc.drover/ns/default/svc/api";
-        let leaf = leaf(&ca, id, "api.default.abc.drover", 2).unwrap();
-        let der = CertificateDer::from_pem_slice(leaf.cert.as_bytes()).unwrap();
-        assert_eq!(uri_sans(&der), vec![id.to_string()]);
-        let expires = not_after(&leaf.cert).unwrap();
-        let now = time::OffsetDateTime::now_utc().unix_timestamp();
-        assert!((expires - now - 7200).abs() < 120, "{expires} vs {now}");
-        assert!(uri_sans(b"junk").is_empty());
-    }
-}
-
 /// The TLS of one mesh workload: a server that asks every client for a certificate of the
 /// mesh CA, and a client that shows its own and checks the server's against the CA (and its
 /// name, given per connection). TLS 1.3 only: both ends are Drover's.
@@ -251,4 +233,22 @@ pub fn workload_tls(cert_pem: &str, key_pem: &str, ca_pem: &str) -> Result<MeshT
         server: std::sync::Arc::new(server),
         client: std::sync::Arc::new(client),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_leaf_carries_its_spiffe_id_and_expires_when_asked() {
+        let ca = ca("abc.drover").unwrap();
+        let id = "spiffe://abc.drover/ns/default/svc/api";
+        let leaf = leaf(&ca, id, "api.default.abc.drover", 2).unwrap();
+        let der = CertificateDer::from_pem_slice(leaf.cert.as_bytes()).unwrap();
+        assert_eq!(uri_sans(&der), vec![id.to_string()]);
+        let expires = not_after(&leaf.cert).unwrap();
+        let now = time::OffsetDateTime::now_utc().unix_timestamp();
+        assert!((expires - now - 7200).abs() < 120, "{expires} vs {now}");
+        assert!(uri_sans(b"junk").is_empty());
+    }
 }

@@ -359,6 +359,36 @@ fn validate_scaling(j: &Job, tg: &TaskGroup) -> Result<(), MultiError> {
     m.into_result()
 }
 
+/// Nomad's `groupConnectValidate`: a group with a Connect sidecar or an exposed check has
+/// exactly one network, in bridge mode (the proxy's listeners live in its namespace).
+fn validate_connect_network(tg: &TaskGroup) -> Result<(), String> {
+    let services = super::json::items(tg.services.as_ref());
+    let sidecar = services.iter().any(|s| {
+        s.get("Connect")
+            .and_then(|c| c.get("SidecarService"))
+            .is_some_and(|v| !v.is_null())
+    });
+    if !sidecar {
+        return Ok(());
+    }
+    let networks = tg.networks.as_deref().unwrap_or(&[]);
+    if networks.len() != 1 {
+        return Err(format!(
+            "Consul Connect sidecar requires exactly one network, found {} in group {:?}",
+            networks.len(),
+            tg.name
+        ));
+    }
+    let mode = networks[0].mode.as_str();
+    if mode != "bridge" {
+        return Err(format!(
+            "Consul Connect sidecar requires bridge network, found {mode:?} in group {:?}",
+            tg.name
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -454,34 +484,4 @@ mod tests {
             .is_ok()
         );
     }
-}
-
-/// Nomad's `groupConnectValidate`: a group with a Connect sidecar or an exposed check has
-/// exactly one network, in bridge mode (the proxy's listeners live in its namespace).
-fn validate_connect_network(tg: &TaskGroup) -> Result<(), String> {
-    let services = super::json::items(tg.services.as_ref());
-    let sidecar = services.iter().any(|s| {
-        s.get("Connect")
-            .and_then(|c| c.get("SidecarService"))
-            .is_some_and(|v| !v.is_null())
-    });
-    if !sidecar {
-        return Ok(());
-    }
-    let networks = tg.networks.as_deref().unwrap_or(&[]);
-    if networks.len() != 1 {
-        return Err(format!(
-            "Consul Connect sidecar requires exactly one network, found {} in group {:?}",
-            networks.len(),
-            tg.name
-        ));
-    }
-    let mode = networks[0].mode.as_str();
-    if mode != "bridge" {
-        return Err(format!(
-            "Consul Connect sidecar requires bridge network, found {mode:?} in group {:?}",
-            tg.name
-        ));
-    }
-    Ok(())
 }
