@@ -1,7 +1,8 @@
 //! Bridge networking: a group with `network { mode = "bridge" }` gets a network namespace of
 //! its own on the `nomad` bridge (the CNI reference plugins), its tasks run in it, its port is
 //! forwarded from the node's address to the port inside, its check reaches it through that
-//! forward, and everything goes when the allocation stops. The agent runs inside a network
+//! forward, and everything goes when the allocation stops; an exec task joins its own
+//! allocation's namespace the same way. The agent runs inside a network
 //! namespace the test made, so no traffic leaves it.
 
 use std::time::Duration;
@@ -64,6 +65,25 @@ job "bridged" {{
       }}
     }}
   }}
+  group "isolated" {{
+    network {{
+      mode = "bridge"
+      port "http" {{
+        to = 8080
+      }}
+    }}
+    task "serve" {{
+      driver = "exec"
+      config {{
+        command = "/usr/bin/python3"
+        args    = ["-c", {SERVER:?}]
+      }}
+      resources {{
+        cpu    = 50
+        memory = 64
+      }}
+    }}
+  }}
 }}
 "#
     )
@@ -104,7 +124,7 @@ fn a_bridge_mode_allocation_gets_its_own_namespace_forwarded_ports_and_a_passing
     agent.eventually("the allocation runs", WAIT, || {
         alloc = allocs(&agent, "bridged")
             .into_iter()
-            .find(|a| a["ClientStatus"] == "running")
+            .find(|a| a["TaskGroup"] == "web" && a["ClientStatus"] == "running")
             .unwrap_or(Value::Null);
         !alloc.is_null()
     });
@@ -154,10 +174,34 @@ fn a_bridge_mode_allocation_gets_its_own_namespace_forwarded_ports_and_a_passing
     assert_eq!(registrations[0]["Address"], private_net::HOST_IP);
     assert_eq!(registrations[0]["Port"], host_port);
 
+    // An exec task (its own mount, PID and IPC namespaces) joins its allocation's network too.
+    let mut isolated = Value::Null;
+    agent.eventually("the exec allocation runs", WAIT, || {
+        isolated = allocs(&agent, "bridged")
+            .into_iter()
+            .find(|a| a["TaskGroup"] == "isolated" && a["ClientStatus"] == "running")
+            .unwrap_or(Value::Null);
+        !isolated.is_null()
+    });
+    let isolated = agent
+        .get(&format!("/v1/allocation/{}", isolated["ID"].as_str().unwrap_or("")))
+        .expect("alloc");
+    let exec_port = isolated["AllocatedResources"]["Shared"]["Ports"][0]["Value"]
+        .as_i64()
+        .expect("host port");
+    let exec_address = isolated["NetworkStatus"]["Address"].as_str().unwrap_or("");
+    assert_ne!(exec_address, address, "each allocation has its own address");
+    agent.eventually("the exec task answers through its forward", WAIT, || {
+        get(&format!("http://{}:{exec_port}/", private_net::HOST_IP))
+            .is_ok_and(|(status, _)| status == 200)
+    });
+
     let out = agent.cli(&["job", "stop", "bridged"]);
     assert!(out.status.success(), "{}", output_text(&out));
-    agent.eventually("the namespace is removed", WAIT, || {
+    let exec_id = isolated["ID"].as_str().unwrap_or_default().to_string();
+    agent.eventually("the namespaces are removed", WAIT, || {
         !std::path::Path::new(&format!("/var/run/netns/{id}")).exists()
+            && !std::path::Path::new(&format!("/var/run/netns/{exec_id}")).exists()
     });
     assert!(
         get(&format!("{forwarded}/")).is_err(),
