@@ -194,6 +194,9 @@ fn driver_catalog(
     catalog.register(Arc::new(drover_driver_exec::ExecDriver::new()));
     catalog.register(Arc::new(drover_driver_mock::MockDriver::new()));
     catalog.register(Arc::new(drover_driver_docker::DockerDriver::new()));
+    if let Some(proxy) = crate::connect_proxy_driver::ConnectProxyDriver::new() {
+        catalog.register(proxy);
+    }
     let loaded = match plugin_dir {
         Some(dir) => catalog.load_plugin_dir(dir),
         None => Ok(()),

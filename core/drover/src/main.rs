@@ -11,6 +11,7 @@ mod agent_run;
 mod agent_tunnels;
 mod cli;
 mod config;
+mod connect_proxy_driver;
 
 /// The server allocates and frees many small objects per placement; mimalloc handles that far
 /// better than glibc's malloc (see drover-bench in BENCHMARKS.md).

@@ -273,17 +273,14 @@ pub(super) fn inject_connect_sidecars(g: &mut Map<String, Value>) {
     }
 }
 
-/// Nomad's `newConnectSidecarTask`, running Drover's proxy through raw_exec: the agent's own
-/// binary (`attr.unique.drover.binary`) with the configuration the client writes.
+/// Nomad's `newConnectSidecarTask`, running Drover's proxy on the built-in `connect_proxy`
+/// driver (the agent's own binary with the configuration the client writes; it takes no
+/// config).
 fn sidecar_task(service: &str) -> Value {
     json!({
         "Name": format!("{CONNECT_PROXY_PREFIX}-{service}"),
         "Kind": format!("{CONNECT_PROXY_PREFIX}:{service}"),
-        "Driver": "raw_exec",
-        "Config": {
-            "command": "${attr.unique.drover.binary}",
-            "args": ["connect", "proxy", "-config", "${NOMAD_SECRETS_DIR}/mesh-proxy.json"],
-        },
+        "Driver": "connect_proxy",
         "ShutdownDelay": 5 * SEC,
         "LogConfig": {"MaxFiles": 2, "MaxFileSizeMB": 2},
         "Resources": {"CPU": 250, "MemoryMB": 128},
