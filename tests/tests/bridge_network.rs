@@ -184,7 +184,10 @@ fn a_bridge_mode_allocation_gets_its_own_namespace_forwarded_ports_and_a_passing
         !isolated.is_null()
     });
     let isolated = agent
-        .get(&format!("/v1/allocation/{}", isolated["ID"].as_str().unwrap_or("")))
+        .get(&format!(
+            "/v1/allocation/{}",
+            isolated["ID"].as_str().unwrap_or("")
+        ))
         .expect("alloc");
     let exec_port = isolated["AllocatedResources"]["Shared"]["Ports"][0]["Value"]
         .as_i64()

@@ -91,7 +91,11 @@ impl Driver for ConnectProxyDriver {
         Ok(handle)
     }
 
-    fn wait_task(&self, task_id: &str, timeout: Duration) -> Result<Option<ExitResult>, DriverError> {
+    fn wait_task(
+        &self,
+        task_id: &str,
+        timeout: Duration,
+    ) -> Result<Option<ExitResult>, DriverError> {
         self.inner.wait_task(task_id, timeout)
     }
 
