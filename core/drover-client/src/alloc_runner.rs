@@ -213,27 +213,7 @@ async fn run(
     let network = match make_network(&env, &alloc, &group, resumed_running).await {
         Ok(n) => n,
         Err(err) => {
-            let description = format!("pre-run hook \"network\" failed: {err}");
-            for task in &group.tasks {
-                let mut s = prior.get(&task.name).cloned().unwrap_or_default();
-                let mut ev = TaskEvent::new(TASK_EVENT_SETUP_FAILURE);
-                ev.setup_error = format!("failed to setup alloc: {description}");
-                ev.fails_task = true;
-                ev.display_message = ev.default_display_message();
-                s.events.push(ev);
-                s.state = TASK_STATE_DEAD.into();
-                s.failed = true;
-                states.insert(task.name.clone(), s);
-            }
-            let _ = env.updates.send(AllocClientUpdate {
-                id: alloc.id.clone(),
-                client_status: ALLOC_CLIENT_FAILED.into(),
-                client_description: description,
-                task_states: Some(states),
-                modify_time: drover_structs::time::now_nanos(),
-                deployment_status: health.alloc_failed(),
-                network_status: None,
-            });
+            prerun_failed(&env, &alloc, &group, &prior, &mut health, "network", &err);
             let _ = done_tx.send(true);
             return;
         }
@@ -251,27 +231,7 @@ async fn run(
     {
         Ok(m) => m,
         Err(err) => {
-            let description = format!("pre-run hook \"connect\" failed: {err}");
-            for task in &group.tasks {
-                let mut s = prior.get(&task.name).cloned().unwrap_or_default();
-                let mut ev = TaskEvent::new(TASK_EVENT_SETUP_FAILURE);
-                ev.setup_error = format!("failed to setup alloc: {description}");
-                ev.fails_task = true;
-                ev.display_message = ev.default_display_message();
-                s.events.push(ev);
-                s.state = TASK_STATE_DEAD.into();
-                s.failed = true;
-                states.insert(task.name.clone(), s);
-            }
-            let _ = env.updates.send(AllocClientUpdate {
-                id: alloc.id.clone(),
-                client_status: ALLOC_CLIENT_FAILED.into(),
-                client_description: description,
-                task_states: Some(states),
-                modify_time: drover_structs::time::now_nanos(),
-                deployment_status: health.alloc_failed(),
-                network_status: None,
-            });
+            prerun_failed(&env, &alloc, &group, &prior, &mut health, "connect", &err);
             release_network(&env, &alloc, network.as_ref()).await;
             let _ = done_tx.send(true);
             return;
@@ -318,27 +278,7 @@ async fn run(
             return;
         }
         Err(err) => {
-            for task in &group.tasks {
-                let mut s = prior.get(&task.name).cloned().unwrap_or_default();
-                let mut ev = TaskEvent::new(TASK_EVENT_SETUP_FAILURE);
-                ev.setup_error =
-                    format!("failed to setup alloc: pre-run hook \"csi_hook\" failed: {err}");
-                ev.fails_task = true;
-                ev.display_message = ev.default_display_message();
-                s.events.push(ev);
-                s.state = TASK_STATE_DEAD.into();
-                s.failed = true;
-                states.insert(task.name.clone(), s);
-            }
-            let _ = env.updates.send(AllocClientUpdate {
-                id: alloc.id.clone(),
-                client_status: ALLOC_CLIENT_FAILED.into(),
-                client_description: format!("pre-run hook \"csi_hook\" failed: {err}"),
-                task_states: Some(states),
-                modify_time: drover_structs::time::now_nanos(),
-                deployment_status: health.alloc_failed(),
-                network_status: None,
-            });
+            prerun_failed(&env, &alloc, &group, &prior, &mut health, "csi_hook", &err);
             release_network(&env, &alloc, network.as_ref()).await;
             let _ = done_tx.send(true);
             return;
@@ -572,6 +512,42 @@ async fn run(
         release_network(&env, &alloc, network.as_ref()).await;
     }
     let _ = done_tx.send(true);
+}
+
+/// Reports the allocation failed because its pre-run hook `hook` failed with `err`: every task
+/// dead and failed with Nomad's "Setup Failure" event (`failed to setup alloc: pre-run hook
+/// "<hook>" failed: <err>`), the allocation's description the hook's error.
+fn prerun_failed(
+    env: &RunnerEnv,
+    alloc: &Allocation,
+    group: &TaskGroup,
+    prior: &BTreeMap<String, TaskState>,
+    health: &mut HealthTracking,
+    hook: &str,
+    err: &str,
+) {
+    let description = format!("pre-run hook \"{hook}\" failed: {err}");
+    let mut states = BTreeMap::new();
+    for task in &group.tasks {
+        let mut s = prior.get(&task.name).cloned().unwrap_or_default();
+        let mut ev = TaskEvent::new(TASK_EVENT_SETUP_FAILURE);
+        ev.setup_error = format!("failed to setup alloc: {description}");
+        ev.fails_task = true;
+        ev.display_message = ev.default_display_message();
+        s.events.push(ev);
+        s.state = TASK_STATE_DEAD.into();
+        s.failed = true;
+        states.insert(task.name.clone(), s);
+    }
+    let _ = env.updates.send(AllocClientUpdate {
+        id: alloc.id.clone(),
+        client_status: ALLOC_CLIENT_FAILED.into(),
+        client_description: description,
+        task_states: Some(states),
+        modify_time: drover_structs::time::now_nanos(),
+        deployment_status: health.alloc_failed(),
+        network_status: None,
+    });
 }
 
 /// Makes the allocation's network when its group asks for bridge mode (`None` in host mode).

@@ -102,14 +102,7 @@ pub fn agent_cert(
     extra: &[String],
     days: u32,
 ) -> Result<Pem, GenerateError> {
-    let ca_key = KeyPair::from_pem(&ca.key).map_err(|e| GenerateError::CaKey(e.to_string()))?;
-    let ca_der = CertificateDer::from_pem_slice(ca.cert.as_bytes())
-        .map_err(|e| GenerateError::Ca(e.to_string()))?;
-    let mut ca_params = CertificateParams::default();
-    ca_params.distinguished_name = subject_of(&ca_der).map_err(GenerateError::Ca)?;
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign];
-    let issuer = Issuer::new(ca_params, ca_key);
+    let issuer = issuer_of(ca)?;
 
     let name = format!("{}.{region}.{domain}", kind.label());
     let mut names = vec![name.clone()];
@@ -153,6 +146,18 @@ pub fn agent_cert(
         cert: cert.pem(),
         key: key.serialize_pem(),
     })
+}
+
+/// The signer of certificates `ca` issues, named byte for byte as the CA's subject.
+pub(crate) fn issuer_of(ca: &Pem) -> Result<Issuer<'static, KeyPair>, GenerateError> {
+    let ca_key = KeyPair::from_pem(&ca.key).map_err(|e| GenerateError::CaKey(e.to_string()))?;
+    let ca_der = CertificateDer::from_pem_slice(ca.cert.as_bytes())
+        .map_err(|e| GenerateError::Ca(e.to_string()))?;
+    let mut ca_params = CertificateParams::default();
+    ca_params.distinguished_name = subject_of(&ca_der).map_err(GenerateError::Ca)?;
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign];
+    Ok(Issuer::new(ca_params, ca_key))
 }
 
 pub(crate) fn rand_serial() -> u64 {

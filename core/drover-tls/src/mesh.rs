@@ -5,12 +5,12 @@
 
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
-    Issuer, KeyPair, KeyUsagePurpose, SanType,
+    KeyPair, KeyUsagePurpose, SanType,
 };
 use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject;
 
-use crate::generate::{GenerateError, Pem, rand_serial, sign_error, subject_of, tlv};
+use crate::generate::{GenerateError, Pem, issuer_of, rand_serial, sign_error, tlv};
 
 /// How long the mesh CA is valid.
 const CA_DAYS: i64 = 3650;
@@ -46,14 +46,7 @@ pub fn ca(trust_domain: &str) -> Result<Pem, GenerateError> {
 
 /// A leaf for the workload `spiffe_id` (served under `dns_name` too), valid `hours`.
 pub fn leaf(ca: &Pem, spiffe_id: &str, dns_name: &str, hours: u32) -> Result<Pem, GenerateError> {
-    let ca_key = KeyPair::from_pem(&ca.key).map_err(|e| GenerateError::CaKey(e.to_string()))?;
-    let ca_der = CertificateDer::from_pem_slice(ca.cert.as_bytes())
-        .map_err(|e| GenerateError::Ca(e.to_string()))?;
-    let mut ca_params = CertificateParams::default();
-    ca_params.distinguished_name = subject_of(&ca_der).map_err(GenerateError::Ca)?;
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign];
-    let issuer = Issuer::new(ca_params, ca_key);
+    let issuer = issuer_of(ca)?;
     let mut params = CertificateParams::default();
     let mut dn = DistinguishedName::new();
     dn.push(DnType::CommonName, dns_name);
