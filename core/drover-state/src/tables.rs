@@ -183,7 +183,13 @@ impl StateSnapshot {
         &self,
         id: &str,
     ) -> Vec<drover_structs::ServiceRegistration> {
-        let Some(a) = self.t.allocs.get(id) else {
+        // Only a running allocation registers anything: no node lookup for the others.
+        let Some(a) = self
+            .t
+            .allocs
+            .get(id)
+            .filter(|a| a.client_status == drover_structs::ALLOC_CLIENT_RUNNING)
+        else {
             return Vec::new();
         };
         match &a.job {

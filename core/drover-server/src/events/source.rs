@@ -25,9 +25,29 @@ pub(crate) struct EntryEvents {
     /// Objects the entry deletes, as they were before it (Nomad streams a deleted token or
     /// policy whole).
     deleted: Vec<Payload>,
-    /// The service registrations of the entry's allocations before it: those not there after
+    /// The allocations whose service registrations the entry may change (`None`: all of
+    /// `allocs`). A plan's new placements are not running yet: they register nothing.
+    service_allocs: Option<Vec<String>>,
+    /// The service registrations of those allocations before the entry: those not there after
     /// it stream as `ServiceDeregistration`, new ones as `ServiceRegistration`.
     services_before: Vec<drover_structs::ServiceRegistration>,
+}
+
+/// A plan's allocations that can change registrations: the stopped ones, and placements that
+/// update a running allocation in place.
+fn plan_service_allocs(
+    stopped: &[drover_structs::Allocation],
+    placed: &[drover_structs::Allocation],
+) -> Vec<String> {
+    stopped
+        .iter()
+        .chain(
+            placed
+                .iter()
+                .filter(|a| a.client_status == drover_structs::ALLOC_CLIENT_RUNNING),
+        )
+        .map(|a| a.id.clone())
+        .collect()
 }
 
 fn ids<'a, T: 'a>(items: impl IntoIterator<Item = &'a T>, id: fn(&T) -> &String) -> Vec<String> {
@@ -79,6 +99,7 @@ impl EntryEvents {
                     .into_iter()
                     .chain(alloc_ids(placed))
                     .collect(),
+                service_allocs: Some(plan_service_allocs(stopped, placed)),
                 evals: eval_ids(evals),
                 deployments: deployment
                     .iter()
@@ -90,11 +111,15 @@ impl EntryEvents {
             LogEntry::PlanResultsBatch { plans } => {
                 let mut out = EntryEvents {
                     event_type: "PlanResult",
+                    service_allocs: Some(Vec::new()),
                     ..EntryEvents::default()
                 };
                 for p in plans {
                     out.allocs.extend(alloc_ids(&p.stopped));
                     out.allocs.extend(alloc_ids(&p.placed));
+                    if let Some(s) = out.service_allocs.as_mut() {
+                        s.extend(plan_service_allocs(&p.stopped, &p.placed));
+                    }
                     out.evals.extend(eval_ids(&p.evals));
                 }
                 out
@@ -253,11 +278,15 @@ impl EntryEvents {
             | LogEntry::Mesh(_) => return None,
         };
         let mut out = out;
-        if !out.allocs.is_empty() {
+        if out.service_allocs.is_none() {
+            out.service_allocs = Some(out.allocs.clone());
+        }
+        if out.service_allocs.as_ref().is_some_and(|a| !a.is_empty()) {
             let before = before();
             out.services_before = out
-                .allocs
+                .service_allocs
                 .iter()
+                .flatten()
                 .flat_map(|id| before.alloc_service_registrations(id))
                 .collect();
         }
@@ -334,8 +363,9 @@ impl EntryEvents {
         events.extend(self.deleted.into_iter().map(event));
         // Registrations follow their allocations (they are derived): Nomad's Service topic.
         let after: Vec<_> = self
-            .allocs
+            .service_allocs
             .iter()
+            .flatten()
             .flat_map(|id| state.alloc_service_registrations(id))
             .collect();
         let service_event = |event_type, r: &drover_structs::ServiceRegistration| Event {
