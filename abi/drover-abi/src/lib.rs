@@ -230,6 +230,15 @@ pub struct NetworkIsolation {
     pub labels: BTreeMap<String, String>,
 }
 
+/// Nomad's `NetworkCreateRequest`: what a driver that makes an allocation's network
+/// namespace is told about it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetworkCreateRequest {
+    /// The group network's `hostname`, empty when unset.
+    #[serde(default)]
+    pub hostname: String,
+}
+
 /// What the host keeps to find a running task again after the agent restarts.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskHandle {
@@ -448,6 +457,29 @@ pub trait Driver: Send + Sync {
     ) -> Result<ExitResult, DriverError> {
         let _ = (task_id, options, stream);
         Err(DriverError::NotSupported("exec_task_streaming".into()))
+    }
+
+    /// Makes the network namespace of allocation `alloc_id` in bridge mode, when this driver
+    /// must own it (Nomad's `DriverNetworkManager` with `MustInitiateNetwork`: docker's tasks
+    /// can only join a namespace held by a container of the daemon, its "pause" container).
+    /// The host then wires the namespace up (CNI) and hands the returned isolation, labels
+    /// included, to every task of the allocation. `Ok(None)` (the default) leaves the
+    /// namespace to the host.
+    fn create_network(
+        &self,
+        alloc_id: &str,
+        request: &NetworkCreateRequest,
+    ) -> Result<Option<NetworkIsolation>, DriverError> {
+        let _ = (alloc_id, request);
+        Ok(None)
+    }
+
+    /// Releases what [`Driver::create_network`] made for `alloc_id`, after the host unwired
+    /// it; `spec` is what it returned (possibly from before an agent restart). Releasing what
+    /// is already gone is not an error. The default does nothing.
+    fn destroy_network(&self, alloc_id: &str, spec: &NetworkIsolation) -> Result<(), DriverError> {
+        let _ = (alloc_id, spec);
+        Ok(())
     }
 
     /// The next events the driver reports about its tasks (Nomad's `TaskEvents` stream, in

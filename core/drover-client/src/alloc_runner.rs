@@ -232,7 +232,7 @@ async fn run(
         Ok(m) => m,
         Err(err) => {
             prerun_failed(&env, &alloc, &group, &prior, &mut health, "connect", &err);
-            release_network(&env, &alloc, network.as_ref()).await;
+            release_network(&env, &alloc, &group, network.as_ref()).await;
             let _ = done_tx.send(true);
             return;
         }
@@ -273,13 +273,13 @@ async fn run(
                 deployment_status: health.reported(),
                 network_status: None,
             });
-            release_network(&env, &alloc, network.as_ref()).await;
+            release_network(&env, &alloc, &group, network.as_ref()).await;
             let _ = done_tx.send(true);
             return;
         }
         Err(err) => {
             prerun_failed(&env, &alloc, &group, &prior, &mut health, "csi_hook", &err);
-            release_network(&env, &alloc, network.as_ref()).await;
+            release_network(&env, &alloc, &group, network.as_ref()).await;
             let _ = done_tx.send(true);
             return;
         }
@@ -343,7 +343,7 @@ async fn run(
             artifact: env.artifact.clone(),
             network: network.as_ref().map(|n| drover_abi::NetworkIsolation {
                 path: n.netns.clone(),
-                labels: BTreeMap::new(),
+                labels: n.labels.clone(),
             }),
         };
         task_binds.extend(
@@ -509,7 +509,7 @@ async fn run(
     // The agent is exiting with the tasks left running: their network stays for the next
     // agent to take back. Otherwise every task ended, and the network goes.
     if !commands_closed || states.values().all(|s| s.state == TASK_STATE_DEAD) {
-        release_network(&env, &alloc, network.as_ref()).await;
+        release_network(&env, &alloc, &group, network.as_ref()).await;
     }
     let _ = done_tx.send(true);
 }
@@ -579,7 +579,8 @@ async fn make_network(
         }
     }
     let alloc = alloc.clone();
-    tokio::task::spawn_blocking(move || crate::network::setup(&bridge, &alloc, resumed))
+    let drivers = crate::network::NetworkDrivers::of_group(group, &env.drivers);
+    tokio::task::spawn_blocking(move || crate::network::setup(&bridge, &alloc, resumed, &drivers))
         .await
         .map_err(|e| format!("setting up the network panicked: {e}"))?
         .map(Some)
@@ -589,13 +590,18 @@ async fn make_network(
 async fn release_network(
     env: &RunnerEnv,
     alloc: &Arc<Allocation>,
+    group: &TaskGroup,
     network: Option<&crate::network::AllocNetwork>,
 ) {
     let (Some(_), Some(bridge)) = (network, env.bridge.clone()) else {
         return;
     };
+    let drivers = crate::network::NetworkDrivers::of_group(group, &env.drivers);
     let alloc = alloc.clone();
-    let _ = tokio::task::spawn_blocking(move || crate::network::teardown(&bridge, &alloc)).await;
+    let _ = tokio::task::spawn_blocking(move || {
+        crate::network::teardown(&bridge, &alloc, &drivers)
+    })
+    .await;
 }
 
 /// `${...}` in a check's `text` resolved against the env of task `task` (a task without a

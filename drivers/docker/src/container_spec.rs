@@ -426,7 +426,13 @@ pub fn build_container_spec(
         return Err(SpecError::RuntimeNotAllowed(cfg.runtime.clone()));
     }
     let rewrite = PathRewrite::for_task(task);
-    let network_mode = cfg.network_mode.clone();
+    // A task of a bridge-mode allocation joins the pause container holding its namespace
+    // (unless its config names a mode itself, as Nomad lets it).
+    let group_mode = crate::network::task_network_mode(task.network_isolation.as_ref());
+    let network_mode = match &group_mode {
+        Some(mode) if cfg.network_mode.is_empty() => mode.clone(),
+        _ => cfg.network_mode.clone(),
+    };
     let (exposed_ports, port_bindings) = ports(task, cfg, &network_mode)?;
     let mut mounts = cfg
         .mounts
@@ -549,7 +555,8 @@ pub fn build_container_spec(
                 .collect::<Vec<_>>(),
         ),
         working_dir: non_empty(&rewrite.apply(&cfg.work_dir)),
-        hostname: non_empty(&cfg.hostname),
+        // The daemon refuses a hostname for a container in another's namespace.
+        hostname: non_empty(&cfg.hostname).filter(|_| !network_mode.starts_with("container:")),
         user: non_empty(&task.user),
         env: Some(environment(task, &rewrite)),
         labels: Some(labels(task, cfg, plugin)),

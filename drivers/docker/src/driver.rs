@@ -11,8 +11,8 @@ use bollard::query_parameters::{
 };
 use drover_abi::{
     Capabilities, DRIVER_API_VERSION, Driver, DriverError, ExecOptions, ExecOutput, ExecStream,
-    ExitResult, Fingerprint, FsIsolation, HealthState, PluginInfo, TaskConfig, TaskHandle,
-    TaskResourceUsage, TaskState, TaskStatus, signal_number,
+    ExitResult, Fingerprint, FsIsolation, HealthState, NetworkCreateRequest, NetworkIsolation,
+    PluginInfo, TaskConfig, TaskHandle, TaskResourceUsage, TaskState, TaskStatus, signal_number,
 };
 use futures_util::StreamExt;
 
@@ -294,7 +294,7 @@ impl Driver for DockerDriver {
             exec: true,
             fs_isolation: FsIsolation::Image,
             network_isolation: true,
-            group_network: false,
+            group_network: true,
             mount_configs: true,
         }
     }
@@ -430,6 +430,43 @@ impl Driver for DockerDriver {
         drop(tasks);
         self.images.add(&cfg.image, &config.id);
         Ok(handle)
+    }
+
+    fn create_network(
+        &self,
+        alloc_id: &str,
+        request: &NetworkCreateRequest,
+    ) -> Result<Option<NetworkIsolation>, DriverError> {
+        let docker = self.daemon.client().map_err(|e| {
+            start_failed(true)(format!("failed to connect to the Docker daemon: {e}"))
+        })?;
+        let plugin = self.plugin();
+        let alloc_id = alloc_id.to_string();
+        let request = request.clone();
+        runtime::run(async move {
+            crate::network::create(
+                &docker,
+                &alloc_id,
+                &request,
+                &plugin.infra_image,
+                plugin.infra_image_pull_timeout,
+            )
+            .await
+        })
+        .map_err(runtime_error)?
+        .map(Some)
+    }
+
+    fn destroy_network(&self, alloc_id: &str, spec: &NetworkIsolation) -> Result<(), DriverError> {
+        let id = spec
+            .labels
+            .get(crate::network::SANDBOX_LABEL)
+            .cloned()
+            .unwrap_or_else(|| crate::network::pause_container_name(alloc_id));
+        let docker = self.client()?;
+        runtime::run(async move { crate::network::remove(&docker, &id).await })
+            .map_err(runtime_error)?
+            .map_err(DriverError::Other)
     }
 
     fn wait_task(

@@ -15,6 +15,7 @@ mod exec;
 mod exec_stream;
 mod fields;
 mod images;
+mod network;
 mod paths;
 mod plugin_config;
 mod runtime;
@@ -27,3 +28,4 @@ mod time;
 
 pub use container_spec::LABEL_ALLOC_ID;
 pub use driver::{DRIVER_NAME, DockerDriver};
+pub use network::{DEFAULT_INFRA_IMAGE, pause_container_name};

@@ -52,6 +52,9 @@ pub struct PluginConfig {
     pub pids_limit: i64,
     /// Do not copy container output into the alloc's log files.
     pub disable_log_collection: bool,
+    /// The image of the pause containers holding bridge-mode allocations' namespaces.
+    pub infra_image: String,
+    pub infra_image_pull_timeout: Duration,
 }
 
 impl Default for PluginConfig {
@@ -80,6 +83,8 @@ impl Default for PluginConfig {
             allow_runtimes: vec!["runc".to_string(), "nvidia".to_string()],
             pids_limit: 0,
             disable_log_collection: false,
+            infra_image: crate::network::DEFAULT_INFRA_IMAGE.to_string(),
+            infra_image_pull_timeout: crate::network::DEFAULT_INFRA_PULL_TIMEOUT,
         }
     }
 }
@@ -142,7 +147,13 @@ pub fn parse_plugin_config(config: &Value) -> Result<PluginConfig, FieldError> {
     }
     c.pids_limit = f.int("pids_limit")?.unwrap_or(0);
     c.disable_log_collection = f.bool_or("disable_log_collection", false)?;
-    f.duration("infra_image_pull_timeout")?;
+    let infra_image = f.text("infra_image")?;
+    if !infra_image.is_empty() {
+        c.infra_image = infra_image;
+    }
+    if let Some(d) = f.duration("infra_image_pull_timeout")? {
+        c.infra_image_pull_timeout = d;
+    }
     if let Some(d) = f.duration("pull_activity_timeout")?
         && d < Duration::from_secs(60)
     {

@@ -11,10 +11,13 @@
 pub mod cni;
 pub mod netns;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use drover_abi::{Driver, NetworkCreateRequest, NetworkIsolation};
 use drover_structs::{Allocation, TaskGroup};
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use cni::{Attachment, BridgeConfig, PortMapping};
@@ -40,12 +43,16 @@ pub struct AllocNetwork {
     pub netns: PathBuf,
     /// Nomad's `AllocNetworkStatus`, for the servers (and `address_mode = "alloc"`).
     pub status: Value,
+    /// The labels of the spec a driver returned when it made the namespace (docker's pause
+    /// container), handed to every task; empty when the client made it.
+    pub labels: BTreeMap<String, String>,
 }
 
 impl AllocNetwork {
-    fn from_result(netns: PathBuf, result: &Value) -> AllocNetwork {
+    fn from_result(netns: PathBuf, result: &Value, made_by: Option<&MadeBy>) -> AllocNetwork {
         let address = cni::address(result).unwrap_or_default();
         AllocNetwork {
+            labels: made_by.map(|m| m.spec.labels.clone()).unwrap_or_default(),
             netns,
             status: json!({
                 "InterfaceName": cni::INTERFACE,
@@ -89,12 +96,107 @@ fn result_path(config: &BridgeConfig, alloc_id: &str) -> PathBuf {
         .join(format!("{alloc_id}.json"))
 }
 
+/// Where the driver that made an allocation's namespace, and what it returned, are kept.
+fn made_by_path(config: &BridgeConfig, alloc_id: &str) -> PathBuf {
+    result_path(config, alloc_id).with_extension("driver.json")
+}
+
+/// A namespace a driver made ([`Driver::create_network`]): which driver, and its spec, for
+/// the tasks and for [`Driver::destroy_network`], also after an agent restart.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct MadeBy {
+    driver: String,
+    spec: NetworkIsolation,
+}
+
+fn read_made_by(config: &BridgeConfig, alloc_id: &str) -> Option<MadeBy> {
+    std::fs::read(made_by_path(config, alloc_id))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+}
+
+/// The drivers of an allocation's tasks, in task order, each once: the first that makes the
+/// namespace ([`Driver::create_network`] answering `Some`) owns it, as Nomad's network hook
+/// lets the first driver that must initiate the network make it.
+pub struct NetworkDrivers {
+    pub drivers: Vec<(String, Arc<dyn Driver>)>,
+    pub request: NetworkCreateRequest,
+}
+
+impl NetworkDrivers {
+    pub fn of_group(group: &TaskGroup, all: &BTreeMap<String, Arc<dyn Driver>>) -> NetworkDrivers {
+        let mut drivers: Vec<(String, Arc<dyn Driver>)> = Vec::new();
+        for task in &group.tasks {
+            if drivers.iter().any(|(name, _)| *name == task.driver) {
+                continue;
+            }
+            if let Some(d) = all.get(&task.driver) {
+                drivers.push((task.driver.clone(), d.clone()));
+            }
+        }
+        let hostname = group
+            .networks
+            .iter()
+            .flatten()
+            .map(|n| n.hostname.clone())
+            .find(|h| !h.is_empty())
+            .unwrap_or_default();
+        NetworkDrivers {
+            drivers,
+            request: NetworkCreateRequest { hostname },
+        }
+    }
+
+    fn named(&self, name: &str) -> Option<&Arc<dyn Driver>> {
+        self.drivers.iter().find(|(n, _)| n == name).map(|(_, d)| d)
+    }
+
+    /// The namespace bound at `path`: one a driver made, or a new one of the client's.
+    fn make(&self, alloc_id: &str, path: &std::path::Path) -> Result<Option<MadeBy>, String> {
+        for (name, driver) in &self.drivers {
+            let spec = driver
+                .create_network(alloc_id, &self.request)
+                .map_err(|e| format!("driver {name:?} making the network: {e}"))?;
+            let Some(spec) = spec else { continue };
+            let made = MadeBy {
+                driver: name.clone(),
+                spec,
+            };
+            if let Err(e) = netns::adopt(&made.spec.path, path) {
+                self.release(alloc_id, Some(&made));
+                return Err(format!(
+                    "binding the network namespace of driver {name:?} ({}) at {}: {e}",
+                    made.spec.path.display(),
+                    path.display()
+                ));
+            }
+            return Ok(Some(made));
+        }
+        netns::create(path)
+            .map_err(|e| format!("creating network namespace {}: {e}", path.display()))?;
+        Ok(None)
+    }
+
+    /// Has the driver that made the namespace release it.
+    fn release(&self, alloc_id: &str, made: Option<&MadeBy>) {
+        let Some(made) = made else { return };
+        let Some(driver) = self.named(&made.driver) else {
+            tracing::warn!(alloc = %alloc_id, driver = %made.driver, "the driver that made the network is gone");
+            return;
+        };
+        if let Err(e) = driver.destroy_network(alloc_id, &made.spec) {
+            tracing::warn!(alloc = %alloc_id, error = %e, "releasing the driver's network");
+        }
+    }
+}
+
 /// Makes the allocation's network, or takes back the one its running tasks use (`resumed`:
 /// tasks survived an agent restart). Blocks on the plugins: run it on the blocking pool.
 pub fn setup(
     config: &BridgeConfig,
     alloc: &Allocation,
     resumed: bool,
+    drivers: &NetworkDrivers,
 ) -> Result<AllocNetwork, String> {
     let path = netns::path_of(&alloc.id);
     let saved = result_path(config, &alloc.id);
@@ -103,15 +205,26 @@ pub fn setup(
             .ok()
             .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
         if let Some(result) = result {
-            return Ok(AllocNetwork::from_result(path, &result));
+            let made_by = read_made_by(config, &alloc.id);
+            return Ok(AllocNetwork::from_result(path, &result, made_by.as_ref()));
         }
     }
     // Left by an agent that stopped before tearing it down: start from nothing.
-    if netns::exists(&path) {
-        teardown(config, alloc);
+    if netns::exists(&path) || made_by_path(config, &alloc.id).exists() {
+        teardown(config, alloc, drivers);
     }
-    netns::create(&path)
-        .map_err(|e| format!("creating network namespace {}: {e}", path.display()))?;
+    let made_by = drivers.make(&alloc.id, &path)?;
+    let made_file = made_by_path(config, &alloc.id);
+    if let Some(dir) = saved.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    if let Some(m) = &made_by
+        && let Err(e) = serde_json::to_vec(m)
+            .map_err(std::io::Error::other)
+            .and_then(|b| std::fs::write(&made_file, b))
+    {
+        tracing::warn!(alloc = %alloc.id, error = %e, "keeping the driver's network spec");
+    }
     let ports = port_mappings(alloc);
     let at = Attachment {
         container_id: &alloc.id,
@@ -124,21 +237,21 @@ pub fn setup(
             // Whatever the plugins did before the failure is undone, and the namespace goes.
             let _ = cni::del(config, &at, None);
             let _ = netns::remove(&path);
+            drivers.release(&alloc.id, made_by.as_ref());
+            let _ = std::fs::remove_file(&made_file);
             return Err(e.to_string());
         }
     };
-    if let Some(dir) = saved.parent() {
-        let _ = std::fs::create_dir_all(dir);
-    }
     if let Err(e) = std::fs::write(&saved, result.to_string()) {
         tracing::warn!(alloc = %alloc.id, error = %e, "keeping the CNI result");
     }
-    Ok(AllocNetwork::from_result(path, &result))
+    Ok(AllocNetwork::from_result(path, &result, made_by.as_ref()))
 }
 
-/// Undoes [`setup`]: the plugins' DEL (with the kept result) and the namespace. Failures are
-/// logged: nothing is left to retry them once the allocation is gone. Blocks like [`setup`].
-pub fn teardown(config: &BridgeConfig, alloc: &Allocation) {
+/// Undoes [`setup`]: the plugins' DEL (with the kept result), the namespace, and what a
+/// driver made for it. Failures are logged: nothing is left to retry them once the
+/// allocation is gone. Blocks like [`setup`].
+pub fn teardown(config: &BridgeConfig, alloc: &Allocation, drivers: &NetworkDrivers) {
     let path = netns::path_of(&alloc.id);
     let saved = result_path(config, &alloc.id);
     let prev = std::fs::read(&saved)
@@ -157,6 +270,9 @@ pub fn teardown(config: &BridgeConfig, alloc: &Allocation) {
         tracing::warn!(alloc = %alloc.id, error = %e, "removing the network namespace");
     }
     let _ = std::fs::remove_file(&saved);
+    let made_file = made_by_path(config, &alloc.id);
+    drivers.release(&alloc.id, read_made_by(config, &alloc.id).as_ref());
+    let _ = std::fs::remove_file(&made_file);
 }
 
 /// The client's bridge networking, when the node can offer it: CNI's bridge, host-local,

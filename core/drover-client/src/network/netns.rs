@@ -38,6 +38,23 @@ pub fn create(path: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// Binds an existing namespace (`source`, such as a process's `/proc/<pid>/ns/net`) at
+/// `path`, so it is entered and removed like one [`create`] made.
+pub fn adopt(source: &Path, path: &Path) -> io::Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::File::create(path)?;
+    let source = source
+        .to_str()
+        .ok_or_else(|| io::Error::other("namespace path is not UTF-8"))?;
+    if let Err(e) = bind(source, path) {
+        let _ = std::fs::remove_file(path);
+        return Err(e);
+    }
+    Ok(())
+}
+
 fn bind(source: &str, target: &Path) -> io::Result<()> {
     use std::os::unix::ffi::OsStrExt;
     let c = |s: &[u8]| std::ffi::CString::new(s).map_err(|_| io::Error::other("path has a NUL"));
@@ -118,5 +135,26 @@ mod tests {
         remove(&path).unwrap();
         assert!(!path.exists());
         remove(&path).unwrap();
+    }
+
+    #[test]
+    fn an_existing_namespace_is_adopted_under_a_name_and_released() {
+        if !is_root() {
+            eprintln!("skipped: network namespaces need root");
+            return;
+        }
+        let made = path_of(&format!("drover-test-src-{}", std::process::id()));
+        let adopted = path_of(&format!("drover-test-adopted-{}", std::process::id()));
+        create(&made).unwrap();
+        adopt(&made, &adopted).unwrap();
+        assert!(exists(&adopted));
+        let inode = |p: &Path| {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::metadata(p).unwrap().ino()
+        };
+        assert_eq!(inode(&made), inode(&adopted), "the same namespace");
+        remove(&adopted).unwrap();
+        remove(&made).unwrap();
+        assert!(!adopted.exists() && !made.exists());
     }
 }

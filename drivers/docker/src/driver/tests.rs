@@ -767,3 +767,62 @@ fn fingerprint_is_healthy_with_a_daemon_and_undetected_without() {
     );
     assert!(fp.attributes.is_empty());
 }
+
+fn docker_out(args: &[&str]) -> String {
+    let out = Command::new("docker").args(args).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[test]
+fn a_bridge_network_is_a_pause_container_whose_namespace_the_tasks_join() {
+    require_docker!();
+    let f = Fixture::new("net");
+    let d = driver();
+    let request = drover_abi::NetworkCreateRequest {
+        hostname: "web-1".into(),
+    };
+    let spec = d
+        .create_network(&f.alloc_id, &request)
+        .unwrap()
+        .expect("docker makes the namespace itself");
+    let pause = spec.labels[crate::network::SANDBOX_LABEL].clone();
+    assert_eq!(
+        docker_out(&[
+            "inspect",
+            "-f",
+            "{{.Name}} {{.HostConfig.NetworkMode}} {{.State.Running}} {{.Config.Hostname}}",
+            &pause
+        ]),
+        format!("/nomad_init_{} none true web-1", f.alloc_id)
+    );
+    let ns = std::fs::read_link(&spec.path).unwrap();
+    assert_ne!(ns, std::fs::read_link("/proc/self/ns/net").unwrap());
+
+    // Made again for the same allocation (an attempt that failed after it): the same one.
+    let again = d.create_network(&f.alloc_id, &request).unwrap().unwrap();
+    assert_eq!(again.labels, spec.labels);
+
+    let mut cfg = f.config(json!({"image": TEST_IMAGE, "command": "/bin/sleep", "args": ["300"], "hostname": "ignored"}));
+    cfg.network_isolation = Some(spec.clone());
+    d.start_task(&cfg).unwrap();
+    let task = f.containers()[0].clone();
+    assert_eq!(
+        docker_out(&["inspect", "-f", "{{.HostConfig.NetworkMode}}", &task]),
+        format!("container:{pause}")
+    );
+    let task_pid = docker_out(&["inspect", "-f", "{{.State.Pid}}", &task]);
+    assert_eq!(
+        std::fs::read_link(format!("/proc/{task_pid}/ns/net")).unwrap(),
+        ns,
+        "the task runs in the pause container's namespace"
+    );
+    d.destroy_task(&cfg.id, true).unwrap();
+
+    d.destroy_network(&f.alloc_id, &spec).unwrap();
+    assert_eq!(
+        docker_out(&["ps", "-a", "-q", "--filter", &format!("id={pause}")]),
+        ""
+    );
+    // Gone already: not an error.
+    d.destroy_network(&f.alloc_id, &spec).unwrap();
+}
