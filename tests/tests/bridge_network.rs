@@ -2,13 +2,19 @@
 //! its own on the `nomad` bridge (the CNI reference plugins), its tasks run in it, its port is
 //! forwarded from the node's address to the port inside, its check reaches it through that
 //! forward, and everything goes when the allocation stops; an exec task joins its own
-//! allocation's namespace the same way. The agent runs inside a network
+//! allocation's namespace the same way, and a docker task joins the namespace its driver holds
+//! in a pause container, with a raw_exec task of the same group beside it. The agent runs inside a network
 //! namespace the test made, so no traffic leaves it.
 
 use std::time::Duration;
 
 use drover_tests::{Agent, TempDir, allocs, output_text, private_net, write_job};
 use serde_json::Value;
+
+// Builds the docker test image; plain std and the docker CLI, shared with the driver's tests.
+#[path = "../../drivers/docker/src/testing.rs"]
+#[allow(dead_code)]
+mod docker_image;
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -210,4 +216,132 @@ fn a_bridge_mode_allocation_gets_its_own_namespace_forwarded_ports_and_a_passing
         get(&format!("{forwarded}/")).is_err(),
         "the forward is gone"
     );
+}
+
+/// A docker task serving its `local/` with busybox's httpd on 8080, and a raw_exec task of
+/// the same group fetching it from 127.0.0.1:8080: both in the pause container's namespace.
+fn docker_job() -> String {
+    let probe = r#"
+import time, urllib.request
+while True:
+    try:
+        body = urllib.request.urlopen("http://127.0.0.1:8080/index.html", timeout=2).read().decode()
+        print("probe got " + body, flush=True)
+    except Exception as e:
+        print("probe failed: " + str(e), flush=True)
+    time.sleep(1)
+"#;
+    format!(
+        r#"
+job "docked" {{
+  datacenters = ["dc1"]
+  group "web" {{
+    network {{
+      mode     = "bridge"
+      hostname = "docked-web"
+      port "http" {{
+        to = 8080
+      }}
+    }}
+    task "serve" {{
+      driver = "docker"
+      config {{
+        image   = "{image}"
+        command = "/bin/httpd"
+        args    = ["-f", "-p", "8080", "-h", "/local"]
+      }}
+      template {{
+        data        = "served-from-docker"
+        destination = "local/index.html"
+      }}
+      resources {{
+        cpu    = 50
+        memory = 64
+      }}
+    }}
+    task "probe" {{
+      driver = "raw_exec"
+      config {{
+        command = "/usr/bin/python3"
+        args    = ["-c", {probe:?}]
+      }}
+      resources {{
+        cpu    = 50
+        memory = 64
+      }}
+    }}
+  }}
+}}
+"#,
+        image = docker_image::TEST_IMAGE
+    )
+}
+
+fn docker_out(args: &[&str]) -> String {
+    let out = std::process::Command::new("docker")
+        .args(args)
+        .output()
+        .expect("docker");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[test]
+fn a_docker_task_in_bridge_mode_joins_the_namespace_its_pause_container_holds() {
+    match docker_image::docker_tests_enabled() {
+        Ok(true) => {}
+        Ok(false) => return,
+        Err(e) => panic!("{e}"),
+    }
+    if let Err(why) = private_net::enter_private_network() {
+        eprintln!("skipped: no private network for the test: {why}");
+        return;
+    }
+    let dir = TempDir::new("bridge-docker");
+    let agent = Agent::start_dev(dir.path(), &[]);
+    let file = write_job(&dir, "docked.nomad", &docker_job());
+    let out = agent.cli(&["job", "run", "-detach", &file]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    let mut alloc = Value::Null;
+    agent.eventually("the allocation runs", WAIT, || {
+        alloc = allocs(&agent, "docked")
+            .into_iter()
+            .find(|a| a["ClientStatus"] == "running")
+            .unwrap_or(Value::Null);
+        !alloc.is_null()
+    });
+    let id = alloc["ID"].as_str().expect("alloc id").to_string();
+    let pause = format!("nomad_init_{id}");
+    let alloc = agent.get(&format!("/v1/allocation/{id}")).expect("alloc");
+    let address = alloc["NetworkStatus"]["Address"].as_str().unwrap_or("");
+    assert!(address.starts_with("172.26."), "{}", alloc["NetworkStatus"]);
+    assert_eq!(
+        docker_out(&[
+            "inspect",
+            "-f",
+            "{{.HostConfig.NetworkMode}} {{.State.Running}} {{.Config.Hostname}}",
+            &pause
+        ]),
+        "none true docked-web"
+    );
+    let host_port = alloc["AllocatedResources"]["Shared"]["Ports"][0]["Value"]
+        .as_i64()
+        .expect("host port");
+
+    // From outside through the node's forward, and from the raw_exec task beside it.
+    let forwarded = format!("http://{}:{host_port}/index.html", private_net::HOST_IP);
+    agent.eventually("the docker task answers through the forward", WAIT, || {
+        get(&forwarded).is_ok_and(|(status, body)| status == 200 && body == "served-from-docker")
+    });
+    agent.eventually("the raw_exec task reaches it on loopback", WAIT, || {
+        output_text(&agent.cli(&["alloc", "logs", &id, "probe"]))
+            .contains("probe got served-from-docker")
+    });
+
+    let out = agent.cli(&["job", "stop", "docked"]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    agent.eventually("the namespace and the pause container are removed", WAIT, || {
+        !std::path::Path::new(&format!("/var/run/netns/{id}")).exists()
+            && docker_out(&["ps", "-a", "-q", "--filter", &format!("name={pause}")]).is_empty()
+    });
+    assert!(get(&forwarded).is_err(), "the forward is gone");
 }

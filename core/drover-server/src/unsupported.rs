@@ -248,26 +248,13 @@ fn refuse_connect_parts(connect: &Value, at: &str, refuse: &mut impl FnMut(&str,
     }
 }
 
-/// Host and bridge networking run; other modes do not yet, nor do docker tasks in a bridge
-/// (the docker driver cannot join a namespace the client made; Nomad's pause container is not
-/// there yet).
+/// Host and bridge networking run (docker tasks through their driver's pause container);
+/// other modes do not yet.
 fn refuse_network_mode(tg: &TaskGroup, refuse: &mut impl FnMut(&str, &str, &str)) {
     for (i, n) in tg.networks.iter().flatten().enumerate() {
         let at = format!("Networks[{i}].Mode");
         match n.mode.as_str() {
-            "" | "host" => {}
-            "bridge" => {
-                if let Some(t) = tg.tasks.iter().find(|t| t.driver == "docker") {
-                    refuse(
-                        &at,
-                        "network",
-                        &format!(
-                            "bridge networking for docker tasks (task {:?}) is not supported yet",
-                            t.name
-                        ),
-                    );
-                }
-            }
+            "" | "host" | "bridge" => {}
             other => refuse(
                 &at,
                 "network",
@@ -340,7 +327,7 @@ mod tests {
     }
 
     #[test]
-    fn bridge_runs_but_other_modes_and_docker_in_a_bridge_are_refused() {
+    fn bridge_runs_with_any_driver_but_other_modes_are_refused() {
         let net = |mode: &str| drover_structs::NetworkResource {
             mode: mode.into(),
             ..Default::default()
@@ -349,14 +336,7 @@ mod tests {
         tg.networks = Some(vec![net("bridge")]);
         assert!(refuse_unacted(&job_with(tg.clone())).is_ok());
         tg.tasks[0].driver = "docker".into();
-        let e = refuse_unacted(&job_with(tg.clone()))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("bridge networking for docker tasks")
-                && e.contains("(Job.TaskGroups[0].Networks[0].Mode)"),
-            "{e}"
-        );
+        assert!(refuse_unacted(&job_with(tg.clone())).is_ok());
         tg.networks = Some(vec![net("cni/mynet")]);
         let e = refuse_unacted(&job_with(tg)).unwrap_err().to_string();
         assert!(

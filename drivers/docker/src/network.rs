@@ -196,7 +196,7 @@ pub async fn create(
         image: Some(image.to_string()),
         hostname: (!request.hostname.is_empty()).then(|| request.hostname.clone()),
         labels: Some(
-            [("com.hashicorp.nomad.alloc_id".to_string(), alloc_id.to_string())]
+            [(crate::container_spec::LABEL_ALLOC_ID.to_string(), alloc_id.to_string())]
                 .into_iter()
                 .collect(),
         ),
