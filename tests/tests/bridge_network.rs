@@ -339,9 +339,13 @@ fn a_docker_task_in_bridge_mode_joins_the_namespace_its_pause_container_holds() 
 
     let out = agent.cli(&["job", "stop", "docked"]);
     assert!(out.status.success(), "{}", output_text(&out));
-    agent.eventually("the namespace and the pause container are removed", WAIT, || {
-        !std::path::Path::new(&format!("/var/run/netns/{id}")).exists()
-            && docker_out(&["ps", "-a", "-q", "--filter", &format!("name={pause}")]).is_empty()
-    });
+    agent.eventually(
+        "the namespace and the pause container are removed",
+        WAIT,
+        || {
+            !std::path::Path::new(&format!("/var/run/netns/{id}")).exists()
+                && docker_out(&["ps", "-a", "-q", "--filter", &format!("name={pause}")]).is_empty()
+        },
+    );
     assert!(get(&forwarded).is_err(), "the forward is gone");
 }

@@ -170,3 +170,102 @@ fn running_allocations_register_their_services_and_stopping_them_deregisters() {
     let out = agent.cli(&["service", "list"]);
     assert!(output_text(&out).contains("No service registrations found"));
 }
+
+/// A task whose template lists the `shop` services, as Nomad's native service discovery is
+/// used: `nomadService` (all, by tag) and `nomadServices`.
+const FRONT: &str = r#"
+job "front" {
+  datacenters = ["dc1"]
+  group "web" {
+    task "proxy" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/sleep"
+        args    = ["300"]
+      }
+      template {
+        data        = <<EOT
+{{ range nomadService "shop-api" }}api {{ .Address }}:{{ .Port }} {{ .Tags }}
+{{ end }}{{ range nomadService "metrics.shop-metrics" }}metrics {{ .Port }}
+{{ end }}{{ range nomadServices }}service {{ .Name }} {{ .Tags }}
+{{ end }}{{ range nomadService 1 (env "NOMAD_ALLOC_ID") "shop-api" }}picked {{ .Port }}
+{{ end }}
+EOT
+        destination = "local/upstreams.txt"
+        change_mode = "noop"
+      }
+      resources {
+        cpu    = 20
+        memory = 16
+      }
+    }
+  }
+}
+"#;
+
+#[test]
+fn a_template_renders_the_services_of_its_namespace_and_follows_them() {
+    let dir = TempDir::new("services-template");
+    let agent = Agent::start_dev(dir.path(), &[]);
+    let file = write_job(&dir, "shop.nomad", JOB);
+    let out = agent.cli(&["job", "run", "-detach", &file]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    agent.eventually("both allocations register", WAIT, || {
+        registrations(&agent, "shop-api").len() == 2
+            && registrations(&agent, "shop-metrics").len() == 2
+    });
+    let file = write_job(&dir, "front.nomad", FRONT);
+    let out = agent.cli(&["job", "run", "-detach", &file]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    let mut front = String::new();
+    agent.eventually("the front task runs", WAIT, || {
+        front = allocs(&agent, "front")
+            .into_iter()
+            .find(|a| a["ClientStatus"] == "running")
+            .and_then(|a| a["ID"].as_str().map(str::to_string))
+            .unwrap_or_default();
+        !front.is_empty()
+    });
+    let rendered = || {
+        let out = agent.cli(&["alloc", "fs", &front, "proxy/local/upstreams.txt"]);
+        output_text(&out)
+    };
+    let mut api: Vec<Value> = registrations(&agent, "shop-api");
+    api.sort_by_key(|r| r["ID"].as_str().unwrap_or_default().to_string());
+    let lines = |api: &[Value]| -> Vec<String> {
+        api.iter()
+            .map(|r| {
+                format!(
+                    "api {}:{} [public v1]",
+                    r["Address"].as_str().unwrap_or_default(),
+                    r["Port"]
+                )
+            })
+            .collect()
+    };
+    let text = rendered();
+    for line in lines(&api) {
+        assert!(text.contains(&line), "{line:?} missing from {text:?}");
+    }
+    let count = |text: &str, prefix: &str| text.lines().filter(|l| l.starts_with(prefix)).count();
+    assert_eq!(count(&text, "metrics "), 2, "{text}");
+    assert!(
+        text.contains("service shop-api [public v1]\nservice shop-metrics [metrics]\n"),
+        "{text}"
+    );
+    assert_eq!(count(&text, "picked "), 1, "{text}");
+
+    // One instance goes: the file follows within the re-render interval.
+    let out = agent.cli(&["job", "scale", "shop", "api", "1"]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    agent.eventually("one instance left in the template", WAIT, || {
+        let text = rendered();
+        count(&text, "api ") == 1 && count(&text, "picked ") == 1
+    });
+    let out = agent.cli(&["job", "stop", "shop"]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    agent.eventually("no instance left in the template", WAIT, || {
+        let text = rendered();
+        text.lines().all(|l| l.trim().is_empty())
+    });
+}

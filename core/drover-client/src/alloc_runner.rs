@@ -44,6 +44,8 @@ pub struct RunnerEnv {
     pub bridge: crate::network::Bridge,
     /// The servers' mesh calls (certificates, the mesh's view).
     pub mesh_server: Arc<dyn crate::mesh::MeshServerCalls>,
+    /// The servers' service catalog (templates' `nomadService`).
+    pub catalog: Arc<dyn crate::template::services::ServiceCatalog>,
 }
 
 /// Handle the client keeps for a running allocation.
@@ -345,6 +347,7 @@ async fn run(
                 path: n.netns.clone(),
                 labels: n.labels.clone(),
             }),
+            catalog: env.catalog.clone(),
         };
         task_binds.extend(
             ctx.binds.iter().map(|b| {
@@ -598,10 +601,9 @@ async fn release_network(
     };
     let drivers = crate::network::NetworkDrivers::of_group(group, &env.drivers);
     let alloc = alloc.clone();
-    let _ = tokio::task::spawn_blocking(move || {
-        crate::network::teardown(&bridge, &alloc, &drivers)
-    })
-    .await;
+    let _ =
+        tokio::task::spawn_blocking(move || crate::network::teardown(&bridge, &alloc, &drivers))
+            .await;
 }
 
 /// `${...}` in a check's `text` resolved against the env of task `task` (a task without a

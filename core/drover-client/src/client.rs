@@ -85,6 +85,16 @@ pub trait ServerConn: Send + Sync + 'static {
         let _ = namespace;
         async { Err("this server connection has no service mesh".to_string()) }
     }
+    /// The native service registrations of `namespace` (of service `name` only, when given),
+    /// for templates.
+    fn service_registrations(
+        &self,
+        namespace: &str,
+        name: Option<&str>,
+    ) -> impl Future<Output = Result<Vec<drover_structs::ServiceRegistration>, String>> + Send {
+        let _ = (namespace, name);
+        async { Err("this server connection has no service catalog".to_string()) }
+    }
 }
 
 #[derive(Clone)]
@@ -269,6 +279,7 @@ impl Client {
             csi: csi.clone(),
             csi_server: Arc::new(ServerCsi(server.clone())),
             mesh_server: Arc::new(crate::mesh::ServerMesh(server.clone())),
+            catalog: Arc::new(crate::template::services::ServerCatalog(server.clone())),
             driver_events: Default::default(),
             agent_env: Arc::new(crate::taskenv::agent_env(&config.env_denylist)),
             artifact: Arc::new(config.artifact.clone()),

@@ -76,6 +76,8 @@ pub struct TaskContext {
     pub artifact: Arc<crate::artifact::ArtifactConfig>,
     /// The allocation's network namespace (bridge mode), which the task runs in.
     pub network: Option<drover_abi::NetworkIsolation>,
+    /// The servers' service catalog, for templates' `nomadService`.
+    pub catalog: Arc<dyn crate::template::services::ServiceCatalog>,
 }
 
 /// Sent to the allocation runner whenever the task's state changes.
@@ -448,6 +450,7 @@ impl TaskRunner {
                     _ = template_tick.tick(), if self.templates.is_some()
                         && self.template_failure.is_none() =>
                     {
+                        self.refresh_template_services().await;
                         self.rerender_templates();
                     }
                     _ = sleep_until_due(due), if due.is_some() => {
@@ -747,7 +750,7 @@ impl TaskRunner {
         env.extend(extra_env);
         // After the artifacts and the dispatch payload, as Nomad's template hook: a template
         // may read them. Variables of `env = true` templates override the task's own.
-        match first_render(&mut self.templates, &mut self.template_env, c, &env) {
+        match first_render(&mut self.templates, &mut self.template_env, c, &env).await {
             Ok(vars) => env.extend(vars),
             Err(e) => {
                 let message = e.to_string();
@@ -974,9 +977,14 @@ impl TaskRunner {
             env,
             node: c.node.clone(),
             region: c.region.clone(),
+            services: crate::template::services::ServiceData::new(&c.alloc.namespace, &c.region),
         };
         let mut templates = crate::template::Templates::new(specs);
-        let recovered = templates.recover(&render_env);
+        let catalog = c.catalog.clone();
+        let recovered = render_fetching(&render_env.services, catalog.as_ref(), || {
+            templates.recover(&render_env)
+        })
+        .await;
         self.templates = Some(templates);
         self.template_env = Some(render_env);
         if let Err(e) = recovered {
@@ -1002,6 +1010,20 @@ impl TaskRunner {
         }
     }
 
+    /// Reads again what the templates read of the service catalog, and what a render missed.
+    /// A failure keeps the last answers (and is logged): the servers may be away a moment.
+    async fn refresh_template_services(&self) {
+        let Some(env) = self.template_env.as_ref() else {
+            return;
+        };
+        if !env.services.is_used() {
+            return;
+        }
+        if let Err(e) = env.services.fetch(self.ctx.catalog.as_ref(), true).await {
+            tracing::warn!(task = %self.ctx.task.name, error = %e, "keeping the last service catalog for templates");
+        }
+    }
+
     /// Renders the running task's templates again. Changes wait for a random part of their
     /// splay (Nomad's), then `apply_template_changes` acts on them; a failure is acted on at
     /// once, without a splay.
@@ -1020,6 +1042,9 @@ impl TaskRunner {
                     self.template_due = Some((at, c));
                 }
             },
+            // A query not fetched yet (a template's output changed what it reads): the next
+            // tick fetches it first.
+            Err(_) if env.services.has_missing() => {}
             Err(e) => {
                 self.template_due = Some((
                     tokio::time::Instant::now(),
@@ -1231,10 +1256,40 @@ fn template_failed_event(message: &str, kill_timeout_nanos: i64) -> TaskEvent {
     ev
 }
 
+/// Rounds of fetching what a render found missing in the service catalog before its error
+/// stands (a template may range over `nomadServices` and then read each service).
+const SERVICE_DISCOVERY_ROUNDS: usize = 4;
+/// Attempts at reading the catalog while the servers do not answer, a second apart.
+const SERVICE_FETCH_ATTEMPTS: usize = 5;
+
+/// Runs `render` until it no longer misses answers of the service catalog: what it missed is
+/// fetched from the servers and it runs again, as consul-template discovers dependencies.
+async fn render_fetching<T>(
+    services: &crate::template::services::ServiceData,
+    catalog: &dyn crate::template::services::ServiceCatalog,
+    mut render: impl FnMut() -> Result<T, crate::template::TemplateError>,
+) -> Result<T, crate::template::TemplateError> {
+    for _ in 0..SERVICE_DISCOVERY_ROUNDS {
+        let rendered = render();
+        if rendered.is_ok() || !services.has_missing() {
+            return rendered;
+        }
+        let mut attempt = 1;
+        while let Err(e) = services.fetch(catalog, false).await {
+            if attempt == SERVICE_FETCH_ATTEMPTS {
+                return Err(crate::template::TemplateError::Services(e));
+            }
+            attempt += 1;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+    render()
+}
+
 /// Renders the task's templates before its first start and keeps what the re-renders need;
 /// answers the `env = true` variables (as last rendered, for a restart too: Nomad does not
 /// render again for a restart, the re-renders keep the outputs current).
-fn first_render(
+async fn first_render(
     templates: &mut Option<crate::template::Templates>,
     template_env: &mut Option<crate::template::RenderEnv>,
     c: &TaskContext,
@@ -1263,8 +1318,12 @@ fn first_render(
         env,
         node: c.node.clone(),
         region: c.region.clone(),
+        services: crate::template::services::ServiceData::new(&c.alloc.namespace, &c.region),
     };
-    let vars = t.render_all(&render_env)?;
+    let vars = render_fetching(&render_env.services, c.catalog.as_ref(), || {
+        t.render_all(&render_env)
+    })
+    .await?;
     *template_env = Some(render_env);
     Ok(vars)
 }

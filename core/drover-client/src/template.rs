@@ -4,13 +4,15 @@
 //!
 //! The engine is `gotmpl` (a port of Go's text/template); this module adds the consul-template
 //! functions Drover can serve from the client alone (`env`, `file`, `timestamp`, JSON and
-//! string helpers, arithmetic). Functions that need Consul, Vault or Nomad's services and
+//! string helpers, arithmetic) and Nomad's native services (`nomadService`, `nomadServices`,
+//! read from the servers: see `services`). Functions that need Consul, Vault or Nomad's
 //! variables fail the render naming the function: a template that renders anything but
 //! Nomad's output is worse than a task that fails saying why.
 //!
-//! Nomad re-renders when a watched dependency changes; the only dependencies Drover serves are
-//! files (`source`, `file`), so the task runner re-renders on a timer and only what changed
-//! since the last render is written, leaving a task's own edits of an unchanged output alone.
+//! Nomad re-renders when a watched dependency changes; Drover's dependencies are files
+//! (`source`, `file`) and the service catalog, so the task runner re-renders on a timer
+//! (fetching the services the templates read first) and only what changed since the last
+//! render is written, leaving a task's own edits of an unchanged output alone.
 //!
 //! Known difference from Go: `gotmpl` prints a float in an action with Rust's formatting, so
 //! a float of 1e6 or more (or under 1e-4), as `parseJSON` gives for such numbers, prints as
@@ -26,6 +28,8 @@
 //!
 //! File sandbox: Nomad's client default (`template.disable_file_sandbox = false`) keeps
 //! `source` and `file` inside the task directory; Drover always does (no setting turns it off).
+
+pub mod services;
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -58,6 +62,8 @@ pub enum TemplateError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("{0}")]
+    Services(String),
     #[error("failed to parse env template {dest} line {line}: {message}")]
     Env {
         dest: String,
@@ -303,6 +309,8 @@ pub struct RenderEnv {
     pub env: BTreeMap<String, String>,
     pub node: Arc<Node>,
     pub region: String,
+    /// What the templates read of the service catalog (shared by the task's renders).
+    pub services: Arc<services::ServiceData>,
 }
 
 /// For a driver that isolates the task's filesystem: the directory variables templates see are
@@ -719,8 +727,8 @@ pub fn parse_env(dest: &str, text: &str) -> Result<Vec<(String, String)>, Templa
     Ok(out)
 }
 
-/// The consul-template functions that need a service Drover does not have: rendering one
-/// fails naming it.
+/// The consul-template functions that need a service Drover does not serve (Consul, Vault,
+/// Nomad's variables): rendering one fails naming it.
 pub const UNSUPPORTED_FUNCTIONS: &[&str] = &[
     "caLeaf",
     "caRoots",
@@ -733,8 +741,6 @@ pub const UNSUPPORTED_FUNCTIONS: &[&str] = &[
     "ls",
     "node",
     "nodes",
-    "nomadService",
-    "nomadServices",
     "nomadVar",
     "nomadVarExists",
     "nomadVarList",
@@ -787,10 +793,11 @@ fn functions(mut t: Template, env: &RenderEnv) -> Template {
     for name in UNSUPPORTED_FUNCTIONS {
         t = t.func(name, move |_| {
             Err(exec_err(format!(
-                "function {name:?} is not supported by Drover (it needs Consul, Vault or Nomad services and variables)"
+                "function {name:?} is not supported by Drover (it needs Consul, Vault or Nomad variables)"
             )))
         });
     }
+    t = services::functions(t, &env.services);
     for name in DENIED_FUNCTIONS {
         t = t.func(name, move |_| {
             Err(exec_err(format!(
@@ -1498,6 +1505,7 @@ mod tests {
             ]),
             node: Arc::new(node),
             region: "global".into(),
+            services: services::ServiceData::new("default", "global"),
         }
     }
 
@@ -1751,12 +1759,7 @@ mod tests {
 
     #[test]
     fn service_and_variable_functions_fail_naming_the_function() {
-        for f in [
-            r#"nomadService "db""#,
-            r#"nomadVar "x""#,
-            r#"key "k""#,
-            r#"secret "s""#,
-        ] {
+        for f in [r#"nomadVar "x""#, r#"key "k""#, r#"secret "s""#] {
             let e = r(&format!("{{{{ {f} }}}}")).unwrap_err().to_string();
             let name = f.split(' ').next().unwrap();
             assert!(

@@ -71,6 +71,7 @@ pub(crate) fn runner_env(
         artifact: Default::default(),
         bridge: None,
         mesh_server: Arc::new(crate::mesh::NoMesh),
+        catalog: Arc::new(crate::template::services::NoCatalog),
     };
     (env, updates)
 }

@@ -47,6 +47,7 @@ pub mod scaling;
 mod sched_config;
 mod sched_state;
 mod server;
+pub mod service_catalog;
 pub mod snapshot_archive;
 #[cfg(test)]
 mod test_server;

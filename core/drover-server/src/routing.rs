@@ -405,6 +405,9 @@ impl Server {
             Request::Acl(request) => self.execute_acl(request).await,
             Request::Variable(request) => self.execute_variable(request).await,
             Request::Mesh(request) => self.execute_mesh(request).await,
+            Request::Services(query) => {
+                Ok(Reply::Services(self.service_registrations_here(&query)))
+            }
             Request::CsiExternal(request) => self.execute_csi_external(request).await,
             Request::JobVersion(request) => self.execute_job_version(request).await,
             Request::Scale(request) => self.scale_job_here(request).await,

@@ -122,6 +122,9 @@ pub enum Request {
     CsiExternal(crate::csi::ExternalVolumesRequest),
     /// Mesh certificates, view and intentions (see `crate::mesh`).
     Mesh(crate::mesh::MeshRequest),
+    /// Service registrations of a namespace, for a client's templates (a read; see
+    /// `crate::service_catalog`).
+    Services(crate::service_catalog::ServiceQuery),
 }
 
 impl Request {
@@ -135,6 +138,7 @@ impl Request {
                 | Request::Heartbeat { .. }
                 | Request::NodeAllocs { .. }
                 | Request::UpdateAllocs { .. }
+                | Request::Services(_)
                 | Request::Csi(
                     crate::csi::CsiRequest::Claim { .. } | crate::csi::CsiRequest::Unpublish { .. }
                 )
@@ -145,6 +149,7 @@ impl Request {
         matches!(
             self,
             Request::NodeAllocs { .. }
+                | Request::Services(_)
                 | Request::Multiregion(crate::multiregion::PeerRequest {
                     op: crate::multiregion::PeerOp::Latest,
                     ..
@@ -192,6 +197,7 @@ pub enum Reply {
         index: u64,
     },
     Mesh(crate::mesh::MeshReply),
+    Services(Vec<drover_structs::ServiceRegistration>),
 }
 
 /// Kinds of endpoint errors, so the caller rebuilds the same `ServerError` (and HTTP status).

@@ -160,6 +160,21 @@ impl ServerConn for RemoteServers {
         }
     }
 
+    async fn service_registrations(
+        &self,
+        namespace: &str,
+        name: Option<&str>,
+    ) -> Result<Vec<drover_structs::ServiceRegistration>, String> {
+        let request = Request::Services(drover_server::service_catalog::ServiceQuery {
+            namespace: namespace.to_string(),
+            name: name.map(str::to_string),
+        });
+        match self.call(&request, CALL_TIMEOUT).await? {
+            Reply::Services(list) => Ok(list),
+            other => Err(unexpected(other)),
+        }
+    }
+
     async fn register_node(&self, node: Node) -> Result<Duration, String> {
         match self
             .call(&Request::RegisterNode { node }, CALL_TIMEOUT)

@@ -41,6 +41,20 @@ impl ServerConn for LocalServer {
     async fn mesh_view(&self, namespace: &str) -> Result<drover_structs::mesh::MeshView, String> {
         self.0.mesh_view(namespace).await.map_err(|e| e.to_string())
     }
+    async fn service_registrations(
+        &self,
+        namespace: &str,
+        name: Option<&str>,
+    ) -> Result<Vec<drover_structs::ServiceRegistration>, String> {
+        let query = drover_server::service_catalog::ServiceQuery {
+            namespace: namespace.to_string(),
+            name: name.map(str::to_string),
+        };
+        self.0
+            .service_registrations(query)
+            .await
+            .map_err(|e| e.to_string())
+    }
     async fn register_node(&self, node: Node) -> Result<Duration, String> {
         self.0
             .register_node(node)

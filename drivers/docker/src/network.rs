@@ -120,8 +120,11 @@ async fn build_default_image(docker: &Docker) -> Result<(), String> {
         ..Default::default()
     };
     let archive = tar_of("pause", &pause_elf_x86_64());
-    let mut progress =
-        docker.create_image(Some(options), Some(bollard::body_full(archive.into())), None);
+    let mut progress = docker.create_image(
+        Some(options),
+        Some(bollard::body_full(archive.into())),
+        None,
+    );
     while let Some(item) = progress.next().await {
         let failed = match item {
             Ok(info) => info.error_detail.and_then(|d| d.message),
@@ -196,9 +199,12 @@ pub async fn create(
         image: Some(image.to_string()),
         hostname: (!request.hostname.is_empty()).then(|| request.hostname.clone()),
         labels: Some(
-            [(crate::container_spec::LABEL_ALLOC_ID.to_string(), alloc_id.to_string())]
-                .into_iter()
-                .collect(),
+            [(
+                crate::container_spec::LABEL_ALLOC_ID.to_string(),
+                alloc_id.to_string(),
+            )]
+            .into_iter()
+            .collect(),
         ),
         host_config: Some(HostConfig {
             network_mode: Some("none".into()),
@@ -264,10 +270,7 @@ pub async fn remove(docker: &Docker, id: &str) -> Result<(), String> {
     match docker.remove_container(id, Some(options)).await {
         Ok(()) => Ok(()),
         Err(e) if is_not_found(&e) => Ok(()),
-        Err(e) => Err(format!(
-            "removing pause container {id}: {}",
-            message_of(&e)
-        )),
+        Err(e) => Err(format!("removing pause container {id}: {}", message_of(&e))),
     }
 }
 
@@ -292,11 +295,8 @@ mod tests {
         let tar = tar_of("pause", b"abc");
         assert_eq!(tar.len(), 512 + 512 + 1024);
         let mut header = tar[..512].to_vec();
-        let stored = u64::from_str_radix(
-            std::str::from_utf8(&header[148..154]).unwrap().trim(),
-            8,
-        )
-        .unwrap();
+        let stored =
+            u64::from_str_radix(std::str::from_utf8(&header[148..154]).unwrap().trim(), 8).unwrap();
         header[148..156].copy_from_slice(&[b' '; 8]);
         assert_eq!(stored, header.iter().map(|&b| u64::from(b)).sum::<u64>());
         assert_eq!(&tar[512..515], b"abc");
