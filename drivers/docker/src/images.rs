@@ -82,7 +82,11 @@ async fn load(docker: &Docker, archive: &Path) -> Result<(), ImageError> {
     Ok(())
 }
 
-async fn pull(docker: &Docker, image: &str, timeout: Duration) -> Result<(), ImageError> {
+pub(crate) async fn pull(
+    docker: &Docker,
+    image: &str,
+    timeout: Duration,
+) -> Result<(), ImageError> {
     let (repo, tag) = split_reference(image);
     let options = CreateImageOptions {
         from_image: Some(repo),

@@ -145,28 +145,9 @@ async fn ensure_infra_image(docker: &Docker, image: &str, timeout: Duration) -> 
     if image == DEFAULT_INFRA_IMAGE {
         build_default_image(docker).await?;
     } else {
-        let (repo, tag) = crate::images::split_reference(image);
-        let options = CreateImageOptions {
-            from_image: Some(repo),
-            tag,
-            ..Default::default()
-        };
-        let pulling = async {
-            let mut progress = docker.create_image(Some(options), None, None);
-            while let Some(item) = progress.next().await {
-                let failed = match item {
-                    Ok(info) => info.error_detail.and_then(|d| d.message),
-                    Err(e) => Some(message_of(&e)),
-                };
-                if let Some(reason) = failed {
-                    return Err(format!("pulling infra_image {image:?}: {reason}"));
-                }
-            }
-            Ok(())
-        };
-        tokio::time::timeout(timeout, pulling)
+        crate::images::pull(docker, image, timeout)
             .await
-            .map_err(|_| format!("pulling infra_image {image:?}: timed out after {timeout:?}"))??;
+            .map_err(|e| format!("infra_image: {e}"))?;
     }
     docker
         .inspect_image(image)
