@@ -61,12 +61,14 @@ impl Loaded {
     }
 }
 
-/// Runs the proxy of the configuration at `path` until the process ends.
-pub async fn run(path: PathBuf) -> Result<(), ProxyError> {
+/// Runs the proxy of the configuration at `path` until the process ends; `ready` is called
+/// once its listeners are bound and it serves.
+pub async fn run(path: PathBuf, ready: impl FnOnce()) -> Result<(), ProxyError> {
     let first = ProxyConfig::load(&path)?;
     let (tx, rx) = watch::channel(Arc::new(Loaded::new(first.clone())?));
     let listeners = Listeners::bind(&first).await?;
     tokio::spawn(reload(path, first, tx));
+    ready();
     listeners.serve(rx).await;
     Ok(())
 }
