@@ -266,3 +266,93 @@ fn api_reaches_db_through_the_mesh_intentions_decide_and_an_exposed_check_passes
         });
     }
 }
+
+/// Pids of the mesh proxies whose configuration lives under `dir`.
+fn proxies_under(dir: &std::path::Path) -> Vec<i32> {
+    let needle = dir.to_string_lossy().to_string();
+    let mut pids: Vec<i32> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            (text.contains(" connect proxy ")
+                && text.contains(&needle)
+                && drover_tests::is_alive(pid))
+            .then_some(pid)
+        })
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
+#[test]
+fn the_mesh_keeps_serving_across_an_agent_restart_and_follows_intentions_after_it() {
+    if let Err(why) = private_net::enter_private_network() {
+        eprintln!("skipped: no private network for the test: {why}");
+        return;
+    }
+    let dir = TempDir::new("mesh-restart");
+    let mut agent = Agent::start_dev(dir.path(), &[]);
+    let file = write_job(&dir, "mesh.nomad", &job());
+    let out = agent.cli(&["job", "run", "-detach", &file]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    let db = running_alloc(&agent, "db");
+    let api = running_alloc(&agent, "api");
+    let api_id = api["ID"].as_str().expect("id").to_string();
+    agent.eventually("the api task reaches db through its upstream", WAIT, || {
+        call_db(&agent, &api_id) == "db-answers"
+    });
+    let proxies = proxies_under(dir.path());
+    assert_eq!(proxies.len(), 2, "one proxy per group: {proxies:?}");
+
+    // The agent goes (its tasks stay) and comes back on the same ports and data.
+    let (http_port, rpc_port) = (agent.http_port, agent.rpc_port);
+    agent.terminate();
+    assert_eq!(
+        proxies_under(dir.path()),
+        proxies,
+        "the proxies outlive the agent"
+    );
+    let agent = Agent::start_on_ports(dir.path(), http_port, rpc_port, &[]);
+    agent.eventually("the allocations run again", WAIT, || {
+        let running: Vec<Value> = allocs(&agent, "mesh")
+            .into_iter()
+            .filter(|a| a["ClientStatus"] == "running")
+            .collect();
+        running.len() == 2
+    });
+    assert_eq!(
+        proxies_under(dir.path()),
+        proxies,
+        "the same proxy processes, taken back"
+    );
+    agent.eventually("the upstream works after the restart", WAIT, || {
+        call_db(&agent, &api_id) == "db-answers"
+    });
+    // The client keeps the taken-back proxies' configuration current.
+    let out = agent.cli(&["intention", "create", "-deny", "api", "db"]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    agent.eventually("the deny takes effect after the restart", WAIT, || {
+        call_db(&agent, &api_id).is_empty()
+    });
+    let out = agent.cli(&["intention", "delete", "api", "db"]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    agent.eventually("the call goes through again", WAIT, || {
+        call_db(&agent, &api_id) == "db-answers"
+    });
+
+    let out = agent.cli(&["job", "stop", "mesh"]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    for alloc in [&db, &api] {
+        let id = alloc["ID"].as_str().unwrap_or_default().to_string();
+        agent.eventually("the namespace is removed", WAIT, || {
+            !std::path::Path::new(&format!("/var/run/netns/{id}")).exists()
+        });
+    }
+    agent.eventually("the proxies are gone", WAIT, || {
+        proxies_under(dir.path()).is_empty()
+    });
+}
