@@ -133,11 +133,11 @@ fn templates_render_the_alloc_id_a_node_attribute_and_env_vars_before_the_task_s
 }
 
 #[test]
-fn a_template_calling_nomad_service_fails_the_task_with_a_template_failed_event() {
+fn a_template_calling_nomad_var_fails_the_task_with_a_template_failed_event() {
     let dir = TempDir::new("templates-unsupported");
     let agent = Agent::start_dev(dir.path(), &[]);
     let templates = template(
-        "{{ range nomadService \"db\" }}{{ .Address }}{{ end }}",
+        "{{ with nomadVar \"nomad/jobs\" }}{{ .x }}{{ end }}",
         "local/db.conf",
         "",
     );
@@ -161,7 +161,7 @@ fn a_template_calling_nomad_service_fails_the_task_with_a_template_failed_event(
     let message = failed["DisplayMessage"].as_str().unwrap_or_default();
     assert!(
         message.starts_with("Template failed: ")
-            && message.contains("function \"nomadService\" is not supported"),
+            && message.contains("function \"nomadVar\" is not supported"),
         "{message}"
     );
 }

@@ -201,6 +201,16 @@ impl Driver for MockDriver {
         Ok(self.task(task_id)?.wait(timeout))
     }
 
+    fn notify_exit(&self, task_id: &str, notify: Box<dyn FnOnce() + Send>) -> bool {
+        match self.task(task_id) {
+            Ok(task) => {
+                task.on_exit(notify);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
     /// The mock's `kill_after` is how long the fake task takes to die once asked; it gets at
     /// most `timeout` (then it is "killed"). The signal itself changes nothing: the task ends
     /// with its configured exit result either way.

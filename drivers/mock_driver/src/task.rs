@@ -113,6 +113,8 @@ struct Progress {
     run_for_elapsed: bool,
     stdout: Output,
     stderr: Output,
+    /// Called once the task ends (`Driver::notify_exit`).
+    on_exit: Vec<Box<dyn FnOnce() + Send>>,
 }
 
 /// A running (or finished) mock task.
@@ -172,6 +174,7 @@ impl MockTask {
                 run_for_elapsed: false,
                 stdout,
                 stderr,
+                on_exit: Vec::new(),
             }),
             exited: Condvar::new(),
         });
@@ -199,6 +202,21 @@ impl MockTask {
         progress.stdout.sink = None;
         progress.stderr.sink = None;
         self.exited.notify_all();
+        // Notifiers must not block (the contract), so calling them under the lock is fine.
+        for notify in progress.on_exit.drain(..) {
+            notify();
+        }
+    }
+
+    /// Calls `notify` once the task has ended: now if it has.
+    pub fn on_exit(&self, notify: Box<dyn FnOnce() + Send>) {
+        let mut progress = self.lock();
+        if progress.exit.is_some() {
+            drop(progress);
+            notify();
+        } else {
+            progress.on_exit.push(notify);
+        }
     }
 
     /// Advances the task; returns the next event to schedule for it, if any.

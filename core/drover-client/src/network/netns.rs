@@ -19,6 +19,7 @@ pub fn path_of(name: &str) -> PathBuf {
 pub fn create(path: &Path) -> io::Result<()> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
+        share_mounts_of(dir)?;
     }
     std::fs::File::create(path)?;
     let target = path.to_path_buf();
@@ -43,6 +44,7 @@ pub fn create(path: &Path) -> io::Result<()> {
 pub fn adopt(source: &Path, path: &Path) -> io::Result<()> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
+        share_mounts_of(dir)?;
     }
     std::fs::File::create(path)?;
     let source = source
@@ -55,7 +57,48 @@ pub fn adopt(source: &Path, path: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// Makes `dir` a mount point whose mounts propagate to the copies other mount namespaces
+/// made of it (iproute2 does the same for `/var/run/netns`): a namespace bound here is then
+/// unmounted everywhere when it is removed. Without it, a container or exec task that was
+/// being set up while a namespace was bound keeps a copy of that mount, and removing the
+/// file fails with EBUSY for as long as that copy lives.
+fn share_mounts_of(dir: &Path) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let target = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| io::Error::other("path has a NUL"))?;
+    let make_shared = || {
+        // SAFETY: a valid NUL-terminated path; a propagation change takes no source or data.
+        let rc = unsafe {
+            libc::mount(
+                c"none".as_ptr(),
+                target.as_ptr(),
+                std::ptr::null(),
+                libc::MS_SHARED | libc::MS_REC,
+                std::ptr::null(),
+            )
+        };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    };
+    match make_shared() {
+        // Not a mount point yet: bind it onto itself (recursively, so that namespaces
+        // already bound there stay visible), then share it.
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+            bind_with(&dir.to_string_lossy(), dir, libc::MS_BIND | libc::MS_REC)?;
+            make_shared()
+        }
+        other => other,
+    }
+}
+
 fn bind(source: &str, target: &Path) -> io::Result<()> {
+    bind_with(source, target, libc::MS_BIND)
+}
+
+fn bind_with(source: &str, target: &Path, flags: libc::c_ulong) -> io::Result<()> {
     use std::os::unix::ffi::OsStrExt;
     let c = |s: &[u8]| std::ffi::CString::new(s).map_err(|_| io::Error::other("path has a NUL"));
     let source = c(source.as_bytes())?;
@@ -66,7 +109,7 @@ fn bind(source: &str, target: &Path) -> io::Result<()> {
             source.as_ptr(),
             target.as_ptr(),
             std::ptr::null(),
-            libc::MS_BIND,
+            flags,
             std::ptr::null(),
         )
     };
@@ -101,9 +144,18 @@ pub fn remove(path: &Path) -> io::Result<()> {
             return Err(e);
         }
     }
-    match std::fs::remove_file(path) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
-        _ => Ok(()),
+    // EBUSY: a mount namespace being set up right now (a container, an exec task) still
+    // holds a copy of the mount; such copies go within moments.
+    let mut attempts = 0;
+    loop {
+        match std::fs::remove_file(path) {
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) && attempts < 20 => {
+                attempts += 1;
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => return Ok(()),
+        }
     }
 }
 
@@ -135,6 +187,41 @@ mod tests {
         remove(&path).unwrap();
         assert!(!path.exists());
         remove(&path).unwrap();
+    }
+
+    /// Mount points of `/proc/self/mountinfo` equal to `dir` (resolved), with their
+    /// propagation fields.
+    fn mounts_at(dir: &Path) -> Vec<String> {
+        let dir = dir.canonicalize().unwrap();
+        std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .lines()
+            .filter(|l| l.split_whitespace().nth(4) == dir.to_str())
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn the_namespace_directory_is_one_shared_mount_point_so_removals_propagate() {
+        if !is_root() {
+            eprintln!("skipped: network namespaces need root");
+            return;
+        }
+        let path = path_of(&format!("drover-test-shared-{}", std::process::id()));
+        create(&path).unwrap();
+        // As `ip netns add` does next: made shared again, never stacked a second time.
+        share_mounts_of(Path::new(NETNS_DIR)).unwrap();
+        let mounts = mounts_at(Path::new(NETNS_DIR));
+        assert!(!mounts.is_empty(), "a mount point");
+        assert!(
+            mounts.last().is_some_and(|m| m.contains("shared:")),
+            "{mounts:?}"
+        );
+        let before = mounts.len();
+        share_mounts_of(Path::new(NETNS_DIR)).unwrap();
+        assert_eq!(mounts_at(Path::new(NETNS_DIR)).len(), before);
+        remove(&path).unwrap();
+        assert!(!path.exists());
     }
 
     #[test]

@@ -463,3 +463,36 @@ fn a_thousand_tasks_share_one_timer_thread() {
     }
     assert_eq!(driver.scheduler.pending(), 0);
 }
+
+#[test]
+fn an_exit_is_notified_without_a_waiting_thread_and_at_once_once_ended() {
+    let fifos = Fifos::new();
+    let driver = MockDriver::new();
+    let config = fifos.config("notify", json!({"run_for": "100ms"}));
+    driver.start_task(&config).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let notify = {
+        let tx = tx.clone();
+        Box::new(move || {
+            let _ = tx.send("ended");
+        })
+    };
+    assert!(driver.notify_exit(&config.id, notify));
+    assert!(rx.try_recv().is_err(), "notified while it still runs");
+    assert_eq!(rx.recv_timeout(LONG), Ok("ended"));
+    assert!(
+        driver
+            .wait_task(&config.id, Duration::ZERO)
+            .unwrap()
+            .is_some()
+    );
+    // Already ended: at once.
+    assert!(driver.notify_exit(
+        &config.id,
+        Box::new(move || {
+            let _ = tx.send("again");
+        })
+    ));
+    assert_eq!(rx.try_recv(), Ok("again"));
+    assert!(!driver.notify_exit("unknown", Box::new(|| {})));
+}
