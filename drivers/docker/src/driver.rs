@@ -432,6 +432,16 @@ impl Driver for DockerDriver {
         Ok(handle)
     }
 
+    fn notify_exit(&self, task_id: &str, notify: Box<dyn FnOnce() + Send>) -> bool {
+        match self.task(task_id) {
+            Ok(task) => {
+                task.exit.on_exit(notify);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
     fn create_network(
         &self,
         alloc_id: &str,

@@ -49,11 +49,15 @@ pub struct Exited {
     pub at: i64,
 }
 
+/// Called once the container exited (`Driver::notify_exit`).
+type ExitNotifier = Box<dyn FnOnce() + Send>;
+
 /// Set once by the monitor; read and waited on by the driver's callers.
 #[derive(Default)]
 pub struct ExitCell {
     state: Mutex<Option<Exited>>,
     changed: Condvar,
+    notifiers: Mutex<Vec<ExitNotifier>>,
     /// The driver sent SIGKILL itself, so an exit code of 137 needs no OOM explanation.
     killed_by_driver: AtomicBool,
 }
@@ -69,6 +73,32 @@ impl ExitCell {
             *state = Some(exited);
         }
         self.changed.notify_all();
+        drop(state);
+        let notifiers = std::mem::take(
+            &mut *self
+                .notifiers
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        for notify in notifiers {
+            notify();
+        }
+    }
+
+    /// Calls `notify` once the exit is known: now if it is.
+    pub fn on_exit(&self, notify: ExitNotifier) {
+        let mut notifiers = self
+            .notifiers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        // Checked under the notifiers' lock: `set` stores the exit before taking them, so a
+        // notifier is either taken by `set` or sees the exit here.
+        if self.lock().is_some() {
+            drop(notifiers);
+            notify();
+        } else {
+            notifiers.push(notify);
+        }
     }
 
     pub fn get(&self) -> Option<Exited> {

@@ -826,3 +826,31 @@ fn a_bridge_network_is_a_pause_container_whose_namespace_the_tasks_join() {
     // Gone already: not an error.
     d.destroy_network(&f.alloc_id, &spec).unwrap();
 }
+
+#[test]
+fn a_container_exit_is_notified_and_at_once_once_known() {
+    require_docker!();
+    let f = Fixture::new("notify");
+    let d = driver();
+    let cfg = f.config(sh("sleep 1; exit 4"));
+    d.start_task(&cfg).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let first = tx.clone();
+    assert!(d.notify_exit(
+        &cfg.id,
+        Box::new(move || {
+            let _ = first.send("exited");
+        })
+    ));
+    assert_eq!(rx.recv_timeout(WAIT), Ok("exited"));
+    assert_eq!(wait_exit(&d, &cfg.id).exit_code, 4);
+    assert!(d.notify_exit(
+        &cfg.id,
+        Box::new(move || {
+            let _ = tx.send("again");
+        })
+    ));
+    assert_eq!(rx.try_recv(), Ok("again"));
+    assert!(!d.notify_exit("no-such-task", Box::new(|| {})));
+    d.destroy_task(&cfg.id, false).unwrap();
+}
