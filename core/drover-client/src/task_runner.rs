@@ -702,7 +702,8 @@ impl TaskRunner {
         let (node, region, config) = (c.node.clone(), c.region.clone(), c.artifact.clone());
         let (task_dir, alloc_dir) = (c.task_dir.dir.clone(), c.alloc_path.clone());
         let staging_dir = c.task_dir.private_dir.clone();
-        tokio::task::spawn_blocking(move || {
+        // Downloads may take minutes: not on the bounded blocking pool.
+        on_own_thread(move || {
             let lookup = |name: &str| lookup_in(name, &env, &node, &region);
             let place = crate::artifact::Place {
                 task_dir: &task_dir,
@@ -716,7 +717,7 @@ impl TaskRunner {
             Ok(())
         })
         .await
-        .unwrap_or_else(|e| Err(format!("artifact download panicked: {e}")))
+        .unwrap_or_else(|e| Err(format!("artifact download: {e}")))
     }
 
     /// Builds the driver's task config and starts the task.
@@ -891,10 +892,12 @@ impl TaskRunner {
         } else {
             self.ctx.task.kill_signal.clone()
         };
-        match tokio::task::spawn_blocking(move || driver.stop_task(&id, timeout, &signal)).await {
+        // Up to the kill timeout per task: on a thread of its own, so that stopping many
+        // tasks at once neither waits for the bounded blocking pool nor fills it.
+        match on_own_thread(move || driver.stop_task(&id, timeout, &signal)).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(e.to_string()),
-            Err(e) => Err(format!("driver panicked stopping the task: {e}")),
+            Err(e) => Err(format!("stopping the task: {e}")),
         }
     }
 
@@ -1328,6 +1331,21 @@ async fn first_render(
     Ok(vars)
 }
 
+/// Runs a driver call that may block for long (a stop's kill timeout, a wait) on a thread of
+/// its own rather than on the runtime's bounded blocking pool; the thread ends with the call.
+async fn on_own_thread<T: Send + 'static>(
+    call: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, String> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("drover-driver-call".into())
+        .spawn(move || {
+            let _ = tx.send(call());
+        })
+        .map_err(|e| format!("starting a thread: {e}"))?;
+    rx.await.map_err(|_| "the driver call panicked".to_string())
+}
+
 /// The task's exit. A driver that notifies exits is awaited without a thread (then asked once
 /// for the result); others are waited on by a blocking call at a time.
 async fn wait_exit(driver: Arc<dyn Driver>, task_id: String) -> ExitResult {
@@ -1342,8 +1360,8 @@ async fn wait_exit(driver: Arc<dyn Driver>, task_id: String) -> ExitResult {
     loop {
         let d = driver.clone();
         let id = task_id.clone();
-        let r =
-            tokio::task::spawn_blocking(move || d.wait_task(&id, Duration::from_secs(30))).await;
+        // Long waits stay off the bounded blocking pool (a plugin's tasks could fill it).
+        let r = on_own_thread(move || d.wait_task(&id, Duration::from_secs(30))).await;
         match r {
             Ok(Ok(Some(exit))) => return exit,
             Ok(Ok(None)) => continue,

@@ -259,8 +259,23 @@ async fn session(
         output: output_tx,
     };
     let ExecRequest { task, options, .. } = request;
-    let exec =
-        tokio::task::spawn_blocking(move || client.exec(&alloc_id, &task, &options, &stream));
+    // A session lasts as long as its caller wants: on a thread of its own, not on the
+    // runtime's bounded blocking pool.
+    let (exec_tx, exec) = tokio::sync::oneshot::channel();
+    let started = std::thread::Builder::new()
+        .name("drover-exec".into())
+        .spawn(move || {
+            let _ = exec_tx.send(client.exec(&alloc_id, &task, &options, &stream));
+        });
+    if let Err(e) = started {
+        let _ = socket
+            .send(close(
+                CLOSE_INTERNAL_ERROR,
+                &format!("starting the session: {e}"),
+            ))
+            .await;
+        return;
+    }
     // `None` once the caller is gone: the driver then sees it and ends the command.
     let mut input = Some(input_tx);
     let mut writable = true;
@@ -296,9 +311,9 @@ async fn session(
             frames
         }
         Ok(Err(e)) => vec![close_for(&e)],
-        Err(e) => vec![close(
+        Err(_) => vec![close(
             CLOSE_INTERNAL_ERROR,
-            &format!("the exec handler failed: {e}"),
+            "the exec handler failed: it panicked",
         )],
     };
     let ending = match failure {

@@ -57,6 +57,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     crate::agent_logs::init(filter);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .max_blocking_threads(BLOCKING_THREADS)
         .build()?;
     let result = rt.block_on(crate::agent_run::run(args));
     // Dropping the runtime would wait for every blocking call still running, and task runners
@@ -65,6 +66,13 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     rt.shutdown_timeout(SHUTDOWN_GRACE);
     result
 }
+
+/// The blocking pool's bound (tokio's default is 512): it runs short driver and filesystem
+/// calls, so starting many tasks at once queues them instead of making a thread each (a burst
+/// of 50 starts made about 150 threads, whose stacks and allocator heaps stayed). Calls that
+/// block for long (waits for an exit, stops, interactive exec sessions) run on threads of
+/// their own, never here, so they cannot fill it.
+const BLOCKING_THREADS: usize = 16;
 
 /// How long the agent waits, once its own shutdown is done, for work still on its runtime.
 const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_millis(200);

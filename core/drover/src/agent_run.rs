@@ -563,6 +563,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         println!("               Node ID: {}", c.node_id());
     }
     println!("\n==> Drover agent started! Log data will stream in below:\n");
+    crate::startup_pages::drop_clean();
 
     wait_for_signal(tls.as_deref()).await;
     println!("==> Caught signal: shutting down");

@@ -4,7 +4,6 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::path::Path;
 
-use tokio::io::AsyncReadExt;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tracing::{debug, warn};
@@ -71,63 +70,77 @@ impl LogPump {
     }
 }
 
+/// Waits for the FIFO to have data, and only then takes a buffer for it: a quiet task (most
+/// of them) holds no buffer, where one kept per stream cost 64 KiB each, 128 KiB a task.
 async fn pump(
-    mut receiver: tokio::net::unix::pipe::Receiver,
+    receiver: tokio::net::unix::pipe::Receiver,
     rotator: LogRotator,
     mut stop_rx: oneshot::Receiver<()>,
 ) {
-    let mut slot = Some((rotator, vec![0u8; CHUNK_SIZE]));
+    let mut slot = Some(rotator);
     loop {
-        let Some((rotator, mut buf)) = slot.take() else {
+        let Some(rotator) = slot.take() else {
             return;
         };
-        let read = tokio::select! {
+        let ready = tokio::select! {
             biased;
             // A send or a dropped sender both mean stop.
             _ = &mut stop_rx => {
-                slot = Some((rotator, buf));
+                slot = Some(rotator);
                 break;
             }
-            read = receiver.read(&mut buf) => read,
+            ready = receiver.readable() => ready,
         };
-        match read {
+        if let Err(err) = ready {
+            warn!(log = %rotator.base, error = %err, "log pump cannot wait on its FIFO, stopping");
+            return;
+        }
+        let mut buf = Vec::with_capacity(CHUNK_SIZE);
+        match receiver.try_read_buf(&mut buf) {
             // Not expected while the pump holds a writer itself; nothing more can come.
             Ok(0) => {
-                slot = Some((rotator, buf));
+                slot = Some(rotator);
                 break;
             }
             Ok(n) => slot = write_on_blocking_pool(rotator, buf, n).await,
-            Err(err) if err.kind() == io::ErrorKind::Interrupted => slot = Some((rotator, buf)),
+            Err(err)
+                if matches!(
+                    err.kind(),
+                    io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock
+                ) =>
+            {
+                slot = Some(rotator)
+            }
             Err(err) => {
                 warn!(log = %rotator.base, error = %err, "log pump cannot read its FIFO, stopping");
                 return;
             }
         }
     }
-    let Some((rotator, buf)) = slot else {
+    let Some(rotator) = slot else {
         return;
     };
-    drain(receiver, rotator, buf).await;
+    drain(receiver, rotator).await;
 }
 
-/// Writes `buf[..len]` off the async threads; gives the rotator and buffer back for the next
-/// read, or `None` if the write panicked (the pump cannot go on without its rotator).
+/// Writes `buf[..len]` off the async threads; gives the rotator back for the next read, or
+/// `None` if the write panicked (the pump cannot go on without its rotator).
 async fn write_on_blocking_pool(
     mut rotator: LogRotator,
     buf: Vec<u8>,
     len: usize,
-) -> Option<(LogRotator, Vec<u8>)> {
+) -> Option<LogRotator> {
     let joined = tokio::task::spawn_blocking(move || {
         if let Err(err) = rotator.write(&buf[..len]) {
             // The task must not block on a full pipe because the disk is full: the data is
             // dropped and the pump keeps draining.
             warn!(log = %rotator.base, error = %err, bytes = len, "log data lost");
         }
-        (rotator, buf)
+        rotator
     })
     .await;
     match joined {
-        Ok(slot) => Some(slot),
+        Ok(rotator) => Some(rotator),
         Err(err) => {
             warn!(error = %err, "log writer failed, stopping the pump");
             None
@@ -138,7 +151,7 @@ async fn write_on_blocking_pool(
 /// Copies what the pipe holds right now, then returns: the descriptor is switched to plain
 /// non-blocking reads, which report "would block" as soon as the pipe is empty (the pump's own
 /// write end means an empty pipe never reads as end of file).
-async fn drain(receiver: tokio::net::unix::pipe::Receiver, rotator: LogRotator, buf: Vec<u8>) {
+async fn drain(receiver: tokio::net::unix::pipe::Receiver, rotator: LogRotator) {
     let fd = match receiver.into_nonblocking_fd() {
         Ok(fd) => fd,
         Err(err) => {
@@ -148,7 +161,7 @@ async fn drain(receiver: tokio::net::unix::pipe::Receiver, rotator: LogRotator, 
     };
     let drained = tokio::task::spawn_blocking(move || {
         let mut rotator = rotator;
-        let mut buf = buf;
+        let mut buf = vec![0u8; CHUNK_SIZE];
         let mut pipe = File::from(fd);
         loop {
             match pipe.read(&mut buf) {

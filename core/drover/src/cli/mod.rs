@@ -226,7 +226,6 @@ fn run(args: Vec<OsString>) -> u8 {
     // The sidecar proxy starts straight away: building the whole command tree would cost each
     // proxy (one per mesh service) memory it never gives back.
     if let Some(config) = connect::proxy_invocation(&args) {
-        connect::lean_allocator(&args);
         return connect::run_proxy(config);
     }
     let known = argv::known_long_flags(&Cli::command());

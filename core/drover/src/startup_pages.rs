@@ -1,0 +1,96 @@
+//! Resident pages of a long-running `drover` process that only started up: once an agent or
+//! a mesh proxy serves, it lets go of the pages of the program files it mapped to start (the
+//! binary's text is about 44 MB, of which a proxy runs a small part and an agent a larger
+//! one). What it runs afterwards is faulted back in from the page cache as it runs, so its
+//! resident set becomes its working set.
+
+/// Drops every clean, read-only file mapping's pages from the process (`MADV_DONTNEED`; the
+/// pages stay in the page cache, shared with other processes). BENCHMARKS.md has what it
+/// saves (a proxy: 11.6 MB RSS before, of which 9 MB were the binary's pages). Mappings
+/// holding written (anonymous) pages, such as the relocated read-only data, are left alone:
+/// dropping them would lose what was written.
+pub fn drop_clean() {
+    let Ok(smaps) = std::fs::read_to_string("/proc/self/smaps") else {
+        return;
+    };
+    for (start, end) in clean_file_mappings(&smaps) {
+        // SAFETY: the range is a whole mapping of this process that is file-backed, not
+        // writable and holds no anonymous page: dropping its pages only makes later accesses
+        // read them again from the file, unchanged.
+        unsafe {
+            libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED);
+        }
+    }
+}
+
+/// The address ranges of `smaps` that map a file read-only and hold no anonymous page.
+fn clean_file_mappings(smaps: &str) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    // (start, end, eligible so far) of the mapping whose fields are being read.
+    let mut current: Option<(usize, usize, bool)> = None;
+    let finish = |m: Option<(usize, usize, bool)>, out: &mut Vec<(usize, usize)>| {
+        if let Some((start, end, true)) = m {
+            out.push((start, end));
+        }
+    };
+    for line in smaps.lines() {
+        let mut words = line.split_whitespace();
+        let first = words.next().unwrap_or("");
+        if let Some((a, b)) = first.split_once('-')
+            && let (Ok(start), Ok(end)) =
+                (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
+        {
+            finish(current.take(), &mut out);
+            let perms = words.next().unwrap_or("");
+            // offset, device, inode, then the path of a file mapping.
+            let path = words.nth(3).unwrap_or("");
+            let file = path.starts_with('/');
+            current = Some((
+                start,
+                end,
+                file && perms.starts_with('r') && !perms.contains('w'),
+            ));
+        } else if first == "Anonymous:"
+            && words.next().is_some_and(|kb| kb != "0")
+            && let Some(m) = current.as_mut()
+        {
+            m.2 = false;
+        }
+    }
+    finish(current.take(), &mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_clean_read_only_file_mappings_are_dropped() {
+        let smaps = "\
+55ad1d186000-55ad1dd02000 r--p 00000000 fe:01 123 /usr/bin/drover
+Rss:                2536 kB
+Anonymous:             0 kB
+55ad1dd02000-55ad207e2000 r-xp 00b7b000 fe:01 123 /usr/bin/drover
+Anonymous:             0 kB
+55ad207e2000-55ad20913000 r--p 03658000 fe:01 123 /usr/bin/drover
+Anonymous:          1212 kB
+55ad20913000-55ad20914000 rw-p 03789000 fe:01 123 /usr/bin/drover
+Anonymous:             4 kB
+20000000000-20000280000 rw-p 00000000 00:00 0
+Anonymous:           268 kB
+7ffc530e6000-7ffc53107000 rw-p 00000000 00:00 0                          [stack]
+Anonymous:            68 kB
+7f80b6d50000-7f80b6ea6000 r-xp 00028000 fe:01 77 /usr/lib/x86_64-linux-gnu/libc.so.6
+Anonymous:             0 kB
+";
+        assert_eq!(
+            clean_file_mappings(smaps),
+            vec![
+                (0x55ad1d186000, 0x55ad1dd02000),
+                (0x55ad1dd02000, 0x55ad207e2000),
+                (0x7f80b6d50000, 0x7f80b6ea6000),
+            ]
+        );
+    }
+}
