@@ -799,7 +799,11 @@ impl TaskRunner {
         let task_name = c.task.name.clone();
         // Before the start: a driver reports events while it starts the task.
         self.route_driver_events(&cfg.id);
-        let handle = tokio::task::spawn_blocking(move || {
+        // A start may take minutes (an image pull): on a thread of its own, at most
+        // `DRIVER_STARTS` at once, so that a burst of starts neither makes a thread per task
+        // nor holds the blocking pool the log pumps write through.
+        let _permit = DRIVER_STARTS.acquire().await;
+        let handle = on_own_thread(move || {
             let handle = driver.start_task(&cfg)?;
             // The handle lets a restarted agent find the task again.
             let bytes = serde_json::to_vec(&handle).unwrap_or_default();
@@ -809,7 +813,7 @@ impl TaskRunner {
             Ok::<_, DriverError>(handle)
         })
         .await
-        .map_err(|e| DriverError::Other(format!("driver panicked starting the task: {e}")))??;
+        .map_err(|e| DriverError::Other(format!("starting the task: {e}")))??;
         self.set_state(TASK_STATE_RUNNING);
         self.event(TaskEvent::new(TASK_EVENT_STARTED));
         self.start_supervisor();
@@ -1330,6 +1334,9 @@ async fn first_render(
     *template_env = Some(render_env);
     Ok(vars)
 }
+
+/// How many tasks of this agent a driver may be starting at once.
+static DRIVER_STARTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(16);
 
 /// Runs a driver call that may block for long (a stop's kill timeout, a wait) on a thread of
 /// its own rather than on the runtime's bounded blocking pool; the thread ends with the call.
