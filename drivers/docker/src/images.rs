@@ -70,16 +70,44 @@ async fn load(docker: &Docker, archive: &Path) -> Result<(), ImageError> {
         bollard::body_full(bytes.into()),
         None,
     );
+    first_failure(&mut progress)
+        .await
+        .map_err(|reason| ImageError::Load { path, reason })
+}
+
+/// Follows an image operation's progress stream to its end; the first failure it reports.
+pub(crate) async fn first_failure<S, I>(progress: &mut S) -> Result<(), String>
+where
+    S: futures_util::Stream<Item = Result<I, bollard::errors::Error>> + Unpin,
+    I: ProgressItem,
+{
     while let Some(item) = progress.next().await {
         let failed = match item {
-            Ok(info) => info.error_detail.and_then(|d| d.message),
+            Ok(info) => info.failure(),
             Err(e) => Some(message_of(&e)),
         };
         if let Some(reason) = failed {
-            return Err(ImageError::Load { path, reason });
+            return Err(reason);
         }
     }
     Ok(())
+}
+
+/// An item of an image operation's progress stream that may report a failure.
+pub(crate) trait ProgressItem {
+    fn failure(self) -> Option<String>;
+}
+
+impl ProgressItem for bollard::models::CreateImageInfo {
+    fn failure(self) -> Option<String> {
+        self.error_detail.and_then(|d| d.message)
+    }
+}
+
+impl ProgressItem for bollard::models::BuildInfo {
+    fn failure(self) -> Option<String> {
+        self.error_detail.and_then(|d| d.message)
+    }
 }
 
 pub(crate) async fn pull(
@@ -95,19 +123,12 @@ pub(crate) async fn pull(
     };
     let pulling = async {
         let mut progress = docker.create_image(Some(options), None, None);
-        while let Some(item) = progress.next().await {
-            let failed = match item {
-                Ok(info) => info.error_detail.and_then(|d| d.message),
-                Err(e) => Some(message_of(&e)),
-            };
-            if let Some(reason) = failed {
-                return Err(ImageError::Pull {
-                    image: image.to_string(),
-                    reason,
-                });
-            }
-        }
-        Ok(())
+        first_failure(&mut progress)
+            .await
+            .map_err(|reason| ImageError::Pull {
+                image: image.to_string(),
+                reason,
+            })
     };
     match tokio::time::timeout(timeout, pulling).await {
         Ok(r) => r,

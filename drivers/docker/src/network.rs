@@ -15,7 +15,6 @@ use bollard::Docker;
 use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::{CreateContainerOptions, CreateImageOptions};
 use drover_abi::{DriverError, NetworkCreateRequest, NetworkIsolation};
-use futures_util::StreamExt;
 
 use crate::daemon::{is_not_found, message_of, status_of};
 
@@ -125,16 +124,9 @@ async fn build_default_image(docker: &Docker) -> Result<(), String> {
         Some(bollard::body_full(archive.into())),
         None,
     );
-    while let Some(item) = progress.next().await {
-        let failed = match item {
-            Ok(info) => info.error_detail.and_then(|d| d.message),
-            Err(e) => Some(message_of(&e)),
-        };
-        if let Some(reason) = failed {
-            return Err(format!("building {DEFAULT_INFRA_IMAGE}: {reason}"));
-        }
-    }
-    Ok(())
+    crate::images::first_failure(&mut progress)
+        .await
+        .map_err(|reason| format!("building {DEFAULT_INFRA_IMAGE}: {reason}"))
 }
 
 /// Makes the pause image available: present, built (Drover's default) or pulled.
