@@ -1,5 +1,6 @@
 //! Dev-agent benchmarks (a bench binary, not a test): submit-to-all-running time for 100 mock
-//! allocations and for 50 raw_exec sleeps, and the agent's memory with those 50 tasks.
+//! allocations and for 50 raw_exec sleeps; the agent's memory idle, with those 50 tasks and
+//! after they are stopped and purged, and its threads (issue 18's table).
 //!
 //! Run: `cargo build --release -p drover && DROVER_BIN=target/release/drover cargo bench -p drover-tests --bench dev_agent`
 //! Figures go in BENCHMARKS.md.
@@ -63,6 +64,44 @@ fn pss_kb(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// VmRSS of a process in kB, and its thread count.
+fn rss_kb_and_threads(pid: u32) -> (u64, usize) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |key: &str| -> u64 {
+        status
+            .lines()
+            .find(|l| l.starts_with(key))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("VmRSS:"), field("Threads:") as usize)
+}
+
+/// Stops and purges `job`, waits until none of its allocations runs, then a few seconds for
+/// the agent to let go of what they held.
+fn stop_and_purge(agent: &Agent, job: &str) {
+    let (status, text) = agent.send("DELETE", &format!("/v1/job/{job}?purge=true"), "");
+    assert_eq!(status, 200, "stop failed: {text}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (status, body) = agent.send("GET", "/v1/allocations", "");
+        let live = status == 200
+            && serde_json::from_str::<Value>(&body)
+                .ok()
+                .and_then(|v| v.as_array().cloned())
+                .unwrap_or_default()
+                .iter()
+                .any(|a| a["ClientStatus"] == "running" || a["ClientStatus"] == "pending");
+        if !live {
+            break;
+        }
+        assert!(Instant::now() < deadline, "allocations still run after 60s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_secs(5));
+}
+
 fn mock_job(id: &str, count: usize) -> Value {
     serde_json::json!({
         "ID": id, "Name": id, "Datacenters": ["dc1"],
@@ -90,6 +129,9 @@ fn main() {
     let mut mock_times = Vec::new();
     let mut sleep_times = Vec::new();
     let mut pss = Vec::new();
+    let mut idle = Vec::new();
+    let mut threads = Vec::new();
+    let mut after = Vec::new();
     for round in 0..rounds {
         let dir = TempDir::new("bench");
         let agent = Agent::start_dev(dir.path(), &["--log-level", "warn"]);
@@ -103,6 +145,9 @@ fn main() {
 
         let dir = TempDir::new("bench-sleep");
         let agent = Agent::start_dev(dir.path(), &["--log-level", "warn"]);
+        std::thread::sleep(Duration::from_secs(2));
+        let pid = agent.child.id();
+        idle.push((rss_kb_and_threads(pid).0, pss_kb(pid)));
         sleep_times.push(submit_to_running(
             &agent,
             &format!("sleep{round}"),
@@ -110,7 +155,11 @@ fn main() {
             50,
         ));
         std::thread::sleep(Duration::from_millis(500));
-        pss.push(pss_kb(agent.child.id()));
+        pss.push(pss_kb(pid));
+        threads.push(rss_kb_and_threads(pid).1);
+        stop_and_purge(&agent, &format!("sleep{round}"));
+        let (rss, left) = rss_kb_and_threads(pid);
+        after.push((rss, pss_kb(pid), left));
     }
     let ms = |d: &Duration| d.as_secs_f64() * 1000.0;
     let summary = |name: &str, v: &[Duration]| {
@@ -129,12 +178,42 @@ fn main() {
         &mock_times,
     );
     summary("50 raw_exec sleeps, submit to all running", &sleep_times);
-    let mut p = pss.clone();
-    p.sort();
+    let mb = |v: &[u64]| {
+        let mut v = v.to_vec();
+        v.sort();
+        format!(
+            "median {:.1} MB (min {:.1}, max {:.1})",
+            v[v.len() / 2] as f64 / 1024.0,
+            v[0] as f64 / 1024.0,
+            v[v.len() - 1] as f64 / 1024.0
+        )
+    };
+    println!("agent PSS with 50 raw_exec tasks: {}", mb(&pss));
+    let column = |v: &[(u64, u64)], i: usize| {
+        v.iter()
+            .map(|r| if i == 0 { r.0 } else { r.1 })
+            .collect::<Vec<_>>()
+    };
     println!(
-        "agent PSS with 50 raw_exec tasks: median {:.1} MB (min {:.1}, max {:.1})",
-        p[p.len() / 2] as f64 / 1024.0,
-        p[0] as f64 / 1024.0,
-        p[p.len() - 1] as f64 / 1024.0
+        "agent RSS idle: {}; PSS idle: {}",
+        mb(&column(&idle, 0)),
+        mb(&column(&idle, 1))
+    );
+    let mut t = threads.clone();
+    t.sort();
+    println!(
+        "agent threads with 50 tasks: min {}, max {}",
+        t[0],
+        t[t.len() - 1]
+    );
+    let stopped: Vec<(u64, u64)> = after.iter().map(|a| (a.0, a.1)).collect();
+    let mut left: Vec<usize> = after.iter().map(|a| a.2).collect();
+    left.sort();
+    println!(
+        "agent after those 50 are stopped and purged (5 s later): RSS {}, PSS {}, threads {}-{}",
+        mb(&column(&stopped, 0)),
+        mb(&column(&stopped, 1)),
+        left[0],
+        left[left.len() - 1]
     );
 }
