@@ -152,17 +152,26 @@ fn call_db(agent: &Agent, api_alloc: &str) -> String {
     }
 }
 
-#[test]
-fn api_reaches_db_through_the_mesh_intentions_decide_and_an_exposed_check_passes() {
+/// In a private network of this thread's own, a dev agent that was given the mesh job;
+/// `None` (the test skips) where no private network can be made.
+fn run_mesh(name: &str) -> Option<(TempDir, Agent)> {
     if let Err(why) = private_net::enter_private_network() {
         eprintln!("skipped: no private network for the test: {why}");
-        return;
+        return None;
     }
-    let dir = TempDir::new("mesh");
+    let dir = TempDir::new(name);
     let agent = Agent::start_dev(dir.path(), &[]);
     let file = write_job(&dir, "mesh.nomad", &job());
     let out = agent.cli(&["job", "run", "-detach", &file]);
     assert!(out.status.success(), "{}", output_text(&out));
+    Some((dir, agent))
+}
+
+#[test]
+fn api_reaches_db_through_the_mesh_intentions_decide_and_an_exposed_check_passes() {
+    let Some((_dir, agent)) = run_mesh("mesh") else {
+        return;
+    };
 
     // The admission hook's work is in the stored job.
     let job = agent.get("/v1/job/mesh").expect("job");
@@ -290,15 +299,9 @@ fn proxies_under(dir: &std::path::Path) -> Vec<i32> {
 
 #[test]
 fn the_mesh_keeps_serving_across_an_agent_restart_and_follows_intentions_after_it() {
-    if let Err(why) = private_net::enter_private_network() {
-        eprintln!("skipped: no private network for the test: {why}");
+    let Some((dir, mut agent)) = run_mesh("mesh-restart") else {
         return;
-    }
-    let dir = TempDir::new("mesh-restart");
-    let mut agent = Agent::start_dev(dir.path(), &[]);
-    let file = write_job(&dir, "mesh.nomad", &job());
-    let out = agent.cli(&["job", "run", "-detach", &file]);
-    assert!(out.status.success(), "{}", output_text(&out));
+    };
     let db = running_alloc(&agent, "db");
     let api = running_alloc(&agent, "api");
     let api_id = api["ID"].as_str().expect("id").to_string();

@@ -51,17 +51,23 @@ fn registrations(agent: &Agent, name: &str) -> Vec<Value> {
         .unwrap_or_default()
 }
 
-#[test]
-fn running_allocations_register_their_services_and_stopping_them_deregisters() {
-    let dir = TempDir::new("services");
+/// A dev agent running `JOB`, both of its allocations registered.
+fn run_shop(dir: &TempDir) -> Agent {
     let agent = Agent::start_dev(dir.path(), &[]);
-    let file = write_job(&dir, "shop.nomad", JOB);
+    let file = write_job(dir, "shop.nomad", JOB);
     let out = agent.cli(&["job", "run", "-detach", &file]);
     assert!(out.status.success(), "{}", output_text(&out));
     agent.eventually("both allocations register", WAIT, || {
         registrations(&agent, "shop-api").len() == 2
             && registrations(&agent, "shop-metrics").len() == 2
     });
+    agent
+}
+
+#[test]
+fn running_allocations_register_their_services_and_stopping_them_deregisters() {
+    let dir = TempDir::new("services");
+    let agent = run_shop(&dir);
 
     // Each registration carries its allocation's port and the node's address.
     for r in registrations(&agent, "shop-api") {
@@ -206,14 +212,7 @@ EOT
 #[test]
 fn a_template_renders_the_services_of_its_namespace_and_follows_them() {
     let dir = TempDir::new("services-template");
-    let agent = Agent::start_dev(dir.path(), &[]);
-    let file = write_job(&dir, "shop.nomad", JOB);
-    let out = agent.cli(&["job", "run", "-detach", &file]);
-    assert!(out.status.success(), "{}", output_text(&out));
-    agent.eventually("both allocations register", WAIT, || {
-        registrations(&agent, "shop-api").len() == 2
-            && registrations(&agent, "shop-metrics").len() == 2
-    });
+    let agent = run_shop(&dir);
     let file = write_job(&dir, "front.nomad", FRONT);
     let out = agent.cli(&["job", "run", "-detach", &file]);
     assert!(out.status.success(), "{}", output_text(&out));
