@@ -583,10 +583,14 @@ async fn make_network(
     }
     let alloc = alloc.clone();
     let drivers = crate::network::NetworkDrivers::of_group(group, &env.drivers);
-    tokio::task::spawn_blocking(move || crate::network::setup(&bridge, &alloc, resumed, &drivers))
-        .await
-        .map_err(|e| format!("setting up the network panicked: {e}"))?
-        .map(Some)
+    // The plugins, and a driver's namespace (docker may pull its pause image), may take long:
+    // not on the bounded blocking pool.
+    crate::task_runner::on_own_thread(move || {
+        crate::network::setup(&bridge, &alloc, resumed, &drivers)
+    })
+    .await
+    .map_err(|e| format!("setting up the network: {e}"))?
+    .map(Some)
 }
 
 /// Removes what [`make_network`] made.
@@ -601,9 +605,10 @@ async fn release_network(
     };
     let drivers = crate::network::NetworkDrivers::of_group(group, &env.drivers);
     let alloc = alloc.clone();
-    let _ =
-        tokio::task::spawn_blocking(move || crate::network::teardown(&bridge, &alloc, &drivers))
-            .await;
+    let _ = crate::task_runner::on_own_thread(move || {
+        crate::network::teardown(&bridge, &alloc, &drivers)
+    })
+    .await;
 }
 
 /// `${...}` in a check's `text` resolved against the env of task `task` (a task without a

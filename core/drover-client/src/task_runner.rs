@@ -1026,8 +1026,19 @@ impl TaskRunner {
         if !env.services.is_used() {
             return;
         }
-        if let Err(e) = env.services.fetch(self.ctx.catalog.as_ref(), true).await {
-            tracing::warn!(task = %self.ctx.task.name, error = %e, "keeping the last service catalog for templates");
+        let fetched = tokio::time::timeout(
+            SERVICE_REFRESH_TIMEOUT,
+            env.services.fetch(self.ctx.catalog.as_ref(), true),
+        )
+        .await;
+        match fetched {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(task = %self.ctx.task.name, error = %e, "keeping the last service catalog for templates")
+            }
+            Err(_) => {
+                tracing::warn!(task = %self.ctx.task.name, "the servers did not answer in time: keeping the last service catalog for templates")
+            }
         }
     }
 
@@ -1264,10 +1275,18 @@ fn template_failed_event(message: &str, kill_timeout_nanos: i64) -> TaskEvent {
 }
 
 /// Rounds of fetching what a render found missing in the service catalog before its error
-/// stands (a template may range over `nomadServices` and then read each service).
-const SERVICE_DISCOVERY_ROUNDS: usize = 4;
-/// Attempts at reading the catalog while the servers do not answer, a second apart.
-const SERVICE_FETCH_ATTEMPTS: usize = 5;
+/// stands: a render finds every query of the template that fails first, so a round is needed
+/// per template that reads services, and one more per level of queries that depend on answers
+/// (`range nomadServices` then `nomadService .Name`).
+const SERVICE_DISCOVERY_ROUNDS: usize = 32;
+/// Attempts at reading the catalog while the servers do not answer (Nomad's `nomad_retry`
+/// defaults: 12 attempts, from 250 ms doubling up to a minute between them).
+const SERVICE_FETCH_ATTEMPTS: u32 = 12;
+const SERVICE_FETCH_BACKOFF: Duration = Duration::from_millis(250);
+const SERVICE_FETCH_MAX_BACKOFF: Duration = Duration::from_secs(60);
+/// How long a re-render waits for the servers' answers before it renders with the last ones:
+/// the runner's loop waits for it.
+const SERVICE_REFRESH_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Runs `render` until it no longer misses answers of the service catalog: what it missed is
 /// fetched from the servers and it runs again, as consul-template discovers dependencies.
@@ -1282,12 +1301,14 @@ async fn render_fetching<T>(
             return rendered;
         }
         let mut attempt = 1;
+        let mut backoff = SERVICE_FETCH_BACKOFF;
         while let Err(e) = services.fetch(catalog, false).await {
             if attempt == SERVICE_FETCH_ATTEMPTS {
                 return Err(crate::template::TemplateError::Services(e));
             }
             attempt += 1;
-            tokio::time::sleep(Duration::from_secs(1)).await;
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(SERVICE_FETCH_MAX_BACKOFF);
         }
     }
     render()
@@ -1340,7 +1361,7 @@ static DRIVER_STARTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new
 
 /// Runs a driver call that may block for long (a stop's kill timeout, a wait) on a thread of
 /// its own rather than on the runtime's bounded blocking pool; the thread ends with the call.
-async fn on_own_thread<T: Send + 'static>(
+pub(crate) async fn on_own_thread<T: Send + 'static>(
     call: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, String> {
     let (tx, rx) = tokio::sync::oneshot::channel();

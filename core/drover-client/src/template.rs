@@ -366,7 +366,15 @@ pub fn render(spec: &TemplateSpec, env: &RenderEnv) -> Result<String, TemplateEr
         .missing_key(missing)
         .parse(&text)
         .map_err(render_err)?;
-    tmpl.execute_to_string(&Value::Nil).map_err(render_err)
+    let text = tmpl.execute_to_string(&Value::Nil).map_err(render_err)?;
+    if env.services.has_missing() {
+        // Rendered without some service answers: never written; the runner fetches what it
+        // asked for and renders again.
+        return Err(TemplateError::Services(
+            "the service catalog has not been read yet".into(),
+        ));
+    }
+    Ok(text)
 }
 
 /// `path` (relative to the task directory, or absolute) when it stays inside `root` after

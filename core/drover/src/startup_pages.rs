@@ -9,22 +9,32 @@
 /// saves (a proxy: 11.6 MB RSS before, of which 9 MB were the binary's pages). Mappings
 /// holding written (anonymous) pages, such as the relocated read-only data, are left alone:
 /// dropping them would lose what was written.
+///
+/// Only the program's own mappings are touched: they live as long as the process, so none
+/// can be unmapped and its addresses reused by another thread between reading `smaps` and
+/// the `madvise` (a library's could, with `dlclose`).
 pub fn drop_clean() {
     let Ok(smaps) = std::fs::read_to_string("/proc/self/smaps") else {
         return;
     };
-    for (start, end) in clean_file_mappings(&smaps) {
-        // SAFETY: the range is a whole mapping of this process that is file-backed, not
-        // writable and holds no anonymous page: dropping its pages only makes later accesses
-        // read them again from the file, unchanged.
+    let Ok(exe) = std::fs::read_link("/proc/self/exe") else {
+        return;
+    };
+    let exe = exe.to_string_lossy().to_string();
+    for (start, end) in clean_file_mappings(&smaps, &exe) {
+        // SAFETY: the range is a whole mapping of the program's own file, which lives as long
+        // as the process, not writable, with no anonymous page (resident or swapped):
+        // dropping its pages only makes later accesses read them again from the file,
+        // unchanged.
         unsafe {
             libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED);
         }
     }
 }
 
-/// The address ranges of `smaps` that map a file read-only and hold no anonymous page.
-fn clean_file_mappings(smaps: &str) -> Vec<(usize, usize)> {
+/// The address ranges of `smaps` that map file `path` read-only and hold no anonymous page,
+/// resident or swapped out.
+fn clean_file_mappings(smaps: &str, path: &str) -> Vec<(usize, usize)> {
     let mut out = Vec::new();
     // (start, end, eligible so far) of the mapping whose fields are being read.
     let mut current: Option<(usize, usize, bool)> = None;
@@ -42,15 +52,18 @@ fn clean_file_mappings(smaps: &str) -> Vec<(usize, usize)> {
         {
             finish(current.take(), &mut out);
             let perms = words.next().unwrap_or("");
-            // offset, device, inode, then the path of a file mapping.
-            let path = words.nth(3).unwrap_or("");
-            let file = path.starts_with('/');
+            // offset, device, inode, then the path of a file mapping (which may contain
+            // spaces, and ends in " (deleted)" once the file was replaced).
+            let mapped = words.skip(3).collect::<Vec<_>>().join(" ");
+            let mapped = mapped.strip_suffix(" (deleted)").unwrap_or(&mapped);
+            let ours =
+                !path.is_empty() && mapped == path.strip_suffix(" (deleted)").unwrap_or(path);
             current = Some((
                 start,
                 end,
-                file && perms.starts_with('r') && !perms.contains('w'),
+                ours && perms.starts_with('r') && !perms.contains('w'),
             ));
-        } else if first == "Anonymous:"
+        } else if (first == "Anonymous:" || first == "Swap:")
             && words.next().is_some_and(|kb| kb != "0")
             && let Some(m) = current.as_mut()
         {
@@ -85,12 +98,24 @@ Anonymous:            68 kB
 Anonymous:             0 kB
 ";
         assert_eq!(
-            clean_file_mappings(smaps),
+            clean_file_mappings(smaps, "/usr/bin/drover"),
             vec![
                 (0x55ad1d186000, 0x55ad1dd02000),
                 (0x55ad1dd02000, 0x55ad207e2000),
-                (0x7f80b6d50000, 0x7f80b6ea6000),
             ]
+        );
+        // A page swapped out of a copy-on-write mapping is written data too.
+        let swapped = "\
+55ad1d186000-55ad1dd02000 r--p 00000000 fe:01 123 /usr/bin/drover (deleted)
+Anonymous:             0 kB
+Swap:                  8 kB
+55ad1dd02000-55ad207e2000 r-xp 00b7b000 fe:01 123 /usr/bin/drover (deleted)
+Anonymous:             0 kB
+Swap:                  0 kB
+";
+        assert_eq!(
+            clean_file_mappings(swapped, "/usr/bin/drover (deleted)"),
+            vec![(0x55ad1dd02000, 0x55ad207e2000)]
         );
     }
 }

@@ -163,7 +163,7 @@ impl NetworkDrivers {
                 spec,
             };
             if let Err(e) = netns::adopt(&made.spec.path, path) {
-                self.release(alloc_id, Some(&made));
+                let _ = self.release(alloc_id, Some(&made));
                 return Err(format!(
                     "binding the network namespace of driver {name:?} ({}) at {}: {e}",
                     made.spec.path.display(),
@@ -177,15 +177,20 @@ impl NetworkDrivers {
         Ok(None)
     }
 
-    /// Has the driver that made the namespace release it.
-    fn release(&self, alloc_id: &str, made: Option<&MadeBy>) {
-        let Some(made) = made else { return };
+    /// Has the driver that made the namespace release it; whether it did (or nothing was
+    /// made).
+    fn release(&self, alloc_id: &str, made: Option<&MadeBy>) -> bool {
+        let Some(made) = made else { return true };
         let Some(driver) = self.named(&made.driver) else {
             tracing::warn!(alloc = %alloc_id, driver = %made.driver, "the driver that made the network is gone");
-            return;
+            return false;
         };
-        if let Err(e) = driver.destroy_network(alloc_id, &made.spec) {
-            tracing::warn!(alloc = %alloc_id, error = %e, "releasing the driver's network");
+        match driver.destroy_network(alloc_id, &made.spec) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(alloc = %alloc_id, error = %e, "releasing the driver's network");
+                false
+            }
         }
     }
 }
@@ -237,8 +242,9 @@ pub fn setup(
             // Whatever the plugins did before the failure is undone, and the namespace goes.
             let _ = cni::del(config, &at, None);
             let _ = netns::remove(&path);
-            drivers.release(&alloc.id, made_by.as_ref());
-            let _ = std::fs::remove_file(&made_file);
+            if drivers.release(&alloc.id, made_by.as_ref()) {
+                let _ = std::fs::remove_file(&made_file);
+            }
             return Err(e.to_string());
         }
     };
@@ -270,9 +276,12 @@ pub fn teardown(config: &BridgeConfig, alloc: &Allocation, drivers: &NetworkDriv
         tracing::warn!(alloc = %alloc.id, error = %e, "removing the network namespace");
     }
     let _ = std::fs::remove_file(&saved);
+    // Kept when the release failed, so that a later teardown (an agent restart taking the
+    // allocation back) tries again.
     let made_file = made_by_path(config, &alloc.id);
-    drivers.release(&alloc.id, read_made_by(config, &alloc.id).as_ref());
-    let _ = std::fs::remove_file(&made_file);
+    if drivers.release(&alloc.id, read_made_by(config, &alloc.id).as_ref()) {
+        let _ = std::fs::remove_file(&made_file);
+    }
 }
 
 /// The client's bridge networking, when the node can offer it: CNI's bridge, host-local,
