@@ -131,7 +131,7 @@ async fn create_container(docker: &Docker, spec: &ContainerSpec) -> Result<Strin
     }
 }
 
-async fn remove_container(docker: &Docker, container_id: &str) -> Result<(), String> {
+pub(crate) async fn remove_container(docker: &Docker, container_id: &str) -> Result<(), String> {
     let options = RemoveContainerOptions {
         force: true,
         v: true,

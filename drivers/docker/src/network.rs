@@ -16,7 +16,7 @@ use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::{CreateContainerOptions, CreateImageOptions};
 use drover_abi::{DriverError, NetworkCreateRequest, NetworkIsolation};
 
-use crate::daemon::{is_not_found, message_of, status_of};
+use crate::daemon::{message_of, status_of};
 
 /// Nomad's label of the spec that names the pause container.
 pub const SANDBOX_LABEL: &str = "docker_sandbox_container_id";
@@ -235,16 +235,7 @@ pub async fn create(
 
 /// Removes a pause container; one already gone is fine.
 pub async fn remove(docker: &Docker, id: &str) -> Result<(), String> {
-    let options = bollard::query_parameters::RemoveContainerOptions {
-        force: true,
-        v: true,
-        ..Default::default()
-    };
-    match docker.remove_container(id, Some(options)).await {
-        Ok(()) => Ok(()),
-        Err(e) if is_not_found(&e) => Ok(()),
-        Err(e) => Err(format!("removing pause container {id}: {}", message_of(&e))),
-    }
+    crate::driver::remove_container(docker, id).await
 }
 
 #[cfg(test)]
