@@ -25,7 +25,7 @@ use crate::error::RaftError;
 use crate::log_bridge;
 use crate::node::{Applied, LeaderState, Published, RaftStatus, StateMachine, Transport};
 use crate::peers::{PeerInfo, Recovery, read_recovery, unwrap_snapshot};
-use crate::store::{RedbStore, SnapshotToSave};
+use crate::store::{RedbStore, SnapshotData, SnapshotToSave};
 
 type Reply = oneshot::Sender<Result<Applied, RaftError>>;
 type ReadReply = oneshot::Sender<Result<u64, RaftError>>;
@@ -73,7 +73,7 @@ pub(crate) struct Driver<S: StateMachine> {
     snapshot_due: bool,
     /// A snapshot being encoded on its own thread (`StateMachine::snapshot_deferred`): its
     /// metadata, fixed when it was taken, comes back with the data.
-    snapshot_encoding: Option<Receiver<(SnapshotMetadata, Vec<u8>)>>,
+    snapshot_encoding: Option<Receiver<(SnapshotMetadata, std::io::Result<u64>)>>,
     /// Settled proposals, answered by the next `publish`.
     answers: Vec<(Reply, Result<Applied, RaftError>)>,
     /// ReadIndex requests sent to the leader, by request context.
@@ -366,7 +366,7 @@ impl<S: StateMachine> Driver<S> {
             let durable = rd.must_sync();
             let snapshot_to_save = (!snapshot.is_empty()).then(|| SnapshotToSave {
                 meta: snapshot.get_metadata().clone(),
-                data: snapshot_payload,
+                data: SnapshotData::Bytes(snapshot_payload),
             });
             self.raw
                 .mut_store()
@@ -608,12 +608,13 @@ impl<S: StateMachine> Driver<S> {
             ..SnapshotMetadata::default()
         };
         if deferred && let Some(encode) = self.sm.snapshot_deferred() {
+            let mut stager = self.raw.store().snapshot_stager();
             let (tx, rx) = std::sync::mpsc::channel();
             let spawned = std::thread::Builder::new()
                 .name(format!("raft-snapshot-{}", self.id))
                 .spawn(move || {
-                    let data = encode();
-                    let _ = tx.send((meta, data));
+                    let written = encode(&mut stager).and_then(|()| stager.finish());
+                    let _ = tx.send((meta, written));
                 });
             match spawned {
                 Ok(_) => self.snapshot_encoding = Some(rx),
@@ -630,18 +631,19 @@ impl<S: StateMachine> Driver<S> {
         );
         // Not durable by itself: if it is lost in a crash, so is the compaction (redb keeps
         // the transaction whole), and the next durable commit makes both durable.
+        let data = SnapshotData::Bytes(&data);
         self.raw
             .mut_store()
-            .write(Some(SnapshotToSave { meta, data: &data }), &[], false)
+            .write(Some(SnapshotToSave { meta, data }), &[], false)
     }
 
-    /// Stores the snapshot encoded off this thread, once it is ready, and compacts the log up
-    /// to it, unless a newer snapshot (one installed from the leader) got there first.
+    /// Installs the snapshot written off this thread, once it is complete, and compacts the
+    /// log up to it, unless a newer snapshot (one installed from the leader) got there first.
     fn store_encoded_snapshot(&mut self) -> Result<(), RaftError> {
         let Some(rx) = &self.snapshot_encoding else {
             return Ok(());
         };
-        let (meta, data) = match rx.try_recv() {
+        let (meta, written) = match rx.try_recv() {
             Ok(done) => done,
             Err(TryRecvError::Empty) => return Ok(()),
             Err(TryRecvError::Disconnected) => {
@@ -654,19 +656,28 @@ impl<S: StateMachine> Driver<S> {
             }
         };
         self.snapshot_encoding = None;
+        let bytes = match written {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                // The log is not compacted: the next threshold tries again.
+                tracing::error!(id = self.id, index = meta.index, error = %e, "snapshot not written");
+                return Ok(());
+            }
+        };
         if meta.index <= self.raw.store().snapshot_meta().index {
             return Ok(());
         }
         tracing::debug!(
             id = self.id,
             index = meta.index,
-            bytes = data.len(),
+            bytes,
             "snapshot taken off the raft thread"
         );
         // As in `maybe_snapshot`: made durable by the next durable commit.
+        let data = SnapshotData::Staged;
         self.raw
             .mut_store()
-            .write(Some(SnapshotToSave { meta, data: &data }), &[], false)
+            .write(Some(SnapshotToSave { meta, data }), &[], false)
     }
 
     /// Refreshes the status and the leadership signal, then sends the answers held back.

@@ -27,7 +27,10 @@ mod tests;
 
 pub use config::{DEFAULT_LOG_MEMORY_BYTES, DEFAULT_MAX_ENTRY_BYTES, RaftConfig};
 pub use error::RaftError;
-pub use node::{Applied, LeaderState, NoTransport, RaftNode, RaftStatus, StateMachine, Transport};
+pub use node::{
+    Applied, DeferredSnapshot, LeaderState, NoTransport, RaftNode, RaftStatus, StateMachine,
+    Transport,
+};
 pub use peers::{PEERS_JSON, PeerBook, PeerInfo};
 pub use store::StorageStats;
 

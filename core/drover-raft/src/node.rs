@@ -16,6 +16,10 @@ use crate::peers::{PeerBook, PeerInfo};
 use crate::store::StorageStats;
 
 /// The replicated state machine. Every server applies the same entries in the same order.
+/// A snapshot of the state taken now, written later into the writer it is given
+/// ([`StateMachine::snapshot_deferred`]).
+pub type DeferredSnapshot = Box<dyn FnOnce(&mut dyn std::io::Write) -> std::io::Result<()> + Send>;
+
 pub trait StateMachine: Send + 'static {
     /// Apply one committed normal entry. Deterministic. Called in log order exactly once per
     /// entry per process lifetime (after a restart, entries after the newest snapshot are
@@ -28,10 +32,11 @@ pub trait StateMachine: Send + 'static {
     /// carries the first configuration to servers added later.
     fn snapshot(&self) -> Vec<u8>;
     /// The state as of now, serialized later: the driver runs the returned closure on a thread
-    /// of its own, so a large state does not stop the log while it is encoded. The closure must
-    /// give what `snapshot` would have given at this moment. `None` (the default): the driver
-    /// calls `snapshot` on its own thread.
-    fn snapshot_deferred(&self) -> Option<Box<dyn FnOnce() -> Vec<u8> + Send>> {
+    /// of its own, so a large state does not stop the log while it is encoded, and the closure
+    /// writes into storage as it goes (in pieces of a few MiB), so the encoding is never held
+    /// whole in memory. It must write what `snapshot` would have given at this moment. `None`
+    /// (the default): the driver calls `snapshot` on its own thread.
+    fn snapshot_deferred(&self) -> Option<DeferredSnapshot> {
         None
     }
     /// Replace the whole state with a snapshot's data. A payload it cannot read (corrupt, or

@@ -13,10 +13,12 @@
 
 use std::collections::VecDeque;
 use std::path::Path;
+use std::sync::Arc;
 
 use protobuf::Message as _;
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot, SnapshotMetadata};
 use raft::{GetEntriesContext, RaftState, Storage, StorageError};
+
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
 
 use crate::error::RaftError;
@@ -36,9 +38,14 @@ const KEY_SNAPSHOT_DATA: &str = "snapshot_data";
 /// The snapshot payload in pieces, by position: redb refuses values over 3 GiB, and the state
 /// of a million allocations comes close to that.
 const SNAPSHOT_CHUNKS: TableDefinition<u32, &[u8]> = TableDefinition::new("raft_snapshot_chunks");
-/// Size of one piece of the snapshot payload (tiny in tests, so every snapshot there has many).
+/// A snapshot being written by [`SnapshotStager`], piece by piece, before it replaces the one
+/// in `SNAPSHOT_CHUNKS` (by renaming the table, in the transaction that compacts the log).
+const SNAPSHOT_STAGED: TableDefinition<u32, &[u8]> = TableDefinition::new("raft_snapshot_staged");
+/// Size of one piece of the snapshot payload (tiny in tests, so every snapshot there has many):
+/// what a snapshot being written holds in memory at most. Files written with other sizes read
+/// the same.
 #[cfg(not(test))]
-const SNAPSHOT_CHUNK_BYTES: usize = 256 * 1024 * 1024;
+const SNAPSHOT_CHUNK_BYTES: usize = 8 * 1024 * 1024;
 #[cfg(test)]
 const SNAPSHOT_CHUNK_BYTES: usize = 4;
 /// The peer book (raft id -> RPC address), JSON.
@@ -50,7 +57,15 @@ const FORMAT_VERSION: u32 = 1;
 /// A snapshot to install in a `write`: raft's metadata plus the state machine's payload.
 pub(crate) struct SnapshotToSave<'a> {
     pub meta: SnapshotMetadata,
-    pub data: &'a [u8],
+    pub data: SnapshotData<'a>,
+}
+
+/// Where a snapshot's payload comes from.
+pub(crate) enum SnapshotData<'a> {
+    /// In memory: written in pieces by the `write` that installs it.
+    Bytes(&'a [u8]),
+    /// Already written by a [`SnapshotStager`] that finished: `write` only swaps it in.
+    Staged,
 }
 
 /// Counters of redb write transactions, for group-commit checks and metrics.
@@ -69,7 +84,9 @@ pub struct StorageStats {
 const REDB_CACHE_BYTES: usize = 32 * 1024 * 1024;
 
 pub(crate) struct RedbStore {
-    db: Database,
+    /// Shared with a [`SnapshotStager`] writing a snapshot on another thread; redb runs one
+    /// write transaction at a time, so theirs and the log's take turns.
+    db: Arc<Database>,
     hard_state: HardState,
     /// The hard state as last written, to skip rewriting an unchanged one.
     persisted_hard_state: HardState,
@@ -105,7 +122,7 @@ impl RedbStore {
             .create(path)
             .map_err(|e| RaftError::storage("open database", e))?;
         let mut store = RedbStore {
-            db,
+            db: Arc::new(db),
             hard_state: HardState::default(),
             persisted_hard_state: HardState::default(),
             conf_state: ConfState::default(),
@@ -229,7 +246,14 @@ impl RedbStore {
         };
         self.hard_state.term = self.hard_state.term.max(1);
         self.set_peers(peers);
-        self.write(Some(SnapshotToSave { meta, data }), &[], true)
+        self.write(
+            Some(SnapshotToSave {
+                meta,
+                data: SnapshotData::Bytes(data),
+            }),
+            &[],
+            true,
+        )
     }
 
     /// Replaces the configuration with `conf_state` by writing a snapshot of `data` (the state
@@ -255,7 +279,14 @@ impl RedbStore {
         };
         self.hard_state.commit = index;
         self.set_peers(peers);
-        self.write(Some(SnapshotToSave { meta, data }), &[], true)
+        self.write(
+            Some(SnapshotToSave {
+                meta,
+                data: SnapshotData::Bytes(data),
+            }),
+            &[],
+            true,
+        )
     }
 
     #[cfg(test)]
@@ -426,6 +457,17 @@ impl RedbStore {
         self.conf_state_dirty = true;
     }
 
+    /// A writer of the next snapshot's payload, for another thread: it replaces whatever an
+    /// earlier, unfinished one left in the staging table.
+    pub fn snapshot_stager(&self) -> SnapshotStager {
+        SnapshotStager {
+            db: self.db.clone(),
+            piece: Vec::new(),
+            next: 0,
+            written: 0,
+        }
+    }
+
     /// Reads the newest snapshot's payload.
     pub fn snapshot_data(&self) -> Result<Vec<u8>, RaftError> {
         let txn = self
@@ -528,19 +570,32 @@ impl RedbStore {
                     .map_err(|e| RaftError::storage("write snapshot metadata", e))?;
                 meta.remove(KEY_SNAPSHOT_DATA)
                     .map_err(|e| RaftError::storage("drop old snapshot", e))?;
-                let mut chunks = txn
-                    .open_table(SNAPSHOT_CHUNKS)
-                    .map_err(|e| RaftError::storage("open snapshot table", e))?;
-                chunks
-                    .retain(|_, _| false)
-                    .map_err(|e| RaftError::storage("drop old snapshot", e))?;
-                // An empty payload is still one (empty) piece, so "no snapshot" stays distinct.
-                let pieces = snap.data.chunks(SNAPSHOT_CHUNK_BYTES);
-                let pieces = pieces.chain((snap.data.is_empty()).then_some(&[][..]));
-                for (i, piece) in (0u32..).zip(pieces) {
-                    chunks
-                        .insert(i, piece)
-                        .map_err(|e| RaftError::storage("write snapshot", e))?;
+                match snap.data {
+                    SnapshotData::Bytes(data) => {
+                        let mut chunks = txn
+                            .open_table(SNAPSHOT_CHUNKS)
+                            .map_err(|e| RaftError::storage("open snapshot table", e))?;
+                        chunks
+                            .retain(|_, _| false)
+                            .map_err(|e| RaftError::storage("drop old snapshot", e))?;
+                        // An empty payload is still one (empty) piece, so "no snapshot" stays
+                        // distinct.
+                        let pieces = data.chunks(SNAPSHOT_CHUNK_BYTES);
+                        let pieces = pieces.chain((data.is_empty()).then_some(&[][..]));
+                        for (i, piece) in (0u32..).zip(pieces) {
+                            chunks
+                                .insert(i, piece)
+                                .map_err(|e| RaftError::storage("write snapshot", e))?;
+                        }
+                    }
+                    SnapshotData::Staged => {
+                        // Dropping the old pieces and renaming the new ones costs the same
+                        // whatever their size: nothing is copied.
+                        txn.delete_table(SNAPSHOT_CHUNKS)
+                            .map_err(|e| RaftError::storage("drop old snapshot", e))?;
+                        txn.rename_table(SNAPSHOT_STAGED, SNAPSHOT_CHUNKS)
+                            .map_err(|e| RaftError::storage("install staged snapshot", e))?;
+                    }
                 }
             }
             if let Some(first) = entries.first()
@@ -606,6 +661,75 @@ impl RedbStore {
         self.persisted_hard_state = self.hard_state.clone();
         self.conf_state_dirty = false;
         self.peers_dirty = false;
+        Ok(())
+    }
+}
+
+/// Writes a snapshot's payload into the staging table as it comes, a piece
+/// (`SNAPSHOT_CHUNK_BYTES`) per write transaction, so memory holds one piece at most.
+/// [`SnapshotStager::finish`] writes the last; a `write` with [`SnapshotData::Staged`] then
+/// installs it.
+pub(crate) struct SnapshotStager {
+    db: Arc<Database>,
+    piece: Vec<u8>,
+    next: u32,
+    written: u64,
+}
+
+impl SnapshotStager {
+    /// Writes what is buffered as the next piece (the first one also empties the table).
+    fn write_piece(&mut self) -> std::io::Result<()> {
+        let io = |what: &str, e: &dyn std::fmt::Display| {
+            std::io::Error::other(format!("{what} (staged snapshot): {e}"))
+        };
+        let mut txn = self.db.begin_write().map_err(|e| io("begin write", &e))?;
+        // Made durable with the compaction that installs it, by the next durable commit.
+        txn.set_durability(Durability::None)
+            .map_err(|e| io("set durability", &e))?;
+        {
+            let mut table = txn
+                .open_table(SNAPSHOT_STAGED)
+                .map_err(|e| io("open table", &e))?;
+            if self.next == 0 {
+                table
+                    .retain(|_, _| false)
+                    .map_err(|e| io("drop unfinished snapshot", &e))?;
+            }
+            table
+                .insert(self.next, self.piece.as_slice())
+                .map_err(|e| io("write piece", &e))?;
+        }
+        txn.commit().map_err(|e| io("commit", &e))?;
+        self.written += self.piece.len() as u64;
+        self.next += 1;
+        self.piece.clear();
+        Ok(())
+    }
+
+    /// Writes the last piece (an empty payload is one empty piece); returns the payload's size.
+    pub fn finish(mut self) -> std::io::Result<u64> {
+        if !self.piece.is_empty() || self.next == 0 {
+            self.write_piece()?;
+        }
+        Ok(self.written)
+    }
+}
+
+impl std::io::Write for SnapshotStager {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.piece.capacity() == 0 {
+            self.piece.reserve_exact(SNAPSHOT_CHUNK_BYTES);
+        }
+        let room = SNAPSHOT_CHUNK_BYTES - self.piece.len();
+        let taken = buf.len().min(room);
+        self.piece.extend_from_slice(&buf[..taken]);
+        if self.piece.len() == SNAPSHOT_CHUNK_BYTES {
+            self.write_piece()?;
+        }
+        Ok(taken)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
 }
@@ -823,7 +947,7 @@ mod tests {
                 .write(
                     Some(SnapshotToSave {
                         meta: snapshot_meta(1, 1, vec![1]),
-                        data: b"",
+                        data: SnapshotData::Bytes(b""),
                     }),
                     &[],
                     true,
@@ -846,6 +970,62 @@ mod tests {
         }
         let store = RedbStore::open(&path).unwrap();
         assert_eq!(store.snapshot_data().unwrap(), b"old layout".to_vec());
+    }
+
+    #[test]
+    fn a_staged_snapshot_replaces_the_stored_one_only_when_installed() {
+        use std::io::Write as _;
+        let dir = TempDir::new("store-snapshot-staged");
+        let path = dir.path().join("raft.redb");
+        {
+            let mut store = RedbStore::open(&path).unwrap();
+            store.bootstrap(&[1], PeerBook::new(), b"first").unwrap();
+            let batch: Vec<Entry> = (2..=4).map(|i| entry(i, 1, b"x")).collect();
+            store.write(None, &batch, true).unwrap();
+
+            // An encoder that died halfway leaves pieces behind; the next one starts over.
+            let mut abandoned = store.snapshot_stager();
+            abandoned.write_all(b"garbage that is long").unwrap();
+            drop(abandoned);
+            assert_eq!(store.snapshot_data().unwrap(), b"first".to_vec());
+
+            let mut stager = store.snapshot_stager();
+            // Written in uneven slices: 4-byte pieces in tests, so this is four of them.
+            for part in [&b"state"[..], b" at", b" 3, staged"] {
+                stager.write_all(part).unwrap();
+            }
+            assert_eq!(stager.finish().unwrap(), 18);
+            assert_eq!(
+                store.snapshot_data().unwrap(),
+                b"first".to_vec(),
+                "not the stored snapshot until installed"
+            );
+            store
+                .write(
+                    Some(SnapshotToSave {
+                        meta: snapshot_meta(3, 1, vec![1]),
+                        data: SnapshotData::Staged,
+                    }),
+                    &[],
+                    false,
+                )
+                .unwrap();
+            assert_eq!(
+                store.snapshot_data().unwrap(),
+                b"state at 3, staged".to_vec()
+            );
+            assert_eq!(store.first_index(), 4, "log compacted up to the snapshot");
+            store.write(None, &[], true).unwrap();
+        }
+        let store = RedbStore::open(&path).unwrap();
+        assert_eq!(store.snapshot_meta().index, 3);
+        assert_eq!(
+            store.snapshot_data().unwrap(),
+            b"state at 3, staged".to_vec()
+        );
+        // An empty payload staged is one empty piece: still a snapshot.
+        let stager = store.snapshot_stager();
+        assert_eq!(stager.finish().unwrap(), 0);
     }
 
     #[test]
@@ -959,7 +1139,7 @@ mod tests {
                 .write(
                     Some(SnapshotToSave {
                         meta: snapshot_meta(6, 1, vec![1]),
-                        data: b"state@6",
+                        data: SnapshotData::Bytes(b"state@6"),
                     }),
                     &[],
                     true,
@@ -996,7 +1176,7 @@ mod tests {
             .write(
                 Some(SnapshotToSave {
                     meta: snapshot_meta(4, 3, vec![1, 2, 3]),
-                    data: b"leader",
+                    data: SnapshotData::Bytes(b"leader"),
                 }),
                 &[entry(5, 3, b"new")],
                 true,

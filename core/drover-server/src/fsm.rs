@@ -580,10 +580,10 @@ impl drover_raft::StateMachine for Fsm {
 
     /// The state store's snapshots cost nothing to take and stay as they were while the store
     /// moves on: a million allocations are encoded (gigabytes of JSON, tens of seconds) without
-    /// holding up the log.
-    fn snapshot_deferred(&self) -> Option<Box<dyn FnOnce() -> Vec<u8> + Send>> {
+    /// holding up the log, and written into the Raft store piece by piece as they are encoded.
+    fn snapshot_deferred(&self) -> Option<drover_raft::DeferredSnapshot> {
         let snap = self.state.snapshot();
-        Some(Box::new(move || snap.encode()))
+        Some(Box::new(move |out| snap.encode_to(out)))
     }
 
     fn restore(&mut self, _index: u64, data: &[u8]) -> Result<(), String> {

@@ -2,6 +2,8 @@
 //! and an unknown version is refused with a clear error. Allocations are stored without their
 //! job; restore links each to the job version it ran.
 
+use std::cell::Cell;
+use std::io::Write;
 use std::sync::Arc;
 
 use drover_structs::{
@@ -24,16 +26,17 @@ pub enum SnapshotError {
     Malformed(String),
 }
 
-#[derive(Serialize, Deserialize)]
+/// A snapshot as read back; [`EncodedRef`] writes the same fields in the same order.
+#[derive(Deserialize)]
 struct Encoded {
-    version: u32,
+    // `version` is checked before the rest is read.
     latest_index: u64,
     indexes: Vec<(String, u64)>,
     job_versions: Vec<Job>,
     jobs: Vec<(String, String, u64)>,
     summaries: Vec<JobSummary>,
     evals: Vec<Evaluation>,
-    allocs: EncodedAllocs,
+    allocs: Vec<EncodedAlloc>,
     nodes: Vec<Node>,
     #[serde(default)]
     scheduler_config: Option<SchedulerConfiguration>,
@@ -71,102 +74,107 @@ struct EncodedAlloc {
     job_version: Option<u64>,
 }
 
-/// The allocations of a snapshot: written one by one straight from the table (a million
-/// allocations copied at once for encoding would double the server's memory), read as a list.
-enum EncodedAllocs {
-    Table(imbl::OrdMap<crate::tables::AllocKey, Arc<Allocation>>),
-    Decoded(Vec<EncodedAlloc>),
+impl EncodedAlloc {
+    /// Stored without its job: restore links the shared job version again. What the store
+    /// derives from the job is written out in full first.
+    fn of(a: &Allocation) -> EncodedAlloc {
+        let mut alloc = a.clone();
+        alloc.restore_derivable_fields();
+        let job_version = alloc.job.take().map(|j| j.version);
+        EncodedAlloc { alloc, job_version }
+    }
 }
 
-impl Serialize for EncodedAllocs {
+/// The rows of a table written one by one as a JSON list, straight from the table: a
+/// million allocations copied at once for encoding would double the server's memory.
+struct Rows<I>(Cell<Option<I>>);
+
+fn rows<I: IntoIterator>(rows: I) -> Rows<I::IntoIter> {
+    Rows(Cell::new(Some(rows.into_iter())))
+}
+
+impl<I: Iterator<Item = T>, T: Serialize> Serialize for Rows<I> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeSeq;
-        match self {
-            EncodedAllocs::Decoded(list) => list.serialize(serializer),
-            EncodedAllocs::Table(table) => {
-                let mut seq = serializer.serialize_seq(Some(table.len()))?;
-                for a in table.values() {
-                    // Stored without its job: restore links the shared job version again. What
-                    // the store derives from the job is written out in full first.
-                    let mut alloc = (**a).clone();
-                    alloc.restore_derivable_fields();
-                    let job_version = alloc.job.take().map(|j| j.version);
-                    seq.serialize_element(&EncodedAlloc { alloc, job_version })?;
-                }
-                seq.end()
-            }
+        use serde::ser::{Error as _, SerializeSeq};
+        // A `Rows` is serialised once: `encode_to` builds it for one write.
+        let rows = self
+            .0
+            .take()
+            .ok_or_else(|| S::Error::custom("snapshot rows written twice"))?;
+        let mut seq = serializer.serialize_seq(None)?;
+        for row in rows {
+            seq.serialize_element(&row)?;
         }
+        seq.end()
     }
 }
 
-impl<'de> Deserialize<'de> for EncodedAllocs {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        Vec::<EncodedAlloc>::deserialize(deserializer).map(EncodedAllocs::Decoded)
-    }
+/// Writes every table for a Raft snapshot into `out` as it goes, never holding the whole
+/// encoding: memory stays flat whatever the state's size. Same fields, same order as
+/// [`Encoded`] reads (allocations after the job versions they link to).
+pub(crate) fn encode_to(s: &StateSnapshot, out: &mut dyn Write) -> std::io::Result<()> {
+    let t = &s.t;
+    let enc = EncodedRef {
+        version: SNAPSHOT_VERSION,
+        latest_index: t.latest_index,
+        indexes: rows(t.indexes.iter().map(|(k, v)| (k.name(), *v))),
+        job_versions: rows(t.job_versions.values().map(|j| &**j)),
+        jobs: rows(t.jobs.iter().map(|((ns, id), j)| (ns, id, j.version))),
+        summaries: rows(t.job_summaries.values().map(|s| &**s)),
+        evals: rows(t.evals.values().map(|e| &**e)),
+        allocs: rows(t.allocs.values().map(|a| EncodedAlloc::of(a))),
+        nodes: rows(t.nodes.values().map(|n| &**n)),
+        scheduler_config: t.scheduler_config.as_deref(),
+        periodic_launches: rows(t.periodic_launches.values().map(|l| &**l)),
+        csi_volumes: rows(t.csi_volumes.values().map(|v| &**v)),
+        csi_plugins: rows(t.csi_plugins.values().map(|p| &**p)),
+        deployments: rows(t.deployments.values().map(|d| &**d)),
+        scaling_events: rows(t.scaling_events.iter().map(|((ns, id), e)| (ns, id, &**e))),
+        namespaces: rows(t.namespaces.values().map(|n| &**n)),
+        acl_policies: rows(t.acl_policies.values().map(|p| &**p)),
+        acl_tokens: rows(t.acl_tokens.values().map(|p| &**p)),
+        acl_bootstrap_index: t.acl_bootstrap_index,
+        variables: rows(t.variables.values().map(|v| &**v)),
+        job_submissions: rows(t.job_submissions.values().map(|s| &**s)),
+        mesh_ca: t.mesh_ca.as_deref(),
+        intentions: rows(t.intentions.values().map(|i| &**i)),
+    };
+    serde_json::to_writer(out, &enc).map_err(std::io::Error::other)
 }
 
-impl EncodedAllocs {
-    fn into_list(self) -> Vec<EncodedAlloc> {
-        match self {
-            EncodedAllocs::Decoded(list) => list,
-            EncodedAllocs::Table(table) => table
-                .values()
-                .map(|a| {
-                    let mut alloc = (**a).clone();
-                    alloc.restore_derivable_fields();
-                    let job_version = alloc.job.take().map(|j| j.version);
-                    EncodedAlloc { alloc, job_version }
-                })
-                .collect(),
-        }
-    }
+/// What [`encode_to`] writes: the tables as [`Rows`], written lazily.
+#[derive(Serialize)]
+struct EncodedRef<'a, Ix, Jv, Jb, Su, Ev, Al, No, Pl, Cv, Cp, De, Sc, Ns, Ap, At, Va, Js, In> {
+    version: u32,
+    latest_index: u64,
+    indexes: Ix,
+    job_versions: Jv,
+    jobs: Jb,
+    summaries: Su,
+    evals: Ev,
+    allocs: Al,
+    nodes: No,
+    scheduler_config: Option<&'a SchedulerConfiguration>,
+    periodic_launches: Pl,
+    csi_volumes: Cv,
+    csi_plugins: Cp,
+    deployments: De,
+    scaling_events: Sc,
+    namespaces: Ns,
+    acl_policies: Ap,
+    acl_tokens: At,
+    acl_bootstrap_index: u64,
+    variables: Va,
+    job_submissions: Js,
+    mesh_ca: Option<&'a drover_structs::mesh::MeshCa>,
+    intentions: In,
 }
 
 pub(crate) fn encode(s: &StateSnapshot) -> Vec<u8> {
-    let t = &s.t;
-    let enc = Encoded {
-        version: SNAPSHOT_VERSION,
-        latest_index: t.latest_index,
-        indexes: t
-            .indexes
-            .iter()
-            .map(|(k, v)| (k.name().to_string(), *v))
-            .collect(),
-        job_versions: t.job_versions.values().map(|j| (**j).clone()).collect(),
-        jobs: t
-            .jobs
-            .iter()
-            .map(|((ns, id), j)| (ns.clone(), id.clone(), j.version))
-            .collect(),
-        summaries: t.job_summaries.values().map(|s| (**s).clone()).collect(),
-        evals: t.evals.values().map(|e| (**e).clone()).collect(),
-        allocs: EncodedAllocs::Table(t.allocs.clone()),
-        nodes: t.nodes.values().map(|n| (**n).clone()).collect(),
-        scheduler_config: t.scheduler_config.as_deref().cloned(),
-        periodic_launches: t
-            .periodic_launches
-            .values()
-            .map(|l| (**l).clone())
-            .collect(),
-        csi_volumes: t.csi_volumes.values().map(|v| (**v).clone()).collect(),
-        csi_plugins: t.csi_plugins.values().map(|p| (**p).clone()).collect(),
-        deployments: t.deployments.values().map(|d| (**d).clone()).collect(),
-        scaling_events: t
-            .scaling_events
-            .iter()
-            .map(|((ns, id), e)| (ns.clone(), id.clone(), (**e).clone()))
-            .collect(),
-        namespaces: t.namespaces.values().map(|n| (**n).clone()).collect(),
-        acl_policies: t.acl_policies.values().map(|p| (**p).clone()).collect(),
-        acl_tokens: t.acl_tokens.values().map(|p| (**p).clone()).collect(),
-        acl_bootstrap_index: t.acl_bootstrap_index,
-        variables: t.variables.values().map(|v| (**v).clone()).collect(),
-        job_submissions: t.job_submissions.values().map(|s| (**s).clone()).collect(),
-        mesh_ca: t.mesh_ca.as_deref().cloned(),
-        intentions: t.intentions.values().map(|i| (**i).clone()).collect(),
-    };
-    // Serialising plain data structs into a Vec cannot fail.
-    serde_json::to_vec(&enc).unwrap_or_default()
+    let mut out = Vec::new();
+    // Writing into a Vec cannot fail, nor can serialising plain data structs.
+    let _ = encode_to(s, &mut out);
+    out
 }
 
 fn decode(data: &[u8]) -> Result<Tables, SnapshotError> {
@@ -218,7 +226,7 @@ fn decode(data: &[u8]) -> Result<Tables, SnapshotError> {
     for EncodedAlloc {
         mut alloc,
         job_version,
-    } in enc.allocs.into_list()
+    } in enc.allocs
     {
         let k = (alloc.namespace.clone(), alloc.job_id.clone());
         alloc.job = job_version.and_then(|v| t.job_versions.get(&(k.clone(), v)).cloned());
@@ -300,6 +308,11 @@ impl StateSnapshot {
     /// Encodes every table for a Raft snapshot.
     pub fn encode(&self) -> Vec<u8> {
         encode(self)
+    }
+
+    /// Encodes every table for a Raft snapshot into `out` as it goes (see [`encode_to`]).
+    pub fn encode_to(&self, out: &mut dyn Write) -> std::io::Result<()> {
+        encode_to(self, out)
     }
 }
 

@@ -385,10 +385,22 @@ impl StateSnapshot {
 
     /// A digest of every table, equal on servers that applied the same entries.
     pub fn digest(&self) -> u64 {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        let enc = crate::snapshot_codec::encode(self);
-        enc.hash(&mut h);
-        h.finish()
+        use std::hash::Hasher;
+        /// Feeds what it is given to the hasher: the encoding is digested as it is written,
+        /// never held whole.
+        struct HashWriter<H>(H);
+        impl<H: Hasher> std::io::Write for HashWriter<H> {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.write(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut out = HashWriter(std::collections::hash_map::DefaultHasher::new());
+        // Hashing cannot fail, nor can serialising plain data structs.
+        let _ = crate::snapshot_codec::encode_to(self, &mut out);
+        out.0.finish()
     }
 }

@@ -269,8 +269,18 @@ async fn main() -> anyhow::Result<()> {
     }
     let deadline = start + Duration::from_secs(args.timeout);
     let mut last_report = Instant::now();
+    // The longest time the placed count stood still once placing began (a snapshot or a
+    // compaction holding up the log shows here), sampled every 20 ms.
+    let mut longest_stall = Duration::ZERO;
+    let (mut last_count, mut last_change) = (0, Instant::now());
     loop {
         let placed = server.snapshot().alloc_count();
+        if placed != last_count {
+            if last_count > 0 {
+                longest_stall = longest_stall.max(last_change.elapsed());
+            }
+            (last_count, last_change) = (placed, Instant::now());
+        }
         if placed >= expected {
             break;
         }
@@ -300,6 +310,17 @@ async fn main() -> anyhow::Result<()> {
     let placements = snap.alloc_count();
     let heap_placed = heap::live() - heap_before;
     let rss_placed = rss_mb() - rss_before;
+    // A snapshot started near the end is still being written: its memory belongs to the run.
+    let snapshot_wait = Instant::now();
+    if let Some(threshold) = args.snapshot_threshold {
+        let taken_by = server.raft_status().applied_index;
+        while server.raft_status().snapshot_index + threshold <= taken_by
+            && snapshot_wait.elapsed() < Duration::from_secs(args.timeout)
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let snapshot_wait = snapshot_wait.elapsed().as_secs_f64();
     let raft = server.raft_status();
     server.shutdown();
     // Let the server's threads settle so the heap counter sees only the copies below.
@@ -322,6 +343,8 @@ async fn main() -> anyhow::Result<()> {
         "peak_rss_mb": (peak_rss_mb() * 10.0).round() / 10.0,
         "node_register_seconds": (nodes_secs * 1000.0).round() / 1000.0,
         "rss_grown_per_alloc_bytes": (rss_placed * 1048576.0 / placements.max(1) as f64).round(),
+        "longest_stall_ms": longest_stall.as_millis(),
+        "snapshot_wait_seconds": (snapshot_wait * 10.0).round() / 10.0,
         "raft_log": {
             "first": raft.first_log_index,
             "last": raft.last_log_index,

@@ -309,13 +309,15 @@ impl crate::StateMachine for DeferredSm {
     fn snapshot(&self) -> Vec<u8> {
         self.inner.snapshot()
     }
-    fn snapshot_deferred(&self) -> Option<Box<dyn FnOnce() -> Vec<u8> + Send>> {
-        // What `snapshot` gives now, handed over once the test releases it.
+    fn snapshot_deferred(&self) -> Option<crate::DeferredSnapshot> {
+        // What `snapshot` gives now: half written at once, the rest once the test releases it.
         let data = self.inner.snapshot();
         let release = self.release.clone();
-        Some(Box::new(move || {
+        Some(Box::new(move |out| {
+            let (first, rest) = data.split_at(data.len() / 2);
+            out.write_all(first)?;
             let _ = release.lock().unwrap().recv();
-            data
+            out.write_all(rest)
         }))
     }
     fn restore(&mut self, index: u64, data: &[u8]) -> Result<(), String> {
