@@ -109,12 +109,22 @@ impl<S: StateMachine> Driver<S> {
         let snapshot_index = store.snapshot_meta().index;
         // Just bootstrapped, the snapshot came from `sm` itself: nothing to restore.
         if snapshot_index > 0 && !bootstrapped {
+            let started = Instant::now();
             let data = store.snapshot_data()?;
+            let read = started.elapsed();
             sm.restore(snapshot_index, &data)
                 .map_err(|reason| RaftError::SnapshotRestore {
                     index: snapshot_index,
                     reason,
                 })?;
+            tracing::info!(
+                id = cfg.id,
+                index = snapshot_index,
+                bytes = data.len(),
+                read_ms = read.as_millis() as u64,
+                restored_ms = started.elapsed().as_millis() as u64,
+                "state restored from the snapshot"
+            );
         }
         if let Some(recovery) = recovery {
             recover(cfg.id, &mut store, &mut sm, recovery)?;
@@ -172,7 +182,14 @@ impl<S: StateMachine> Driver<S> {
         };
         // Re-apply the committed log after the snapshot before start() returns, so the state
         // machine is current when the caller first looks at it.
+        let replay = Instant::now();
         driver.process_ready()?;
+        tracing::info!(
+            id = cfg.id,
+            entries = driver.applied - snapshot_index,
+            replay_ms = replay.elapsed().as_millis() as u64,
+            "log after the snapshot applied"
+        );
         if single_voter {
             driver.raw.campaign()?;
             driver.process_ready()?;

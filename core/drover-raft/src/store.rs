@@ -19,7 +19,9 @@ use protobuf::Message as _;
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot, SnapshotMetadata};
 use raft::{GetEntriesContext, RaftState, Storage, StorageError};
 
-use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{
+    Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition,
+};
 
 use crate::error::RaftError;
 use crate::peers::{PeerBook, decode_book, encode_book, wrap_snapshot};
@@ -742,6 +744,20 @@ fn read_snapshot_chunks(txn: &redb::ReadTransaction) -> Result<Option<Vec<u8>>, 
         Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
         Err(e) => return Err(RaftError::storage("open snapshot table", e)),
     };
+    // Sized once from the first piece (every piece but the last is as large): a payload of
+    // gigabytes grown by doubling would be copied and faulted in again and again.
+    let capacity = match chunks
+        .first()
+        .map_err(|e| RaftError::storage("read snapshot", e))?
+    {
+        Some((_, first)) => {
+            let pieces = chunks
+                .len()
+                .map_err(|e| RaftError::storage("read snapshot", e))?;
+            (pieces as usize).saturating_mul(first.value().len())
+        }
+        None => 0,
+    };
     let mut data: Option<Vec<u8>> = None;
     let rows = chunks
         .range::<u32>(..)
@@ -753,7 +769,7 @@ fn read_snapshot_chunks(txn: &redb::ReadTransaction) -> Result<Option<Vec<u8>>, 
                 "snapshot piece {expected} is missing"
             )));
         }
-        data.get_or_insert_with(Vec::new)
+        data.get_or_insert_with(|| Vec::with_capacity(capacity))
             .extend_from_slice(value.value());
     }
     Ok(data)

@@ -36,7 +36,7 @@ struct Encoded {
     jobs: Vec<(String, String, u64)>,
     summaries: Vec<JobSummary>,
     evals: Vec<Evaluation>,
-    allocs: Vec<EncodedAlloc>,
+    allocs: Vec<DecodedAlloc>,
     nodes: Vec<Node>,
     #[serde(default)]
     scheduler_config: Option<SchedulerConfiguration>,
@@ -68,9 +68,17 @@ struct Encoded {
     intentions: Vec<drover_structs::mesh::Intention>,
 }
 
-#[derive(Serialize, Deserialize)]
+#[derive(Serialize)]
 struct EncodedAlloc {
     alloc: Allocation,
+    job_version: Option<u64>,
+}
+
+/// An [`EncodedAlloc`] as read back: decoded straight into its shared box, so a million of
+/// them waiting for their table are a list of pointers, not of whole allocations.
+#[derive(Deserialize)]
+struct DecodedAlloc {
+    alloc: Arc<Allocation>,
     job_version: Option<u64>,
 }
 
@@ -177,15 +185,33 @@ pub(crate) fn encode(s: &StateSnapshot) -> Vec<u8> {
     out
 }
 
+/// The version of an encoding that opens with it, as `encode_to` writes it: read without
+/// parsing the gigabytes after it.
+fn leading_version(data: &[u8]) -> Option<u32> {
+    let rest = data.strip_prefix(br#"{"version":"#)?;
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    if !matches!(rest.get(digits), Some(b',' | b'}')) {
+        return None;
+    }
+    std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()
+}
+
 fn decode(data: &[u8]) -> Result<Tables, SnapshotError> {
     #[derive(Deserialize)]
     struct VersionOnly {
         version: u32,
     }
-    let v: VersionOnly =
-        serde_json::from_slice(data).map_err(|e| SnapshotError::Malformed(e.to_string()))?;
-    if v.version != SNAPSHOT_VERSION {
-        return Err(SnapshotError::UnknownVersion(v.version));
+    let version = match leading_version(data) {
+        Some(version) => version,
+        // Not as `encode_to` writes it: read the whole document for its version.
+        None => {
+            serde_json::from_slice::<VersionOnly>(data)
+                .map_err(|e| SnapshotError::Malformed(e.to_string()))?
+                .version
+        }
+    };
+    if version != SNAPSHOT_VERSION {
+        return Err(SnapshotError::UnknownVersion(version));
     }
     let enc: Encoded =
         serde_json::from_slice(data).map_err(|e| SnapshotError::Malformed(e.to_string()))?;
@@ -223,11 +249,13 @@ fn decode(data: &[u8]) -> Result<Tables, SnapshotError> {
             .insert(e.id.clone());
         t.evals.insert(e.id.clone(), Arc::new(e));
     }
-    for EncodedAlloc {
-        mut alloc,
+    for DecodedAlloc {
+        alloc: mut shared,
         job_version,
     } in enc.allocs
     {
+        // Just decoded, so not shared: `make_mut` changes it in place.
+        let alloc = Arc::make_mut(&mut shared);
         let k = (alloc.namespace.clone(), alloc.job_id.clone());
         alloc.job = job_version.and_then(|v| t.job_versions.get(&(k.clone(), v)).cloned());
         alloc.drop_derivable_legacy_resources();
@@ -239,9 +267,9 @@ fn decode(data: &[u8]) -> Result<Tables, SnapshotError> {
         t.allocs_by_job.entry(k).or_default().insert(id.clone());
         if !alloc.terminal() {
             let u = t.node_usage.entry(alloc.node_id.clone()).or_default();
-            Arc::make_mut(u).add(&alloc);
+            Arc::make_mut(u).add(alloc);
         }
-        t.allocs.insert(id, Arc::new(alloc));
+        t.allocs.insert(id, shared);
     }
     for n in enc.nodes {
         t.nodes.insert(n.id.clone(), Arc::new(n));
@@ -469,5 +497,24 @@ mod tests {
         assert!(s.snapshot().job("default", "keep").is_some());
         assert!(s.restore(b"not json").is_err());
         assert!(s.snapshot().job("default", "keep").is_some());
+        // As `encode_to` writes it, the version is read off the front.
+        let err = s.restore(br#"{"version":2,"latest_index":[]}"#).unwrap_err();
+        assert!(matches!(err, SnapshotError::UnknownVersion(2)), "{err}");
+        assert!(s.snapshot().job("default", "keep").is_some());
+    }
+
+    #[test]
+    fn the_version_is_read_off_the_front_only_when_it_opens_the_document() {
+        assert_eq!(leading_version(br#"{"version":1,"x":2}"#), Some(1));
+        assert_eq!(leading_version(br#"{"version":12}"#), Some(12));
+        assert_eq!(leading_version(br#"{"version":1.5}"#), None);
+        assert_eq!(leading_version(br#"{"version":"1"}"#), None);
+        assert_eq!(leading_version(br#"{"latest_index":1,"version":1}"#), None);
+        let store = StateStore::new();
+        store.upsert_job(3, job("a"));
+        assert_eq!(
+            leading_version(&store.snapshot().encode()),
+            Some(SNAPSHOT_VERSION)
+        );
     }
 }

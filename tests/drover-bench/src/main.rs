@@ -102,6 +102,15 @@ struct Args {
     /// and the heap of one stored allocation (a deep copy of 1,000 of them).
     #[arg(long)]
     heap: bool,
+    /// Once all are placed (and a snapshot in flight is written), stop the server and start
+    /// it again on the same data directory: reports how long until it leads and serves the
+    /// job list.
+    #[arg(long)]
+    restart_after: bool,
+    /// Only start a server on this data directory, as `--restart-after` does in a process of
+    /// its own (so the run's memory is not counted), and print what it measured.
+    #[arg(long, hide = true)]
+    restart_only: Option<std::path::PathBuf>,
 }
 
 fn rss_mb() -> f64 {
@@ -216,17 +225,8 @@ fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
     v[idx.min(v.len() - 1)]
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
-    let (dir, temp) = match &args.data_dir {
-        Some(d) => (d.clone(), false),
-        None => (
-            std::env::temp_dir().join(format!("drover-bench-{}", std::process::id())),
-            true,
-        ),
-    };
-    let mut config = ServerConfig::new(&dir);
+fn config_for(args: &Args, dir: &std::path::Path) -> ServerConfig {
+    let mut config = ServerConfig::new(dir);
     config.num_schedulers = args.schedulers;
     if let Some(n) = args.event_buffer_size {
         config.event_buffer_size = n;
@@ -236,7 +236,71 @@ async fn main() -> anyhow::Result<()> {
     }
     // Simulated nodes do not heartbeat; keep them ready for the whole run.
     config.heartbeat_ttl = Duration::from_secs(24 * 3600);
+    config
+}
+
+/// Runs [`restart`] in a new process of this program, as an operator's restart would.
+fn restart_in_child(args: &Args, dir: &std::path::Path) -> anyhow::Result<serde_json::Value> {
+    let mut cmd = std::process::Command::new(std::env::current_exe()?);
+    cmd.arg("--restart-only").arg(dir);
+    cmd.args(["--jobs", &args.jobs.to_string()]);
+    cmd.args(["--schedulers", &args.schedulers.to_string()]);
+    if let Some(n) = args.snapshot_threshold {
+        cmd.args(["--snapshot-threshold", &n.to_string()]);
+    }
+    let out = cmd.stderr(std::process::Stdio::inherit()).output()?;
+    anyhow::ensure!(out.status.success(), "restarted server failed: {}", out.status);
+    Ok(serde_json::from_slice(&out.stdout)?)
+}
+
+/// Starts the server again on the data directory the run left: the snapshot is restored and
+/// the log after it replayed before it can lead.
+async fn restart(config: ServerConfig, jobs: usize) -> anyhow::Result<serde_json::Value> {
+    let rss_before = rss_mb();
+    let start = Instant::now();
     let server = Server::start(config).await?;
+    let started = start.elapsed().as_secs_f64();
+    server.wait_for_leadership(Duration::from_secs(60)).await?;
+    let leading = start.elapsed().as_secs_f64();
+    let listed = server.snapshot().jobs(None).len();
+    let serving = start.elapsed().as_secs_f64();
+    anyhow::ensure!(listed == jobs, "restarted server lists {listed} of {jobs} jobs");
+    let allocs = server.snapshot().alloc_count();
+    let rss_after = rss_mb();
+    server.shutdown();
+    let round = |s: f64| (s * 1000.0).round() / 1000.0;
+    Ok(serde_json::json!({
+        "state_restored_seconds": round(started),
+        "leader_seconds": round(leading),
+        "jobs_listed_seconds": round(serving),
+        "allocs": allocs,
+        "rss_before_mb": rss_before.round(),
+        "rss_after_mb": rss_after.round(),
+        "peak_rss_mb": peak_rss_mb().round(),
+    }))
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    // `RUST_LOG=info` shows the server's own timings (snapshot restore, log replay).
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
+    if let Some(dir) = &args.restart_only {
+        let measured = restart(config_for(&args, dir), args.jobs).await?;
+        println!("{measured}");
+        return Ok(());
+    }
+    let (dir, temp) = match &args.data_dir {
+        Some(d) => (d.clone(), false),
+        None => (
+            std::env::temp_dir().join(format!("drover-bench-{}", std::process::id())),
+            true,
+        ),
+    };
+    let server = Server::start(config_for(&args, &dir)).await?;
     server.wait_for_leadership(Duration::from_secs(10)).await?;
 
     let t_nodes = Instant::now();
@@ -329,6 +393,12 @@ async fn main() -> anyhow::Result<()> {
     let breakdown = heap_breakdown(&sample);
     // The Raft snapshot this state would take (one redb value, at most 3 GiB).
     let snapshot_bytes = if args.heap { snap.encode().len() } else { 0 };
+    let restart = if args.restart_after {
+        drop((snap, sample, server));
+        Some(restart_in_child(&args, &dir)?)
+    } else {
+        None
+    };
     if temp {
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -353,6 +423,9 @@ async fn main() -> anyhow::Result<()> {
         },
     });
     let mut line = line;
+    if let Some(restart) = restart {
+        line["restart"] = restart;
+    }
     if args.heap {
         line["heap_grown_per_alloc_bytes"] = ((heap_placed as f64) / placements.max(1) as f64)
             .round()
