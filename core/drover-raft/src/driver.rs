@@ -51,6 +51,15 @@ struct Pending {
     reply: Reply,
 }
 
+/// A threshold snapshot being encoded and staged on a thread of its own.
+struct SnapshotEncoding {
+    /// Its metadata and the payload's size once written, or why it was not.
+    done: Receiver<(SnapshotMetadata, std::io::Result<u64>)>,
+    /// Makes its writes fail, so it ends early.
+    abandon: Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
 pub(crate) struct Driver<S: StateMachine> {
     id: u64,
     raw: RawNode<RedbStore>,
@@ -73,7 +82,7 @@ pub(crate) struct Driver<S: StateMachine> {
     snapshot_due: bool,
     /// A snapshot being encoded on its own thread (`StateMachine::snapshot_deferred`): its
     /// metadata, fixed when it was taken, comes back with the data.
-    snapshot_encoding: Option<Receiver<(SnapshotMetadata, std::io::Result<u64>)>>,
+    snapshot_encoding: Option<SnapshotEncoding>,
     /// Settled proposals, answered by the next `publish`.
     answers: Vec<(Reply, Result<Applied, RaftError>)>,
     /// ReadIndex requests sent to the leader, by request context.
@@ -626,6 +635,7 @@ impl<S: StateMachine> Driver<S> {
         };
         if deferred && let Some(encode) = self.sm.snapshot_deferred() {
             let mut stager = self.raw.store().snapshot_stager();
+            let abandon = stager.abandon_handle();
             let (tx, rx) = std::sync::mpsc::channel();
             let spawned = std::thread::Builder::new()
                 .name(format!("raft-snapshot-{}", self.id))
@@ -634,7 +644,13 @@ impl<S: StateMachine> Driver<S> {
                     let _ = tx.send((meta, written));
                 });
             match spawned {
-                Ok(_) => self.snapshot_encoding = Some(rx),
+                Ok(thread) => {
+                    self.snapshot_encoding = Some(SnapshotEncoding {
+                        done: rx,
+                        abandon,
+                        thread,
+                    })
+                }
                 Err(e) => tracing::error!(id = self.id, error = %e, "snapshot thread not started"),
             }
             return Ok(());
@@ -657,10 +673,10 @@ impl<S: StateMachine> Driver<S> {
     /// Installs the snapshot written off this thread, once it is complete, and compacts the
     /// log up to it, unless a newer snapshot (one installed from the leader) got there first.
     fn store_encoded_snapshot(&mut self) -> Result<(), RaftError> {
-        let Some(rx) = &self.snapshot_encoding else {
+        let Some(encoding) = &self.snapshot_encoding else {
             return Ok(());
         };
-        let (meta, written) = match rx.try_recv() {
+        let (meta, written) = match encoding.done.try_recv() {
             Ok(done) => done,
             Err(TryRecvError::Empty) => return Ok(()),
             Err(TryRecvError::Disconnected) => {
@@ -756,6 +772,14 @@ impl<S: StateMachine> Driver<S> {
 
     /// Fails whatever is in flight, flushes the commit index, and publishes the end.
     fn stop(mut self, result: Result<(), RaftError>) {
+        // An encoder still writing stops at its next write; once joined, nothing of this node
+        // holds the database, so the same process may open it again.
+        if let Some(encoding) = self.snapshot_encoding.take() {
+            encoding
+                .abandon
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+            let _ = encoding.thread.join();
+        }
         let (reason, error) = match result {
             Ok(()) => ("shut down".to_string(), None),
             Err(e) => {

@@ -14,6 +14,7 @@
 use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use protobuf::Message as _;
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot, SnapshotMetadata};
@@ -467,6 +468,7 @@ impl RedbStore {
             piece: Vec::new(),
             next: 0,
             written: 0,
+            abandoned: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -676,9 +678,17 @@ pub(crate) struct SnapshotStager {
     piece: Vec<u8>,
     next: u32,
     written: u64,
+    /// Set by the node stopping: the next write fails, so the encoder ends (and lets go of
+    /// the database) within one piece instead of finishing a snapshot nobody will install.
+    abandoned: Arc<AtomicBool>,
 }
 
 impl SnapshotStager {
+    /// What makes this stager's writes fail from now on.
+    pub fn abandon_handle(&self) -> Arc<AtomicBool> {
+        self.abandoned.clone()
+    }
+
     /// Writes what is buffered as the next piece (the first one also empties the table).
     fn write_piece(&mut self) -> std::io::Result<()> {
         let io = |what: &str, e: &dyn std::fmt::Display| {
@@ -719,6 +729,11 @@ impl SnapshotStager {
 
 impl std::io::Write for SnapshotStager {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.abandoned.load(Ordering::Relaxed) {
+            return Err(std::io::Error::other(
+                "snapshot abandoned: the raft node is stopping",
+            ));
+        }
         if self.piece.capacity() == 0 {
             self.piece.reserve_exact(SNAPSHOT_CHUNK_BYTES);
         }

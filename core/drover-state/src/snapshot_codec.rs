@@ -10,6 +10,7 @@ use drover_structs::{
     Allocation, Evaluation, Job, JobSummary, Node, PeriodicLaunch, SchedulerConfiguration,
 };
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 
 use crate::store::StateStore;
 use crate::tables::{StateSnapshot, Table, Tables};
@@ -28,7 +29,7 @@ pub enum SnapshotError {
 
 /// A snapshot as read back; [`EncodedRef`] writes the same fields in the same order.
 #[derive(Deserialize)]
-struct Encoded {
+struct Encoded<'a> {
     // `version` is checked before the rest is read.
     latest_index: u64,
     indexes: Vec<(String, u64)>,
@@ -36,7 +37,9 @@ struct Encoded {
     jobs: Vec<(String, String, u64)>,
     summaries: Vec<JobSummary>,
     evals: Vec<Evaluation>,
-    allocs: Vec<DecodedAlloc>,
+    /// Found, not yet decoded: they are decoded on every core at once ([`decode_allocs`]).
+    #[serde(borrow)]
+    allocs: Vec<&'a RawValue>,
     nodes: Vec<Node>,
     #[serde(default)]
     scheduler_config: Option<SchedulerConfiguration>,
@@ -196,6 +199,43 @@ fn leading_version(data: &[u8]) -> Option<u32> {
     std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()
 }
 
+/// Below this many allocations a snapshot is decoded on the calling thread alone.
+const PARALLEL_DECODE_MIN: usize = 4096;
+
+/// Decodes the allocations found in a snapshot, in order, splitting them among the machine's
+/// cores: they are most of a large state, and its restart waits for them.
+fn decode_allocs(raw: &[&RawValue]) -> Result<Vec<DecodedAlloc>, SnapshotError> {
+    let decode_part = |first: usize, part: &[&RawValue]| {
+        part.iter()
+            .enumerate()
+            .map(|(i, r)| {
+                serde_json::from_str::<DecodedAlloc>(r.get())
+                    .map_err(|e| SnapshotError::Malformed(format!("allocation {}: {e}", first + i)))
+            })
+            .collect::<Result<Vec<_>, _>>()
+    };
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if threads < 2 || raw.len() < PARALLEL_DECODE_MIN {
+        return decode_part(0, raw);
+    }
+    let per_thread = raw.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let parts: Vec<_> = raw
+            .chunks(per_thread)
+            .enumerate()
+            .map(|(n, part)| scope.spawn(move || decode_part(n * per_thread, part)))
+            .collect();
+        let mut all = Vec::with_capacity(raw.len());
+        for part in parts {
+            let decoded = part
+                .join()
+                .map_err(|_| SnapshotError::Malformed("allocation decoder panicked".into()))?;
+            all.extend(decoded?);
+        }
+        Ok(all)
+    })
+}
+
 fn decode(data: &[u8]) -> Result<Tables, SnapshotError> {
     #[derive(Deserialize)]
     struct VersionOnly {
@@ -252,7 +292,7 @@ fn decode(data: &[u8]) -> Result<Tables, SnapshotError> {
     for DecodedAlloc {
         alloc: mut shared,
         job_version,
-    } in enc.allocs
+    } in decode_allocs(&enc.allocs)?
     {
         // Just decoded, so not shared: `make_mut` changes it in place.
         let alloc = Arc::make_mut(&mut shared);
@@ -428,6 +468,48 @@ mod tests {
     }
 
     #[test]
+    fn many_allocations_decode_in_parallel_in_order_and_a_bad_one_is_named() {
+        let s = StateStore::new();
+        s.upsert_job(5, job("a"));
+        let count = PARALLEL_DECODE_MIN + 5;
+        let allocs = (0..count)
+            .map(|i| Allocation {
+                id: format!("al{i:05}"),
+                namespace: "default".into(),
+                job_id: "a".into(),
+                node_id: format!("n{}", i % 7),
+                task_group: "g".into(),
+                client_status: ALLOC_CLIENT_RUNNING.into(),
+                desired_status: ALLOC_DESIRED_RUN.into(),
+                ..Default::default()
+            })
+            .collect();
+        let jv = s.snapshot().job("default", "a");
+        s.upsert_plan_results(6, jv, vec![], allocs, vec![]);
+        let snap = s.snapshot();
+        let data = snap.encode();
+        let restored = StateStore::new();
+        restored.restore(&data).unwrap();
+        let r = restored.snapshot();
+        assert_eq!(r.digest(), snap.digest());
+        assert_eq!(r.alloc_count(), count);
+        assert_eq!(
+            r.allocs_by_node("n3").len(),
+            count / 7 + usize::from(count % 7 > 3)
+        );
+        let last = r.alloc(&format!("al{:05}", count - 1)).unwrap();
+        assert_eq!(last.job.as_ref().unwrap().version, 0);
+
+        // One allocation of thousands made unreadable: refused, naming which, state kept.
+        let text = String::from_utf8(data).unwrap();
+        let bad = text.replacen(r#""ID":"al04100""#, r#""ID":4100"#, 1);
+        assert!(bad != text, "the allocation to spoil was not found");
+        let err = restored.restore(bad.as_bytes()).unwrap_err();
+        assert!(err.to_string().contains("allocation 4100"), "{err}");
+        assert_eq!(restored.snapshot().alloc_count(), count);
+    }
+
+    #[test]
     fn placed_allocations_are_stored_without_legacy_resources_and_written_out_the_same() {
         use drover_structs::{
             AllocatedCpuResources, AllocatedResources, AllocatedTaskResources, legacy_resources,
@@ -498,7 +580,9 @@ mod tests {
         assert!(s.restore(b"not json").is_err());
         assert!(s.snapshot().job("default", "keep").is_some());
         // As `encode_to` writes it, the version is read off the front.
-        let err = s.restore(br#"{"version":2,"latest_index":[]}"#).unwrap_err();
+        let err = s
+            .restore(br#"{"version":2,"latest_index":[]}"#)
+            .unwrap_err();
         assert!(matches!(err, SnapshotError::UnknownVersion(2)), "{err}");
         assert!(s.snapshot().job("default", "keep").is_some());
     }

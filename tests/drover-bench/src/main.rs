@@ -249,7 +249,11 @@ fn restart_in_child(args: &Args, dir: &std::path::Path) -> anyhow::Result<serde_
         cmd.args(["--snapshot-threshold", &n.to_string()]);
     }
     let out = cmd.stderr(std::process::Stdio::inherit()).output()?;
-    anyhow::ensure!(out.status.success(), "restarted server failed: {}", out.status);
+    anyhow::ensure!(
+        out.status.success(),
+        "restarted server failed: {}",
+        out.status
+    );
     Ok(serde_json::from_slice(&out.stdout)?)
 }
 
@@ -264,7 +268,10 @@ async fn restart(config: ServerConfig, jobs: usize) -> anyhow::Result<serde_json
     let leading = start.elapsed().as_secs_f64();
     let listed = server.snapshot().jobs(None).len();
     let serving = start.elapsed().as_secs_f64();
-    anyhow::ensure!(listed == jobs, "restarted server lists {listed} of {jobs} jobs");
+    anyhow::ensure!(
+        listed == jobs,
+        "restarted server lists {listed} of {jobs} jobs"
+    );
     let allocs = server.snapshot().alloc_count();
     let rss_after = rss_mb();
     server.shutdown();

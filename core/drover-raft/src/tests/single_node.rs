@@ -379,3 +379,35 @@ async fn a_threshold_snapshot_encodes_off_the_raft_thread_while_entries_keep_com
     );
     node.shutdown();
 }
+
+#[tokio::test]
+async fn stopping_abandons_a_snapshot_being_written_and_the_data_dir_opens_again() {
+    let dir = TempDir::new("single-abandoned-snap");
+    let recorded = RecordingSm::default();
+    let (release, released) = std::sync::mpsc::channel();
+    let sm = DeferredSm {
+        inner: recorded.clone(),
+        release: Arc::new(std::sync::Mutex::new(released)),
+    };
+    let node = RaftNode::start(single_config(&dir, 10), sm, Arc::new(NoTransport)).unwrap();
+    node.wait_for_leader(Duration::from_secs(2)).await.unwrap();
+    propose_n(&node, 0..12).await;
+    // The encoder has written half and waits; let go while the node stops, its next write
+    // fails and it ends, so the stop does not leave it holding the database.
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        let _ = release.send(());
+    });
+    node.shutdown();
+    releaser.join().unwrap();
+
+    let again = RecordingSm::default();
+    let node = start(single_config(&dir, 0), again.clone());
+    assert_eq!(again.entries(), recorded.entries());
+    assert!(
+        node.status().snapshot_index <= 1,
+        "the abandoned snapshot was not installed: {:?}",
+        node.status()
+    );
+    node.shutdown();
+}
