@@ -249,14 +249,17 @@ impl RedbStore {
         };
         self.hard_state.term = self.hard_state.term.max(1);
         self.set_peers(peers);
-        self.write(
-            Some(SnapshotToSave {
-                meta,
-                data: SnapshotData::Bytes(data),
-            }),
-            &[],
-            true,
-        )
+        self.write_snapshot_durably(meta, data)
+    }
+
+    /// Writes a snapshot held in memory, durably, as the only write of its transaction.
+    fn write_snapshot_durably(
+        &mut self,
+        meta: SnapshotMetadata,
+        data: &[u8],
+    ) -> Result<(), RaftError> {
+        let data = SnapshotData::Bytes(data);
+        self.write(Some(SnapshotToSave { meta, data }), &[], true)
     }
 
     /// Replaces the configuration with `conf_state` by writing a snapshot of `data` (the state
@@ -282,14 +285,7 @@ impl RedbStore {
         };
         self.hard_state.commit = index;
         self.set_peers(peers);
-        self.write(
-            Some(SnapshotToSave {
-                meta,
-                data: SnapshotData::Bytes(data),
-            }),
-            &[],
-            true,
-        )
+        self.write_snapshot_durably(meta, data)
     }
 
     #[cfg(test)]

@@ -414,6 +414,20 @@ mod tests {
         }
     }
 
+    /// An allocation of job `a`'s group `g`, meant to run.
+    fn alloc_of_a(id: &str, node: &str, client_status: &str) -> Allocation {
+        Allocation {
+            id: id.into(),
+            namespace: "default".into(),
+            job_id: "a".into(),
+            node_id: node.into(),
+            task_group: "g".into(),
+            client_status: client_status.into(),
+            desired_status: ALLOC_DESIRED_RUN.into(),
+            ..Default::default()
+        }
+    }
+
     #[test]
     fn snapshot_round_trip_keeps_every_table_and_links_jobs() {
         let s = StateStore::new();
@@ -426,16 +440,7 @@ mod tests {
             ..Default::default()
         };
         s.upsert_job_with_source(6, j2, Some(source));
-        let alloc = Allocation {
-            id: "al1".into(),
-            namespace: "default".into(),
-            job_id: "a".into(),
-            node_id: "n1".into(),
-            task_group: "g".into(),
-            client_status: ALLOC_CLIENT_PENDING.into(),
-            desired_status: ALLOC_DESIRED_RUN.into(),
-            ..Default::default()
-        };
+        let alloc = alloc_of_a("al1", "n1", ALLOC_CLIENT_PENDING);
         let jv = s.snapshot().job("default", "a");
         s.upsert_plan_results(7, jv, vec![], vec![alloc], vec![]);
         s.upsert_node(
@@ -473,15 +478,12 @@ mod tests {
         s.upsert_job(5, job("a"));
         let count = PARALLEL_DECODE_MIN + 5;
         let allocs = (0..count)
-            .map(|i| Allocation {
-                id: format!("al{i:05}"),
-                namespace: "default".into(),
-                job_id: "a".into(),
-                node_id: format!("n{}", i % 7),
-                task_group: "g".into(),
-                client_status: ALLOC_CLIENT_RUNNING.into(),
-                desired_status: ALLOC_DESIRED_RUN.into(),
-                ..Default::default()
+            .map(|i| {
+                alloc_of_a(
+                    &format!("al{i:05}"),
+                    &format!("n{}", i % 7),
+                    ALLOC_CLIENT_RUNNING,
+                )
             })
             .collect();
         let jv = s.snapshot().job("default", "a");

@@ -325,18 +325,27 @@ impl crate::StateMachine for DeferredSm {
     }
 }
 
-#[tokio::test]
-async fn a_threshold_snapshot_encodes_off_the_raft_thread_while_entries_keep_committing() {
-    let dir = TempDir::new("single-deferred-snap");
+/// A node snapshotting every 10 entries through [`DeferredSm`], 12 entries in: its first
+/// threshold snapshot is half written and waits for the returned sender.
+async fn deferred_node_past_its_threshold(
+    dir: &TempDir,
+) -> (RaftNode, RecordingSm, std::sync::mpsc::Sender<()>) {
     let recorded = RecordingSm::default();
     let (release, released) = std::sync::mpsc::channel();
     let sm = DeferredSm {
         inner: recorded.clone(),
         release: Arc::new(std::sync::Mutex::new(released)),
     };
-    let node = RaftNode::start(single_config(&dir, 10), sm, Arc::new(NoTransport)).unwrap();
+    let node = RaftNode::start(single_config(dir, 10), sm, Arc::new(NoTransport)).unwrap();
     node.wait_for_leader(Duration::from_secs(2)).await.unwrap();
     propose_n(&node, 0..12).await;
+    (node, recorded, release)
+}
+
+#[tokio::test]
+async fn a_threshold_snapshot_encodes_off_the_raft_thread_while_entries_keep_committing() {
+    let dir = TempDir::new("single-deferred-snap");
+    let (node, recorded, release) = deferred_node_past_its_threshold(&dir).await;
     // The snapshot taken at the threshold is held in its encoder; the log goes on regardless.
     let more = propose_n(&node, 12..40).await;
     assert_eq!(recorded.len(), 40);
@@ -383,15 +392,7 @@ async fn a_threshold_snapshot_encodes_off_the_raft_thread_while_entries_keep_com
 #[tokio::test]
 async fn stopping_abandons_a_snapshot_being_written_and_the_data_dir_opens_again() {
     let dir = TempDir::new("single-abandoned-snap");
-    let recorded = RecordingSm::default();
-    let (release, released) = std::sync::mpsc::channel();
-    let sm = DeferredSm {
-        inner: recorded.clone(),
-        release: Arc::new(std::sync::Mutex::new(released)),
-    };
-    let node = RaftNode::start(single_config(&dir, 10), sm, Arc::new(NoTransport)).unwrap();
-    node.wait_for_leader(Duration::from_secs(2)).await.unwrap();
-    propose_n(&node, 0..12).await;
+    let (node, recorded, release) = deferred_node_past_its_threshold(&dir).await;
     // The encoder has written half and waits; let go while the node stops, its next write
     // fails and it ends, so the stop does not leave it holding the database.
     let releaser = std::thread::spawn(move || {
