@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use protobuf::Message as _;
 use raft::eraftpb::{
-    ConfChange, ConfChangeType, ConfChangeV2, ConfState, Entry, EntryType, Message,
+    ConfChange, ConfChangeType, ConfChangeV2, ConfState, Entry, EntryType, Message, MessageType,
     SnapshotMetadata,
 };
 use raft::{RawNode, SnapshotStatus, StateRole};
@@ -24,20 +24,36 @@ use crate::config::RaftConfig;
 use crate::error::RaftError;
 use crate::log_bridge;
 use crate::node::{Applied, LeaderState, Published, RaftStatus, StateMachine, Transport};
-use crate::peers::{PeerInfo, Recovery, read_recovery, unwrap_snapshot};
+use crate::peers::{PeerInfo, Recovery, read_recovery, unwrap_snapshot_reference};
 use crate::store::{RedbStore, SnapshotData, SnapshotToSave};
 
 type Reply = oneshot::Sender<Result<Applied, RaftError>>;
 type ReadReply = oneshot::Sender<Result<u64, RaftError>>;
 
 pub(crate) enum Command {
-    Propose { data: Vec<u8>, reply: Reply },
-    ProposeConfChange { change: ConfChangeV2, reply: Reply },
-    ReadIndex { reply: ReadReply },
+    Propose {
+        data: Vec<u8>,
+        reply: Reply,
+    },
+    ProposeConfChange {
+        change: ConfChangeV2,
+        reply: Reply,
+    },
+    ReadIndex {
+        reply: ReadReply,
+    },
     TransferLeader(u64),
     Step(Message),
+    /// A `MsgSnapshot` whose payload `IncomingSnapshot` received whole; `done` once handled.
+    StepSnapshot {
+        msg: Message,
+        done: oneshot::Sender<()>,
+    },
     ReportUnreachable(u64),
-    ReportSnapshot { peer: u64, delivered: bool },
+    ReportSnapshot {
+        peer: u64,
+        delivered: bool,
+    },
     Shutdown,
 }
 
@@ -83,6 +99,8 @@ pub(crate) struct Driver<S: StateMachine> {
     /// A snapshot being encoded on its own thread (`StateMachine::snapshot_deferred`): its
     /// metadata, fixed when it was taken, comes back with the data.
     snapshot_encoding: Option<SnapshotEncoding>,
+    /// Received snapshots stepped this turn, told once their Ready was handled.
+    snapshots_handed_over: Vec<oneshot::Sender<()>>,
     /// Settled proposals, answered by the next `publish`.
     answers: Vec<(Reply, Result<Applied, RaftError>)>,
     /// ReadIndex requests sent to the leader, by request context.
@@ -183,6 +201,7 @@ impl<S: StateMachine> Driver<S> {
             leading: None,
             snapshot_due: false,
             snapshot_encoding: None,
+            snapshots_handed_over: Vec::new(),
             answers: Vec::new(),
             reads_asked: HashMap::new(),
             reads_confirmed: Vec::new(),
@@ -255,12 +274,20 @@ impl<S: StateMachine> Driver<S> {
                 self.reads_confirmed.retain(|(_, reply)| !reply.is_closed());
             }
             self.process_ready()?;
+            for done in self.snapshots_handed_over.drain(..) {
+                let _ = done.send(());
+            }
             self.store_encoded_snapshot()?;
             self.publish(None);
             if shutdown {
                 return Ok(());
             }
         }
+    }
+
+    /// The store's file, for snapshot pieces read and written beside this thread.
+    pub(crate) fn database(&self) -> Arc<redb::Database> {
+        self.raw.store().database()
     }
 
     /// Handles one command; true means "shut down".
@@ -297,6 +324,20 @@ impl<S: StateMachine> Driver<S> {
                     tracing::info!(id = self.id, to, "transferring leadership");
                     self.raw.transfer_leader(to);
                 }
+            }
+            Command::Step(msg) if msg.get_msg_type() == MessageType::MsgSnapshot => {
+                // Its payload was not received: only `StepSnapshot` may carry a snapshot.
+                tracing::warn!(
+                    id = self.id,
+                    from = msg.from,
+                    "snapshot message without its payload ignored"
+                );
+            }
+            Command::StepSnapshot { msg, done } => {
+                if let Err(e) = self.raw.step(msg) {
+                    tracing::debug!(id = self.id, error = %e, "raft snapshot ignored");
+                }
+                self.snapshots_handed_over.push(done);
             }
             Command::Step(msg) => {
                 let from = msg.from;
@@ -369,17 +410,17 @@ impl<S: StateMachine> Driver<S> {
             self.send(rd.take_messages());
 
             let snapshot = rd.snapshot().clone();
-            let mut snapshot_payload: &[u8] = &[];
             if !snapshot.is_empty() {
-                let (book, payload) = unwrap_snapshot(snapshot.get_data()).map_err(|reason| {
+                let meta = snapshot.get_metadata();
+                let book = unwrap_snapshot_reference(snapshot.get_data()).map_err(|reason| {
                     RaftError::SnapshotRestore {
-                        index: snapshot.get_metadata().index,
+                        index: meta.index,
                         reason,
                     }
                 })?;
-                self.install_snapshot(snapshot.get_metadata(), payload)?;
+                let payload = self.raw.store().received_snapshot_data(meta)?;
+                self.install_snapshot(meta, &payload)?;
                 self.raw.mut_store().set_peers(book);
-                snapshot_payload = payload;
             }
             let committed = rd.take_committed_entries();
             self.apply(committed)?;
@@ -392,7 +433,7 @@ impl<S: StateMachine> Driver<S> {
             let durable = rd.must_sync();
             let snapshot_to_save = (!snapshot.is_empty()).then(|| SnapshotToSave {
                 meta: snapshot.get_metadata().clone(),
-                data: SnapshotData::Bytes(snapshot_payload),
+                data: SnapshotData::Received,
             });
             self.raw
                 .mut_store()

@@ -50,6 +50,10 @@ pub enum RaftError {
     /// The state machine refused a snapshot (corrupt or unknown payload).
     #[error("state machine cannot restore the snapshot at index {index}: {reason}")]
     SnapshotRestore { index: u64, reason: String },
+    /// A snapshot could not be sent to or received from another server (replaced meanwhile,
+    /// another one arriving, cut short); the leader sends it again.
+    #[error("snapshot transfer: {0}")]
+    SnapshotTransfer(String),
     /// `peers.json` is present but unusable; nothing was changed.
     #[error("raft recovery from peers.json: {0}")]
     Recovery(String),

@@ -5,6 +5,10 @@
 //! Proposals are group-committed: everything queued while the previous Ready was being
 //! written shares the next redb transaction, so one fsync covers many entries.
 //!
+//! Snapshots for followers travel beside the Raft message: `RaftNode::outgoing_snapshot` reads
+//! the payload piece by piece from redb, `RaftNode::incoming_snapshot` writes it piece by piece
+//! on the receiving server, and only then is the message stepped. A transport carries both.
+//!
 //! Membership: voters are raft ids; their RPC addresses (the `PeerBook`) travel in conf change
 //! contexts and in snapshots, so every server knows them. Reads can be made linearizable on any
 //! server with `read_index`. A `peers.json` beside the log forces a configuration after quorum
@@ -19,6 +23,7 @@ mod error;
 mod log_bridge;
 mod node;
 mod peers;
+mod snapshot_pieces;
 mod store;
 #[cfg(test)]
 mod test_support;
@@ -32,6 +37,7 @@ pub use node::{
     Transport,
 };
 pub use peers::{PEERS_JSON, PeerBook, PeerInfo};
+pub use snapshot_pieces::{IncomingSnapshot, OutgoingSnapshot, SnapshotHandedOver};
 pub use store::StorageStats;
 
 /// The raft crate's message types, for transports.

@@ -6,13 +6,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use raft::eraftpb::{ConfChangeSingle, ConfChangeType, ConfChangeV2, Message};
+use raft::eraftpb::{ConfChangeSingle, ConfChangeType, ConfChangeV2, Message, MessageType};
 use tokio::sync::{oneshot, watch};
 
 use crate::config::RaftConfig;
 use crate::driver::{Command, Driver};
 use crate::error::RaftError;
 use crate::peers::{PeerBook, PeerInfo};
+use crate::snapshot_pieces::{IncomingSnapshot, OutgoingSnapshot, ReceiveSlot};
 use crate::store::StorageStats;
 
 /// The replicated state machine. Every server applies the same entries in the same order.
@@ -178,6 +179,11 @@ struct Inner {
     published: Arc<Published>,
     shutting_down: AtomicBool,
     driver: Mutex<Option<JoinHandle<()>>>,
+    /// The store's file: snapshot pieces are read for followers and written as they arrive
+    /// from the leader beside the driver thread, never passing through it. Weak: a stopped
+    /// node lets go of the file, so its data dir can be opened again.
+    db: std::sync::Weak<redb::Database>,
+    receive_slot: Arc<ReceiveSlot>,
 }
 
 /// A handle on a running node. Cheap to clone; every clone drives the same node.
@@ -211,6 +217,7 @@ impl RaftNode {
             ..RaftStatus::default()
         }));
         let driver = Driver::open(&cfg, sm, transport, rx, Arc::clone(&published))?;
+        let db = Arc::downgrade(&driver.database());
         let handle = std::thread::Builder::new()
             .name(format!("raft-{}", cfg.id))
             .spawn(move || driver.run())
@@ -225,6 +232,8 @@ impl RaftNode {
                 published,
                 shutting_down: AtomicBool::new(false),
                 driver: Mutex::new(Some(handle)),
+                db,
+                receive_slot: Arc::default(),
             }),
         })
     }
@@ -331,6 +340,39 @@ impl RaftNode {
     /// node are dropped, as a network would.
     pub fn step(&self, msg: Message) {
         let _ = self.inner.commands.send(Command::Step(msg));
+    }
+
+    /// The payload of the snapshot `msg` (a `MsgSnapshot` this node sent) announces, piece by
+    /// piece, for the transport to send beside the message. An error if it is not a
+    /// snapshot message or a newer snapshot replaced that one meanwhile (report the snapshot
+    /// failed: raft sends the newer one).
+    pub fn outgoing_snapshot(&self, msg: &Message) -> Result<OutgoingSnapshot, RaftError> {
+        if msg.get_msg_type() != MessageType::MsgSnapshot {
+            return Err(RaftError::SnapshotTransfer(format!(
+                "a {:?} carries no snapshot",
+                msg.get_msg_type()
+            )));
+        }
+        let meta = msg.get_snapshot().get_metadata();
+        OutgoingSnapshot::open(&*self.database()?, meta.index, meta.term)
+    }
+
+    /// Starts receiving a snapshot's payload from the leader; [`IncomingSnapshot::finish`]
+    /// then hands raft the message that announced it. One at a time: an error while another
+    /// is being received.
+    pub fn incoming_snapshot(&self) -> Result<IncomingSnapshot, RaftError> {
+        if self.inner.shutting_down.load(Ordering::Acquire) {
+            return Err(RaftError::ShuttingDown);
+        }
+        IncomingSnapshot::begin(
+            self.database()?,
+            self.inner.receive_slot.clone(),
+            self.inner.commands.clone(),
+        )
+    }
+
+    fn database(&self) -> Result<Arc<redb::Database>, RaftError> {
+        self.inner.db.upgrade().ok_or(RaftError::ShuttingDown)
     }
 
     /// Tells Raft that the transport could not reach `peer`, so the leader probes it again

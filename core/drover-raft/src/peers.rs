@@ -53,35 +53,23 @@ pub(crate) fn decode_book(data: &[u8]) -> Result<PeerBook, String> {
     serde_json::from_slice(data).map_err(|e| format!("undecodable peer book: {e}"))
 }
 
-/// Snapshots sent to followers are `MAGIC | u32 LE book length | book JSON | state payload`.
-const ENVELOPE_MAGIC: &[u8; 6] = b"DRSNP1";
+/// A snapshot message to a follower carries `MAGIC | peer book JSON`: the state payload
+/// travels beside the message, piece by piece (`OutgoingSnapshot`, `IncomingSnapshot`).
+const ENVELOPE_MAGIC: &[u8; 6] = b"DRSNB1";
 
-/// Wraps a state machine payload with the peer book, for a follower.
-pub(crate) fn wrap_snapshot(book: &PeerBook, payload: &[u8]) -> Vec<u8> {
-    let book = encode_book(book);
-    let mut out = Vec::with_capacity(ENVELOPE_MAGIC.len() + 4 + book.len() + payload.len());
-    out.extend_from_slice(ENVELOPE_MAGIC);
-    // The book of a cluster of a few servers is far below 4 GiB.
-    out.extend_from_slice(&(book.len() as u32).to_le_bytes());
-    out.extend_from_slice(&book);
-    out.extend_from_slice(payload);
+/// The data of a snapshot message for a follower: the peer book.
+pub(crate) fn wrap_snapshot_reference(book: &PeerBook) -> Vec<u8> {
+    let mut out = ENVELOPE_MAGIC.to_vec();
+    out.extend_from_slice(&encode_book(book));
     out
 }
 
-/// Splits a snapshot received from the leader into its peer book and state payload.
-pub(crate) fn unwrap_snapshot(data: &[u8]) -> Result<(PeerBook, &[u8]), String> {
-    let rest = data
+/// The peer book of a snapshot message from the leader.
+pub(crate) fn unwrap_snapshot_reference(data: &[u8]) -> Result<PeerBook, String> {
+    let book = data
         .strip_prefix(ENVELOPE_MAGIC.as_slice())
-        .ok_or_else(|| "not a drover raft snapshot (bad magic)".to_string())?;
-    let (len, rest) = rest
-        .split_first_chunk::<4>()
-        .ok_or_else(|| "truncated raft snapshot envelope".to_string())?;
-    let len = u32::from_le_bytes(*len) as usize;
-    if rest.len() < len {
-        return Err("truncated raft snapshot envelope".into());
-    }
-    let (book, payload) = rest.split_at(len);
-    Ok((decode_book(book)?, payload))
+        .ok_or_else(|| "not a drover raft snapshot message (bad magic)".to_string())?;
+    decode_book(book)
 }
 
 /// One entry of Nomad's `peers.json` for Raft protocol 3.
@@ -166,18 +154,17 @@ mod tests {
     fn snapshot_envelope_round_trips_and_refuses_garbage() {
         let mut book = PeerBook::new();
         book.insert(7, PeerInfo::new("127.0.0.1:4647", "a.global"));
-        let wrapped = wrap_snapshot(&book, b"state");
-        let (got, payload) = unwrap_snapshot(&wrapped).unwrap();
-        assert_eq!((got, payload), (book, b"state".as_slice()));
+        let wrapped = wrap_snapshot_reference(&book);
+        assert_eq!(unwrap_snapshot_reference(&wrapped).unwrap(), book);
         assert!(
-            unwrap_snapshot(b"TSM1{}")
+            unwrap_snapshot_reference(b"TSM1{}")
                 .unwrap_err()
                 .contains("bad magic")
         );
         assert!(
-            unwrap_snapshot(&wrapped[..9])
+            unwrap_snapshot_reference(&wrapped[..9])
                 .unwrap_err()
-                .contains("truncated")
+                .contains("undecodable peer book")
         );
     }
 

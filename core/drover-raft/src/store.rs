@@ -14,43 +14,31 @@
 use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use protobuf::Message as _;
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot, SnapshotMetadata};
 use raft::{GetEntriesContext, RaftState, Storage, StorageError};
 
-use redb::{
-    Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition,
-};
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
 
 use crate::error::RaftError;
-use crate::peers::{PeerBook, decode_book, encode_book, wrap_snapshot};
+use crate::peers::{PeerBook, decode_book, encode_book, wrap_snapshot_reference};
+use crate::snapshot_pieces::{
+    SNAPSHOT_CHUNK_BYTES, SNAPSHOT_CHUNKS, SNAPSHOT_RECEIVED, SNAPSHOT_STAGED, SnapshotStager,
+    forget_received, read_pieces, read_received,
+};
 
 /// Raft log: index -> protobuf-encoded `Entry`.
 const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("raft_log");
 /// Everything else, each under its own key, protobuf-encoded where it is a raft type.
-const META: TableDefinition<&str, &[u8]> = TableDefinition::new("raft_meta");
+pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("raft_meta");
 
 const KEY_FORMAT: &str = "format";
 const KEY_HARD_STATE: &str = "hard_state";
 const KEY_CONF_STATE: &str = "conf_state";
-const KEY_SNAPSHOT_META: &str = "snapshot_meta";
+pub(crate) const KEY_SNAPSHOT_META: &str = "snapshot_meta";
 /// The snapshot payload as one value, as files written before `SNAPSHOT_CHUNKS` hold it.
-const KEY_SNAPSHOT_DATA: &str = "snapshot_data";
-/// The snapshot payload in pieces, by position: redb refuses values over 3 GiB, and the state
-/// of a million allocations comes close to that.
-const SNAPSHOT_CHUNKS: TableDefinition<u32, &[u8]> = TableDefinition::new("raft_snapshot_chunks");
-/// A snapshot being written by [`SnapshotStager`], piece by piece, before it replaces the one
-/// in `SNAPSHOT_CHUNKS` (by renaming the table, in the transaction that compacts the log).
-const SNAPSHOT_STAGED: TableDefinition<u32, &[u8]> = TableDefinition::new("raft_snapshot_staged");
-/// Size of one piece of the snapshot payload (tiny in tests, so every snapshot there has many):
-/// what a snapshot being written holds in memory at most. Files written with other sizes read
-/// the same.
-#[cfg(not(test))]
-const SNAPSHOT_CHUNK_BYTES: usize = 8 * 1024 * 1024;
-#[cfg(test)]
-const SNAPSHOT_CHUNK_BYTES: usize = 4;
+pub(crate) const KEY_SNAPSHOT_DATA: &str = "snapshot_data";
 /// The peer book (raft id -> RPC address), JSON.
 const KEY_PEERS: &str = "peers";
 
@@ -69,6 +57,8 @@ pub(crate) enum SnapshotData<'a> {
     Bytes(&'a [u8]),
     /// Already written by a [`SnapshotStager`] that finished: `write` only swaps it in.
     Staged,
+    /// Received whole from the leader (`IncomingSnapshot`): `write` only swaps it in.
+    Received,
 }
 
 /// Counters of redb write transactions, for group-commit checks and metrics.
@@ -459,13 +449,17 @@ impl RedbStore {
     /// A writer of the next snapshot's payload, for another thread: it replaces whatever an
     /// earlier, unfinished one left in the staging table.
     pub fn snapshot_stager(&self) -> SnapshotStager {
-        SnapshotStager {
-            db: self.db.clone(),
-            piece: Vec::new(),
-            next: 0,
-            written: 0,
-            abandoned: Arc::new(AtomicBool::new(false)),
-        }
+        SnapshotStager::new(self.db.clone())
+    }
+
+    /// The file, for what reads and writes snapshot pieces beside the driver thread.
+    pub fn database(&self) -> Arc<Database> {
+        self.db.clone()
+    }
+
+    /// The payload of the snapshot at `meta` as received from the leader.
+    pub fn received_snapshot_data(&self, meta: &SnapshotMetadata) -> Result<Vec<u8>, RaftError> {
+        read_received(&self.db, meta)
     }
 
     /// Reads the newest snapshot's payload.
@@ -482,7 +476,7 @@ impl RedbStore {
             .map_err(|e| RaftError::storage("read snapshot", e))?
         {
             Some(v) => Some(v.value().to_vec()),
-            None => read_snapshot_chunks(&txn)?,
+            None => read_pieces(&txn, SNAPSHOT_CHUNKS)?,
         };
         data.ok_or_else(|| {
             RaftError::CorruptStorage(format!(
@@ -588,13 +582,20 @@ impl RedbStore {
                                 .map_err(|e| RaftError::storage("write snapshot", e))?;
                         }
                     }
-                    SnapshotData::Staged => {
+                    SnapshotData::Staged | SnapshotData::Received => {
+                        let written = match snap.data {
+                            SnapshotData::Received => {
+                                forget_received(&mut meta)?;
+                                SNAPSHOT_RECEIVED
+                            }
+                            _ => SNAPSHOT_STAGED,
+                        };
                         // Dropping the old pieces and renaming the new ones costs the same
                         // whatever their size: nothing is copied.
                         txn.delete_table(SNAPSHOT_CHUNKS)
                             .map_err(|e| RaftError::storage("drop old snapshot", e))?;
-                        txn.rename_table(SNAPSHOT_STAGED, SNAPSHOT_CHUNKS)
-                            .map_err(|e| RaftError::storage("install staged snapshot", e))?;
+                        txn.rename_table(written, SNAPSHOT_CHUNKS)
+                            .map_err(|e| RaftError::storage("install snapshot", e))?;
                     }
                 }
             }
@@ -665,132 +666,11 @@ impl RedbStore {
     }
 }
 
-/// Writes a snapshot's payload into the staging table as it comes, a piece
-/// (`SNAPSHOT_CHUNK_BYTES`) per write transaction, so memory holds one piece at most.
-/// [`SnapshotStager::finish`] writes the last; a `write` with [`SnapshotData::Staged`] then
-/// installs it.
-pub(crate) struct SnapshotStager {
-    db: Arc<Database>,
-    piece: Vec<u8>,
-    next: u32,
-    written: u64,
-    /// Set by the node stopping: the next write fails, so the encoder ends (and lets go of
-    /// the database) within one piece instead of finishing a snapshot nobody will install.
-    abandoned: Arc<AtomicBool>,
-}
-
-impl SnapshotStager {
-    /// What makes this stager's writes fail from now on.
-    pub fn abandon_handle(&self) -> Arc<AtomicBool> {
-        self.abandoned.clone()
-    }
-
-    /// Writes what is buffered as the next piece (the first one also empties the table).
-    fn write_piece(&mut self) -> std::io::Result<()> {
-        let io = |what: &str, e: &dyn std::fmt::Display| {
-            std::io::Error::other(format!("{what} (staged snapshot): {e}"))
-        };
-        let mut txn = self.db.begin_write().map_err(|e| io("begin write", &e))?;
-        // Made durable with the compaction that installs it, by the next durable commit.
-        txn.set_durability(Durability::None)
-            .map_err(|e| io("set durability", &e))?;
-        {
-            let mut table = txn
-                .open_table(SNAPSHOT_STAGED)
-                .map_err(|e| io("open table", &e))?;
-            if self.next == 0 {
-                table
-                    .retain(|_, _| false)
-                    .map_err(|e| io("drop unfinished snapshot", &e))?;
-            }
-            table
-                .insert(self.next, self.piece.as_slice())
-                .map_err(|e| io("write piece", &e))?;
-        }
-        txn.commit().map_err(|e| io("commit", &e))?;
-        self.written += self.piece.len() as u64;
-        self.next += 1;
-        self.piece.clear();
-        Ok(())
-    }
-
-    /// Writes the last piece (an empty payload is one empty piece); returns the payload's size.
-    pub fn finish(mut self) -> std::io::Result<u64> {
-        if !self.piece.is_empty() || self.next == 0 {
-            self.write_piece()?;
-        }
-        Ok(self.written)
-    }
-}
-
-impl std::io::Write for SnapshotStager {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        if self.abandoned.load(Ordering::Relaxed) {
-            return Err(std::io::Error::other(
-                "snapshot abandoned: the raft node is stopping",
-            ));
-        }
-        if self.piece.capacity() == 0 {
-            self.piece.reserve_exact(SNAPSHOT_CHUNK_BYTES);
-        }
-        let room = SNAPSHOT_CHUNK_BYTES - self.piece.len();
-        let taken = buf.len().min(room);
-        self.piece.extend_from_slice(&buf[..taken]);
-        if self.piece.len() == SNAPSHOT_CHUNK_BYTES {
-            self.write_piece()?;
-        }
-        Ok(taken)
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// The snapshot payload from its pieces; `None` when there are none.
-fn read_snapshot_chunks(txn: &redb::ReadTransaction) -> Result<Option<Vec<u8>>, RaftError> {
-    let chunks = match txn.open_table(SNAPSHOT_CHUNKS) {
-        Ok(t) => t,
-        // A file that never stored a snapshot in pieces has no such table.
-        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
-        Err(e) => return Err(RaftError::storage("open snapshot table", e)),
-    };
-    // Sized once from the first piece (every piece but the last is as large): a payload of
-    // gigabytes grown by doubling would be copied and faulted in again and again.
-    let capacity = match chunks
-        .first()
-        .map_err(|e| RaftError::storage("read snapshot", e))?
-    {
-        Some((_, first)) => {
-            let pieces = chunks
-                .len()
-                .map_err(|e| RaftError::storage("read snapshot", e))?;
-            (pieces as usize).saturating_mul(first.value().len())
-        }
-        None => 0,
-    };
-    let mut data: Option<Vec<u8>> = None;
-    let rows = chunks
-        .range::<u32>(..)
-        .map_err(|e| RaftError::storage("read snapshot", e))?;
-    for (expected, row) in (0u32..).zip(rows) {
-        let (key, value) = row.map_err(|e| RaftError::storage("read snapshot", e))?;
-        if key.value() != expected {
-            return Err(RaftError::CorruptStorage(format!(
-                "snapshot piece {expected} is missing"
-            )));
-        }
-        data.get_or_insert_with(|| Vec::with_capacity(capacity))
-            .extend_from_slice(value.value());
-    }
-    Ok(data)
-}
-
 fn encode(msg: &impl protobuf::Message) -> Result<Vec<u8>, RaftError> {
     msg.write_to_bytes().map_err(RaftError::from_codec)
 }
 
-fn read_proto<M: protobuf::Message>(
+pub(crate) fn read_proto<M: protobuf::Message>(
     table: &impl ReadableTable<&'static str, &'static [u8]>,
     key: &'static str,
 ) -> Result<Option<M>, RaftError> {
@@ -854,28 +734,20 @@ impl Storage for RedbStore {
         Ok(RedbStore::last_index(self))
     }
 
-    fn snapshot(&self, request_index: u64, to: u64) -> raft::Result<Snapshot> {
+    fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<Snapshot> {
         // "Temporarily unavailable" makes raft retry later instead of treating it as fatal.
         if self.snapshot_meta.index == 0 || self.snapshot_meta.index < request_index {
             return Err(raft::Error::Store(
                 StorageError::SnapshotTemporarilyUnavailable,
             ));
         }
-        match self.snapshot_data() {
-            Ok(data) => {
-                let mut snapshot = Snapshot::default();
-                snapshot.set_metadata(self.snapshot_meta.clone());
-                // The follower learns the addresses of the configuration with it.
-                snapshot.set_data(wrap_snapshot(&self.peers, &data).into());
-                Ok(snapshot)
-            }
-            Err(e) => {
-                tracing::error!(to, error = %e, "cannot read the snapshot to send to a follower");
-                Err(raft::Error::Store(
-                    StorageError::SnapshotTemporarilyUnavailable,
-                ))
-            }
-        }
+        let mut snapshot = Snapshot::default();
+        snapshot.set_metadata(self.snapshot_meta.clone());
+        // The message carries the peer book only (the follower learns the configuration's
+        // addresses with it); the transport sends the payload beside it, piece by piece
+        // (`OutgoingSnapshot`), so it is never read whole here.
+        snapshot.set_data(wrap_snapshot_reference(&self.peers).into());
+        Ok(snapshot)
     }
 }
 
@@ -1188,8 +1060,14 @@ mod tests {
         );
         let snap = store.snapshot(0, 2).unwrap();
         assert_eq!(snap.get_metadata().index, 6);
-        let (_, payload) = crate::peers::unwrap_snapshot(snap.get_data()).unwrap();
-        assert_eq!(payload, b"state@6");
+        // The message names the snapshot; its payload goes beside it.
+        assert!(crate::peers::unwrap_snapshot_reference(snap.get_data()).is_ok());
+        let pieces: Vec<u8> = crate::snapshot_pieces::OutgoingSnapshot::open(&store.db, 6, 1)
+            .unwrap()
+            .map(Result::unwrap)
+            .flatten()
+            .collect();
+        assert_eq!(pieces, b"state@6");
     }
 
     #[test]

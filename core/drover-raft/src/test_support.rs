@@ -120,17 +120,44 @@ impl Transport for MemNetwork {
         for msg in msgs {
             let (from, to) = (msg.from, msg.to);
             let delivered = !isolated.contains(&from) && !isolated.contains(&to);
-            let is_snapshot = msg.get_msg_type() == MessageType::MsgSnapshot;
-            if delivered && let Some(node) = nodes.get(&to) {
-                node.step(msg);
-            } else if let Some(node) = nodes.get(&from) {
-                node.report_unreachable(to);
-            }
-            if is_snapshot && let Some(node) = nodes.get(&from) {
-                node.report_snapshot(to, delivered && nodes.contains_key(&to));
+            let target = nodes.get(&to).filter(|_| delivered);
+            match (msg.get_msg_type(), target, nodes.get(&from)) {
+                (MessageType::MsgSnapshot, Some(target), Some(sender)) => {
+                    // As a real transport: the payload beside the message, off the sender's
+                    // driver thread.
+                    let (target, sender) = (target.clone(), sender.clone());
+                    std::thread::spawn(move || {
+                        let delivered = deliver_snapshot(&sender, &target, msg);
+                        if let Err(e) = &delivered {
+                            tracing::debug!(from, to, error = %e, "snapshot not delivered");
+                        }
+                        sender.report_snapshot(to, delivered.is_ok());
+                    });
+                }
+                (MessageType::MsgSnapshot, None, Some(sender)) => {
+                    sender.report_unreachable(to);
+                    sender.report_snapshot(to, false);
+                }
+                (_, Some(target), _) => target.step(msg),
+                (_, None, Some(sender)) => sender.report_unreachable(to),
+                (_, None, None) => {}
             }
         }
     }
+}
+
+/// Sends the payload of snapshot `msg` from `sender` to `target` piece by piece, then the
+/// message; returns once the target handled it.
+pub fn deliver_snapshot(
+    sender: &RaftNode,
+    target: &RaftNode,
+    msg: Message,
+) -> Result<(), crate::RaftError> {
+    let mut incoming = target.incoming_snapshot()?;
+    for piece in sender.outgoing_snapshot(&msg)? {
+        incoming.write(&piece?)?;
+    }
+    incoming.finish(msg)?.wait()
 }
 
 /// Polls `cond` every few ms until it holds; panics with `what` after `timeout`.

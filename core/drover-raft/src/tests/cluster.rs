@@ -447,3 +447,74 @@ async fn an_unusable_peers_json_fails_start_and_changes_nothing() {
     assert_eq!(cluster.sm(1).len(), 3);
     cluster.shutdown();
 }
+
+/// The `MsgSnapshot` leader `from` would send `to` for its newest snapshot (every entry was
+/// proposed in the leader's term, so that is the snapshot's term too).
+fn snapshot_message(from: &RaftNode, to: u64, voters: &[u64]) -> raft::eraftpb::Message {
+    let status = from.status();
+    let mut msg = raft::eraftpb::Message::default();
+    msg.set_msg_type(raft::eraftpb::MessageType::MsgSnapshot);
+    (msg.from, msg.to, msg.term) = (from.id(), to, status.term);
+    let snapshot = msg.mut_snapshot();
+    let meta = snapshot.mut_metadata();
+    (meta.index, meta.term) = (status.snapshot_index, status.term);
+    meta.mut_conf_state().voters = voters.to_vec();
+    snapshot.data = crate::peers::wrap_snapshot_reference(&book(voters)).into();
+    msg
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_cut_short_or_stepped_without_its_payload_changes_nothing() {
+    let mut cluster = Cluster::new("cluster-snapshot-cut");
+    cluster.start(1, vec![1, 2, 3], 10);
+    cluster.start(2, vec![1, 2, 3], 10);
+    let leader = cluster.leader_among(&[1, 2]).await;
+    propose_n(cluster.node(leader), 0..35).await;
+    cluster.net.isolate(3);
+    cluster.start(3, vec![1, 2, 3], 10);
+    let msg = snapshot_message(cluster.node(leader), 3, &[1, 2, 3]);
+    let payload: Vec<Vec<u8>> = cluster
+        .node(leader)
+        .outgoing_snapshot(&msg)
+        .expect("the leader's newest snapshot")
+        .map(Result::unwrap)
+        .collect();
+    assert!(payload.len() > 2, "sent in many pieces");
+
+    // Half the pieces, then the stream breaks; meanwhile a second sender is refused.
+    let mut incoming = cluster.node(3).incoming_snapshot().unwrap();
+    for piece in &payload[..payload.len() / 2] {
+        incoming.write(piece).unwrap();
+    }
+    let second = cluster.node(3).incoming_snapshot();
+    assert!(
+        matches!(&second, Err(RaftError::SnapshotTransfer(why)) if why.contains("another snapshot")),
+        "{:?}",
+        second.err()
+    );
+    drop(incoming);
+    // The message alone, as a transport that lost the payload would deliver it.
+    cluster.node(3).step(msg.clone());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(cluster.sm(3).restored_at.lock().unwrap().is_empty());
+    assert!(cluster.sm(3).entries().is_empty());
+
+    // A snapshot replaced on the leader is no longer offered under its old name.
+    propose_n(cluster.node(leader), 35..50).await;
+    let replaced = cluster.node(leader).outgoing_snapshot(&msg);
+    assert!(
+        matches!(&replaced, Err(RaftError::SnapshotTransfer(why)) if why.contains("no longer stored")),
+        "{:?}",
+        replaced.err()
+    );
+
+    // Reachable again, node 3 gets the newest snapshot whole and the log after it.
+    cluster.net.heal(3);
+    let expected = cluster.sm(leader).entries();
+    eventually("node 3 caught up", WAIT, || {
+        cluster.sm(3).entries() == expected
+    })
+    .await;
+    assert_eq!(cluster.sm(3).restored_at.lock().unwrap().len(), 1);
+    cluster.shutdown();
+}
