@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use drover_raft::eraftpb::Message;
-use drover_raft::{RaftNode, Transport};
+use drover_raft::{IncomingSnapshot, RaftNode, Transport};
 pub use drover_tls::PeerRole;
 
 /// A boxed future, as the traits here return them (they are used as trait objects).
@@ -34,6 +34,13 @@ pub enum HandlerError {
 pub trait Handler: Send + Sync + 'static {
     /// Raft messages from the peer at `from_addr`, in its send order.
     fn raft(&self, from_addr: String, messages: Vec<Message>);
+    /// A raft snapshot from raft id `from` at `from_addr` begins to arrive: where its payload
+    /// goes ([`RaftNode::incoming_snapshot`]). Refused before Raft runs, like `raft`'s
+    /// messages are dropped then. The default refuses: a handler without Raft.
+    fn incoming_snapshot(&self, from_addr: &str, from: u64) -> Result<IncomingSnapshot, String> {
+        let _ = (from_addr, from);
+        Err("this server runs no raft".into())
+    }
     /// One endpoint call from `from_addr` (empty for clients): `method` names it. `role` is
     /// what the caller's certificate says it is ([`PeerRole::Unchecked`] without TLS or
     /// without `verify_server_hostname`).

@@ -654,11 +654,12 @@ impl<S: StateMachine> Driver<S> {
         if since == 0 || !(threshold_reached || self.snapshot_due) {
             return Ok(());
         }
-        // Threshold snapshots of a state machine that can encode off this thread do so; one
-        // at a time. Those due for a configuration change are taken here and now: a server
-        // just added may be waiting for one that names it.
-        let deferred = !self.snapshot_due;
-        if deferred && self.snapshot_encoding.is_some() {
+        // A state machine that can encode off this thread does so, one snapshot at a time:
+        // one due for a configuration change waits for the encoding in flight (taken before
+        // the change) and is taken next. Until it is installed, a server just added gets no
+        // snapshot (`Storage::snapshot` offers none that does not name it), rather than this
+        // thread stopping the log to encode gigabytes.
+        if self.snapshot_encoding.is_some() {
             return Ok(());
         }
         self.snapshot_due = false;
@@ -674,7 +675,7 @@ impl<S: StateMachine> Driver<S> {
             conf_state: Some(store.conf_state().clone()).into(),
             ..SnapshotMetadata::default()
         };
-        if deferred && let Some(encode) = self.sm.snapshot_deferred() {
+        if let Some(encode) = self.sm.snapshot_deferred() {
             let mut stager = self.raw.store().snapshot_stager();
             let abandon = stager.abandon_handle();
             let (tx, rx) = std::sync::mpsc::channel();

@@ -734,9 +734,16 @@ impl Storage for RedbStore {
         Ok(RedbStore::last_index(self))
     }
 
-    fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<Snapshot> {
-        // "Temporarily unavailable" makes raft retry later instead of treating it as fatal.
-        if self.snapshot_meta.index == 0 || self.snapshot_meta.index < request_index {
+    fn snapshot(&self, request_index: u64, to: u64) -> raft::Result<Snapshot> {
+        // "Temporarily unavailable" makes raft retry later instead of treating it as fatal. A
+        // server added after the newest snapshot was taken would refuse it (raft-rs restores
+        // no snapshot whose configuration lacks it): the one due for the change is coming.
+        let conf = self.snapshot_meta.get_conf_state();
+        let names_target = conf.voters.contains(&to) || conf.learners.contains(&to);
+        if self.snapshot_meta.index == 0
+            || self.snapshot_meta.index < request_index
+            || !names_target
+        {
             return Err(raft::Error::Store(
                 StorageError::SnapshotTemporarilyUnavailable,
             ));
@@ -1037,7 +1044,7 @@ mod tests {
             store
                 .write(
                     Some(SnapshotToSave {
-                        meta: snapshot_meta(6, 1, vec![1]),
+                        meta: snapshot_meta(6, 1, vec![1, 2]),
                         data: SnapshotData::Bytes(b"state@6"),
                     }),
                     &[],
@@ -1060,12 +1067,18 @@ mod tests {
         );
         let snap = store.snapshot(0, 2).unwrap();
         assert_eq!(snap.get_metadata().index, 6);
+        // A server the snapshot's configuration does not name would refuse it: none offered.
+        assert_eq!(
+            store.snapshot(0, 3),
+            Err(raft::Error::Store(
+                StorageError::SnapshotTemporarilyUnavailable
+            ))
+        );
         // The message names the snapshot; its payload goes beside it.
         assert!(crate::peers::unwrap_snapshot_reference(snap.get_data()).is_ok());
         let pieces: Vec<u8> = crate::snapshot_pieces::OutgoingSnapshot::open(&store.db, 6, 1)
             .unwrap()
-            .map(Result::unwrap)
-            .flatten()
+            .flat_map(Result::unwrap)
             .collect();
         assert_eq!(pieces, b"state@6");
     }

@@ -13,7 +13,7 @@ use tonic::{Code, Request};
 use crate::MAX_MESSAGE_BYTES;
 use crate::faults::Faults;
 use crate::proto::drover_client::DroverClient;
-use crate::proto::{CallRequest, RaftBatch, SessionDown, SessionUp, TunnelFrame};
+use crate::proto::{CallRequest, RaftBatch, SessionDown, SessionUp, SnapshotPiece, TunnelFrame};
 use crate::tunnel::{TunnelIo, TunnelTarget, bridge};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -177,6 +177,35 @@ impl RpcClient {
                 })
             }
         }
+    }
+}
+
+impl RpcClient {
+    /// Sends a raft snapshot to the server at `addr`: `pieces` are its stream (the message
+    /// first, see `transport::send_snapshot`). Resolves once the follower handled it.
+    pub async fn install_snapshot(
+        &self,
+        addr: &str,
+        pieces: impl tokio_stream::Stream<Item = SnapshotPiece> + Send + 'static,
+        timeout: Duration,
+    ) -> Result<(), RpcError> {
+        let mut stub = self.stub(addr).await?;
+        match tokio::time::timeout(timeout, stub.install_snapshot(Request::new(pieces))).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(status)) => Err(self.failure(addr, status)),
+            Err(_) => {
+                self.evict(addr);
+                Err(RpcError::Failed {
+                    addr: addr.to_string(),
+                    reason: format!("snapshot not installed within {timeout:?}"),
+                })
+            }
+        }
+    }
+
+    /// The address other servers reach this one at.
+    pub(crate) fn own_addr(&self) -> &str {
+        &self.own_addr
     }
 }
 

@@ -1,7 +1,8 @@
 //! drover-rpc: the RPC between Drover servers, and from clients to servers, over gRPC
 //! (tonic) on the RPC port (4647 by default).
 //!
-//! Two calls: `Raft` carries raft-rs messages (protobuf bytes inside our own message) and
+//! `Raft` carries raft-rs messages (protobuf bytes inside our own message), `InstallSnapshot`
+//! a raft snapshot message with its payload streamed in pieces beside it, and
 //! `Call` carries one endpoint request as JSON (method name + body). This crate moves bytes
 //! and knows nothing of what the endpoints mean: the server implements `drover_net::Handler`,
 //! and [`GrpcNet`] implements the server's `drover_net::PeerNet` with what follows.
@@ -44,7 +45,8 @@ pub use service::serve;
 pub use transport::RaftTransport;
 pub use tunnel::{TunnelAcceptor, TunnelError, TunnelHub, TunnelIo, TunnelTarget, keep_session};
 
-/// Largest message either side accepts: raft snapshots and operator restores travel whole.
+/// Largest message either side accepts: operator snapshot restores travel whole (raft
+/// snapshots go in pieces, `InstallSnapshot`).
 pub const MAX_MESSAGE_BYTES: usize = 512 * 1024 * 1024;
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ use crate::MAX_MESSAGE_BYTES;
 use crate::faults::Faults;
 use crate::proto::drover_server::{Drover, DroverServer};
 use crate::proto::{
-    CallReply, CallRequest, RaftAck, RaftBatch, SessionDown, SessionUp, TunnelFrame,
+    CallReply, CallRequest, RaftAck, RaftBatch, SessionDown, SessionUp, SnapshotPiece, TunnelFrame,
 };
 use crate::tunnel::{TunnelError, TunnelHub, TunnelTarget, bridge};
 
@@ -174,6 +174,62 @@ impl Drover for Service {
             messages.push(message);
         }
         self.handler.raft(batch.from_addr, messages);
+        Ok(Response::new(RaftAck {}))
+    }
+
+    async fn install_snapshot(
+        &self,
+        request: Request<Streaming<SnapshotPiece>>,
+    ) -> Result<Response<RaftAck>, Status> {
+        let role = role_of(&request);
+        if !role.may_act_as_server() {
+            return Err(Status::permission_denied(format!(
+                "raft snapshots need a server certificate (server.<region>.nomad); the caller's is {role:?}"
+            )));
+        }
+        let mut pieces = request.into_inner();
+        let first = pieces
+            .message()
+            .await?
+            .ok_or_else(|| Status::invalid_argument("a snapshot stream with no pieces"))?;
+        if self.faults.blocks(&first.from_addr) {
+            return Err(Status::unavailable("dropped by the test fault filter"));
+        }
+        let msg = Message::parse_from_bytes(&first.message)
+            .map_err(|e| Status::invalid_argument(format!("undecodable raft message: {e}")))?;
+        let mut incoming = self
+            .handler
+            .incoming_snapshot(&first.from_addr, msg.from)
+            .map_err(Status::unavailable)?;
+        let transfer = |e: drover_raft::RaftError| Status::unavailable(e.to_string());
+        let payload_bytes = loop {
+            let piece = pieces.message().await?.ok_or_else(|| {
+                Status::aborted("the snapshot stream ended before its last piece")
+            })?;
+            if !piece.data.is_empty() {
+                // One redb transaction per piece: off the runtime's workers.
+                incoming = tokio::task::spawn_blocking(move || {
+                    incoming.write(&piece.data).map(|()| incoming)
+                })
+                .await
+                .map_err(|e| Status::internal(e.to_string()))?
+                .map_err(transfer)?;
+            }
+            if piece.last {
+                break piece.payload_bytes;
+            }
+        };
+        if incoming.received() != payload_bytes {
+            return Err(Status::invalid_argument(format!(
+                "snapshot payload of {} bytes received, {payload_bytes} announced",
+                incoming.received()
+            )));
+        }
+        let handed_over = tokio::task::spawn_blocking(move || incoming.finish(msg))
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?
+            .map_err(transfer)?;
+        handed_over.handled().await.map_err(transfer)?;
         Ok(Response::new(RaftAck {}))
     }
 

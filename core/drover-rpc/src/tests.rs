@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use drover_raft::eraftpb::Message;
-use drover_raft::{PeerInfo, RaftConfig, RaftNode, StateMachine};
+use drover_raft::{IncomingSnapshot, PeerInfo, RaftConfig, RaftNode, StateMachine};
 
 use crate::{
     CallFuture, Faults, Handler, HandlerError, PeerRole, RaftTransport, RpcClient, RpcError, serve,
@@ -46,6 +46,12 @@ impl Handler for NodeHandler {
                 node.step(m);
             }
         }
+    }
+    fn incoming_snapshot(&self, _from_addr: &str, _from: u64) -> Result<IncomingSnapshot, String> {
+        let node = self.0.lock().unwrap().clone();
+        node.ok_or("not started")?
+            .incoming_snapshot()
+            .map_err(|e| e.to_string())
     }
     fn call(&self, _from: String, role: PeerRole, method: String, body: Vec<u8>) -> CallFuture {
         if method == "role" {

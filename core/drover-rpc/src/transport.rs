@@ -12,8 +12,10 @@ use drover_raft::{RaftNode, Transport};
 use protobuf::Message as _;
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
 
 use crate::client::RpcClient;
+use crate::proto::SnapshotPiece;
 
 /// Messages queued for one peer before new ones are dropped (Raft retries).
 const QUEUE_LIMIT: usize = 4096;
@@ -22,7 +24,10 @@ const BATCH_BYTES: usize = 16 * 1024 * 1024;
 const MIN_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
 const SEND_TIMEOUT: Duration = Duration::from_secs(5);
-const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(120);
+/// A snapshot's transfer and install on the follower: gigabytes, then a restore of as many.
+const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(600);
+/// Snapshot pieces read ahead of the network (each up to 8 MiB).
+const SNAPSHOT_READ_AHEAD: usize = 2;
 
 /// The Raft transport of one server. Create it, start the `RaftNode` with it, then `attach`
 /// the node (messages produced before that are dropped).
@@ -152,9 +157,20 @@ async fn run_peer(inner: Weak<Inner>, peer: u64, mut rx: mpsc::Receiver<Message>
             report_lost(node, peer, &batch);
             continue;
         };
-        let has_snapshot = batch
-            .iter()
-            .any(|m| m.get_msg_type() == MessageType::MsgSnapshot);
+        // A snapshot goes on a call of its own, its payload beside it: the messages after it
+        // (heartbeats) do not wait for gigabytes.
+        let (snapshots, batch): (Vec<Message>, Vec<Message>) = batch
+            .into_iter()
+            .partition(|m| m.get_msg_type() == MessageType::MsgSnapshot);
+        for msg in snapshots {
+            let (client, node, addr) = (inner.client.clone(), node.clone(), addr.clone());
+            inner
+                .runtime
+                .spawn(send_snapshot(client, node, peer, addr, msg));
+        }
+        if batch.is_empty() {
+            continue;
+        }
         let encoded: Result<Vec<Vec<u8>>, _> = batch.iter().map(|m| m.write_to_bytes()).collect();
         let encoded = match encoded {
             Ok(e) => e,
@@ -164,21 +180,13 @@ async fn run_peer(inner: Weak<Inner>, peer: u64, mut rx: mpsc::Receiver<Message>
                 continue;
             }
         };
-        let timeout = if has_snapshot {
-            SNAPSHOT_TIMEOUT
-        } else {
-            SEND_TIMEOUT
-        };
-        match inner.client.raft(&addr, encoded, timeout).await {
+        match inner.client.raft(&addr, encoded, SEND_TIMEOUT).await {
             Ok(()) => {
                 if failing {
                     tracing::info!(peer, %addr, "raft peer reachable again");
                 }
                 failing = false;
                 backoff = MIN_BACKOFF;
-                if has_snapshot {
-                    node.report_snapshot(peer, true);
-                }
             }
             Err(e) => {
                 if !failing {
@@ -201,4 +209,80 @@ async fn run_peer(inner: Weak<Inner>, peer: u64, mut rx: mpsc::Receiver<Message>
             }
         }
     }
+}
+
+/// Sends snapshot `msg` to `peer` with its payload beside it and tells raft how it went.
+async fn send_snapshot(
+    client: Arc<RpcClient>,
+    node: RaftNode,
+    peer: u64,
+    addr: String,
+    msg: Message,
+) {
+    let index = msg.get_snapshot().get_metadata().index;
+    let started = std::time::Instant::now();
+    match stream_snapshot(&client, &node, &addr, msg).await {
+        Ok(bytes) => {
+            tracing::info!(
+                peer,
+                %addr,
+                index,
+                bytes,
+                seconds = started.elapsed().as_secs_f64(),
+                "snapshot sent"
+            );
+            node.report_snapshot(peer, true);
+        }
+        Err(why) => {
+            tracing::warn!(peer, %addr, index, "snapshot not sent: {why}");
+            node.report_snapshot(peer, false);
+        }
+    }
+}
+
+/// The message first, then the payload read from redb on a blocking thread, a few pieces
+/// ahead of the network at most; a read error ends the stream without its last piece, which
+/// the follower refuses. Returns the payload's size.
+async fn stream_snapshot(
+    client: &RpcClient,
+    node: &RaftNode,
+    addr: &str,
+    msg: Message,
+) -> Result<u64, String> {
+    let message = msg.write_to_bytes().map_err(|e| e.to_string())?;
+    let source = node.outgoing_snapshot(&msg).map_err(|e| e.to_string())?;
+    let (tx, rx) = mpsc::channel(SNAPSHOT_READ_AHEAD);
+    let first = SnapshotPiece {
+        from_addr: client.own_addr().to_string(),
+        message,
+        ..SnapshotPiece::default()
+    };
+    tx.send(first).await.map_err(|_| "stream closed")?;
+    let reader = tokio::task::spawn_blocking(move || -> Result<u64, String> {
+        let mut total = 0;
+        for piece in source {
+            let data = piece.map_err(|e| e.to_string())?;
+            total += data.len() as u64;
+            let piece = SnapshotPiece {
+                data,
+                ..SnapshotPiece::default()
+            };
+            tx.blocking_send(piece)
+                .map_err(|_| "the call ended before the payload was sent")?;
+        }
+        let last = SnapshotPiece {
+            last: true,
+            payload_bytes: total,
+            ..SnapshotPiece::default()
+        };
+        tx.blocking_send(last)
+            .map_err(|_| "the call ended before the payload was sent")?;
+        Ok(total)
+    });
+    let sent = client
+        .install_snapshot(addr, ReceiverStream::new(rx), SNAPSHOT_TIMEOUT)
+        .await;
+    let read = reader.await.map_err(|e| e.to_string())?;
+    sent.map_err(|e| e.to_string())?;
+    read
 }

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use drover_net::{CallFuture, Handler, HandlerError, PeerNet, PeerRole};
 use drover_raft::eraftpb::Message;
-use drover_raft::{PeerBook, PeerInfo};
+use drover_raft::{IncomingSnapshot, PeerBook, PeerInfo};
 use tokio::sync::watch;
 
 use crate::ServerError;
@@ -123,6 +123,19 @@ impl Handler for RpcEndpoint {
                 server.inner.raft.step(m);
             }
         }
+    }
+
+    fn incoming_snapshot(&self, from_addr: &str, from: u64) -> Result<IncomingSnapshot, String> {
+        let server = self
+            .server
+            .get()
+            .ok_or_else(|| "raft is not running yet".to_string())?;
+        server.inner.net.heard_from(from, from_addr);
+        server
+            .inner
+            .raft
+            .incoming_snapshot()
+            .map_err(|e| e.to_string())
     }
 
     fn call(&self, from_addr: String, role: PeerRole, method: String, body: Vec<u8>) -> CallFuture {

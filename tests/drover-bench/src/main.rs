@@ -7,9 +7,13 @@
 //! `{"placements", "seconds", "placements_per_sec", "p99_eval_ms", "peak_rss_mb", ...}`.
 //!
 //! `drover-bench --nodes 5000 --jobs 1000 --count 1000` is Nomad's C1M shape.
+//! `--snapshot-threshold`, `--restart-after` and `--add-follower` measure a snapshot taken
+//! during the run, a restart on the data it left, and a second server joining afterwards.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use anyhow::Context as _;
 use clap::Parser;
 
 /// The allocator the `drover` binary uses too (the server allocates and frees many small
@@ -111,6 +115,17 @@ struct Args {
     /// its own (so the run's memory is not counted), and print what it measured.
     #[arg(long, hide = true)]
     restart_only: Option<std::path::PathBuf>,
+    /// Once all are placed (and a snapshot in flight is written), start a second server in a
+    /// process of its own that joins this one: reports how long until it holds the same
+    /// state (digests compared), and this server's memory while it sends its snapshot.
+    #[arg(long)]
+    add_follower: bool,
+    /// Join the server at this RPC address as `--add-follower` does, in this process, and
+    /// print what it measured once it applied `--catch-up-to`; exit when stdin closes.
+    #[arg(long, hide = true)]
+    follower_of: Option<String>,
+    #[arg(long, hide = true, default_value_t = 0)]
+    catch_up_to: u64,
 }
 
 fn rss_mb() -> f64 {
@@ -239,6 +254,115 @@ fn config_for(args: &Args, dir: &std::path::Path) -> ServerConfig {
     config
 }
 
+/// A loopback RPC listener and the network on it, for a server other servers join.
+async fn loopback_net() -> anyhow::Result<(String, Arc<drover_rpc::GrpcNet>)> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?.to_string();
+    let net = drover_rpc::GrpcNet::new(
+        listener,
+        addr.clone(),
+        Arc::new(drover_rpc::Faults::none()),
+        None,
+    );
+    Ok((addr, Arc::new(net)))
+}
+
+/// Starts [`follow`] in a new process of this program (its memory is its own) and waits for
+/// its report while sampling this process's memory; the follower stops once reported.
+async fn add_follower(
+    args: &Args,
+    leader: &Server,
+    leader_addr: &str,
+    dir: &std::path::Path,
+) -> anyhow::Result<serde_json::Value> {
+    let catch_up_to = leader.raft_status().applied_index;
+    let follower_dir = dir.with_extension("follower");
+    let _ = std::fs::remove_dir_all(&follower_dir);
+    let mut cmd = std::process::Command::new(std::env::current_exe()?);
+    cmd.arg("--follower-of").arg(leader_addr);
+    cmd.arg("--data-dir").arg(&follower_dir);
+    cmd.args(["--catch-up-to", &catch_up_to.to_string()]);
+    cmd.args(["--schedulers", &args.schedulers.to_string()]);
+    cmd.args(["--timeout", &args.timeout.to_string()]);
+    if let Some(n) = args.snapshot_threshold {
+        cmd.args(["--snapshot-threshold", &n.to_string()]);
+    }
+    let mut child = cmd
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()?;
+    let stdout = child.stdout.take().context("follower stdout")?;
+    let mut report = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line).map(|_| line)
+    });
+    let rss_before = rss_mb();
+    let mut leader_peak = rss_before;
+    let mut sampler = tokio::time::interval(Duration::from_millis(100));
+    let line = loop {
+        tokio::select! {
+            line = &mut report => break line??,
+            _ = sampler.tick() => leader_peak = leader_peak.max(rss_mb()),
+        }
+    };
+    if line.is_empty() {
+        let _ = child.kill();
+        anyhow::bail!("the follower ended without a report: {}", child.wait()?);
+    }
+    let mut measured: serde_json::Value = serde_json::from_str(&line)?;
+    let own = leader.state_digest();
+    measured["leader_state_index"] = own.index.into();
+    measured["same_state"] = (measured["state_index"] == own.index
+        && measured["digest"] == format!("{:016x}", own.digest))
+    .into();
+    measured["leader_rss_before_mb"] = rss_before.round().into();
+    measured["leader_peak_rss_during_mb"] = leader_peak.round().into();
+    drop(child.stdin.take());
+    child.wait()?;
+    let _ = std::fs::remove_dir_all(&follower_dir);
+    Ok(measured)
+}
+
+/// A server that joins `leader_addr` and reports once it applied `catch_up_to`.
+async fn follow(args: &Args, leader_addr: &str, dir: &std::path::Path) -> anyhow::Result<()> {
+    let (addr, net) = loopback_net().await?;
+    let mut config = config_for(args, dir);
+    config.rpc_addr = addr;
+    config.name = "follower.global".into();
+    config.bootstrap_expect = 2;
+    config.join = vec![leader_addr.to_string()];
+    let start = Instant::now();
+    let server = Server::start_with_net(config, net).await?;
+    let deadline = start + Duration::from_secs(args.timeout);
+    while server.raft_status().applied_index < args.catch_up_to {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "follower applied {} of {} after {}s",
+            server.raft_status().applied_index,
+            args.catch_up_to,
+            args.timeout
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let caught_up = start.elapsed().as_secs_f64();
+    let digest = server.state_digest();
+    let line = serde_json::json!({
+        "caught_up_seconds": (caught_up * 1000.0).round() / 1000.0,
+        "applied_index": server.raft_status().applied_index,
+        "state_index": digest.index,
+        "digest": format!("{:016x}", digest.digest),
+        "allocs": server.snapshot().alloc_count(),
+        "follower_peak_rss_mb": peak_rss_mb().round(),
+    });
+    println!("{line}");
+    // Stay a member until the leader has what it wants.
+    tokio::task::spawn_blocking(|| std::io::copy(&mut std::io::stdin(), &mut std::io::sink()))
+        .await??;
+    server.shutdown();
+    Ok(())
+}
+
 /// Runs [`restart`] in a new process of this program, as an operator's restart would.
 fn restart_in_child(args: &Args, dir: &std::path::Path) -> anyhow::Result<serde_json::Value> {
     let mut cmd = std::process::Command::new(std::env::current_exe()?);
@@ -295,6 +419,13 @@ async fn main() -> anyhow::Result<()> {
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)
         .init();
+    if let Some(leader) = &args.follower_of {
+        let dir = args
+            .data_dir
+            .clone()
+            .context("--follower-of needs --data-dir")?;
+        return follow(&args, leader, &dir).await;
+    }
     if let Some(dir) = &args.restart_only {
         let measured = restart(config_for(&args, dir), args.jobs).await?;
         println!("{measured}");
@@ -307,7 +438,17 @@ async fn main() -> anyhow::Result<()> {
             true,
         ),
     };
-    let server = Server::start(config_for(&args, &dir)).await?;
+    let mut leader_addr = String::new();
+    let server = if args.add_follower {
+        let (addr, net) = loopback_net().await?;
+        let mut config = config_for(&args, &dir);
+        config.rpc_addr = addr.clone();
+        config.name = "leader.global".into();
+        leader_addr = addr;
+        Server::start_with_net(config, net).await?
+    } else {
+        Server::start(config_for(&args, &dir)).await?
+    };
     server.wait_for_leadership(Duration::from_secs(10)).await?;
 
     let t_nodes = Instant::now();
@@ -393,6 +534,11 @@ async fn main() -> anyhow::Result<()> {
     }
     let snapshot_wait = snapshot_wait.elapsed().as_secs_f64();
     let raft = server.raft_status();
+    let follower = if args.add_follower {
+        Some(add_follower(&args, &server, &leader_addr, &dir).await?)
+    } else {
+        None
+    };
     server.shutdown();
     // Let the server's threads settle so the heap counter sees only the copies below.
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -432,6 +578,9 @@ async fn main() -> anyhow::Result<()> {
     let mut line = line;
     if let Some(restart) = restart {
         line["restart"] = restart;
+    }
+    if let Some(follower) = follower {
+        line["follower"] = follower;
     }
     if args.heap {
         line["heap_grown_per_alloc_bytes"] = ((heap_placed as f64) / placements.max(1) as f64)
