@@ -796,6 +796,14 @@ impl<S: StateMachine> Driver<S> {
             snapshot_index: store.snapshot_meta().index,
             voters,
             learners,
+            matched: if is_leader {
+                raft.prs()
+                    .iter()
+                    .map(|(id, pr)| (*id, pr.matched))
+                    .collect()
+            } else {
+                Default::default()
+            },
             peers: store.peers().clone(),
             storage: store.stats(),
             stopped,

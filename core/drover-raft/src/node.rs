@@ -102,6 +102,9 @@ pub struct RaftStatus {
     pub voters: Vec<u64>,
     /// Non-voting members of the applied configuration, sorted.
     pub learners: Vec<u64>,
+    /// On the leader: the highest log index each member (itself included) is known to hold.
+    /// Empty elsewhere.
+    pub matched: std::collections::BTreeMap<u64, u64>,
     /// Where the members are reached (may also hold servers being added).
     pub peers: PeerBook,
     /// redb write transactions so far: far fewer than entries, thanks to group commit.
@@ -278,6 +281,14 @@ impl RaftNode {
     /// once the new configuration is applied here.
     pub async fn add_voter(&self, id: u64, peer: PeerInfo) -> Result<u64, RaftError> {
         let mut change = single_change(ConfChangeType::AddNode, id);
+        change.context = peer.encode().into();
+        self.propose_conf_change(change).await
+    }
+
+    /// Adds `id` as a learner (a non-voting member: it receives the log but counts towards no
+    /// quorum) reached at `peer`. `add_voter` on a learner promotes it.
+    pub async fn add_learner(&self, id: u64, peer: PeerInfo) -> Result<u64, RaftError> {
+        let mut change = single_change(ConfChangeType::AddLearnerNode, id);
         change.context = peer.encode().into();
         self.propose_conf_change(change).await
     }

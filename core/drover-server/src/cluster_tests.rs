@@ -317,3 +317,33 @@ fn a_client_certificate_may_only_make_client_calls() {
         assert!(role_may_call(role, METHOD_FORWARD, &gc).is_ok());
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joining_server_counts_towards_no_quorum_until_it_has_caught_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let servers = start_three(dir.path()).await;
+    let leader = leader_index(&servers).await;
+    // One of three down: the other two are a quorum of three, not of four.
+    let down = (0..3).find(|i| *i != leader).unwrap();
+    servers[down].shutdown();
+    // A server that asks to join and then never answers (stuck receiving a snapshot).
+    let ghost = drover_raft::PeerInfo::new("127.0.0.1:9", "ghost.global");
+    for _ in 0..2 {
+        servers[leader]
+            .add_peer_here(99, ghost.clone())
+            .await
+            .expect("the join is accepted");
+    }
+    let status = servers[leader].raft_status();
+    assert!(status.learners.contains(&99), "{status:?}");
+    assert_eq!(
+        status.voters.len(),
+        3,
+        "not a voter before it holds the log"
+    );
+    servers[leader]
+        .register_job(job("web", 1), None)
+        .await
+        .expect("the two servers up still commit");
+    shutdown(&servers);
+}

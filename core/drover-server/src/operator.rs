@@ -29,6 +29,10 @@ pub struct StateDigest {
     pub applied_index: u64,
 }
 
+/// How far behind the commit index a non-voter may be and still be made a voter: it then
+/// catches up with ordinary appends within moments.
+const PROMOTION_LAG: u64 = 256;
+
 impl Server {
     /// The applied Raft configuration as this server sees it, and its applied index.
     pub fn raft_configuration(&self) -> (Vec<RaftMember>, u64) {
@@ -140,7 +144,12 @@ impl Server {
         Ok(self.inner.raft.remove_member(target).await?)
     }
 
-    /// On the leader: adds a voter (a joining server), or updates a member's address.
+    /// On the leader: adds a joining server, or updates a member's address. A new server
+    /// joins as a non-voter and is made a voter once it holds the log up to
+    /// `PROMOTION_LAG` entries of the commit index (the joining server asks again every
+    /// round until then): one still receiving a snapshot of gigabytes counts towards no
+    /// quorum, so the cluster keeps committing meanwhile (Nomad's autopilot stages new
+    /// servers the same way).
     pub(crate) async fn add_peer_here(&self, id: u64, peer: PeerInfo) -> Result<u64, ServerError> {
         if id == 0 || peer.address.is_empty() {
             return Err(ServerError::BadRequest(
@@ -151,7 +160,21 @@ impl Server {
         if status.voters.contains(&id) && status.peers.get(&id) == Some(&peer) {
             return Ok(status.applied_index);
         }
-        tracing::info!(id, address = %peer.address, "adding a server to the raft configuration");
+        if status.voters.contains(&id) {
+            tracing::info!(id, address = %peer.address, "updating a server's address");
+            return Ok(self.inner.raft.add_voter(id, peer).await?);
+        }
+        if !status.learners.contains(&id) {
+            tracing::info!(id, address = %peer.address, "adding a server to the raft configuration as a non-voter");
+            return Ok(self.inner.raft.add_learner(id, peer).await?);
+        }
+        // Nothing acknowledged yet (0) is not caught up, however short the log.
+        let matched = status.matched.get(&id).copied().unwrap_or(0);
+        if matched == 0 || matched + PROMOTION_LAG < status.commit_index {
+            // Still catching up: asked again next round.
+            return Ok(status.applied_index);
+        }
+        tracing::info!(id, address = %peer.address, matched, "a non-voter caught up: making it a voter");
         Ok(self.inner.raft.add_voter(id, peer).await?)
     }
 
