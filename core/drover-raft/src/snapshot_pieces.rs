@@ -245,6 +245,25 @@ pub(crate) fn read_received(db: &Database, meta: &SnapshotMetadata) -> Result<Ve
     })
 }
 
+/// Changes the `META` table in a transaction of its own (made durable with the next durable one).
+fn write_meta(
+    db: &Database,
+    change: impl FnOnce(&mut redb::Table<&str, &[u8]>) -> Result<(), RaftError>,
+) -> Result<(), RaftError> {
+    let mut txn = db
+        .begin_write()
+        .map_err(|e| storage("begin write")(e.into()))?;
+    txn.set_durability(Durability::None)
+        .map_err(|e| storage("set durability")(e.into()))?;
+    {
+        let mut meta = txn
+            .open_table(META)
+            .map_err(|e| storage("open meta table")(e.into()))?;
+        change(&mut meta)?;
+    }
+    txn.commit().map_err(|e| storage("commit")(e.into()))
+}
+
 /// Drops the "received whole" marker, in the transaction that installs the received payload.
 pub(crate) fn forget_received(meta: &mut redb::Table<&str, &[u8]>) -> Result<(), RaftError> {
     meta.remove(KEY_SNAPSHOT_RECEIVED)
@@ -366,16 +385,7 @@ impl IncomingSnapshot {
         }
         let guard = SlotGuard(slot);
         // Not "received whole" until `finish` says so again.
-        let txn = db
-            .begin_write()
-            .map_err(|e| storage("begin write")(e.into()))?;
-        {
-            let mut meta = txn
-                .open_table(META)
-                .map_err(|e| storage("open meta table")(e.into()))?;
-            forget_received(&mut meta)?;
-        }
-        txn.commit().map_err(|e| storage("commit")(e.into()))?;
+        write_meta(&db, forget_received)?;
         Ok(IncomingSnapshot {
             pieces: PieceWriter::new(db, SNAPSHOT_RECEIVED),
             commands,
@@ -412,17 +422,11 @@ impl IncomingSnapshot {
         } = self;
         let db = pieces.db.clone();
         pieces.finish()?;
-        let txn = db
-            .begin_write()
-            .map_err(|e| storage("begin write")(e.into()))?;
-        {
-            let mut meta = txn
-                .open_table(META)
-                .map_err(|e| storage("open meta table")(e.into()))?;
+        write_meta(&db, |meta| {
             meta.insert(KEY_SNAPSHOT_RECEIVED, marker.as_slice())
-                .map_err(|e| storage("mark snapshot received")(e.into()))?;
-        }
-        txn.commit().map_err(|e| storage("commit")(e.into()))?;
+                .map(|_| ())
+                .map_err(|e| storage("mark snapshot received")(e.into()))
+        })?;
         let (done, handled) = oneshot::channel();
         commands
             .send(Command::StepSnapshot { msg, done })

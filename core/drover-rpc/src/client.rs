@@ -166,14 +166,26 @@ impl RpcClient {
             from_addr: self.own_addr.clone(),
             messages,
         });
-        match tokio::time::timeout(timeout, stub.raft(request)).await {
+        let answer = tokio::time::timeout(timeout, stub.raft(request)).await;
+        self.acknowledged(addr, answer, || format!("no answer within {timeout:?}"))
+    }
+
+    /// The outcome of a call answered with an acknowledgement, or not within its time (the
+    /// connection is then dropped: it may be the reason).
+    fn acknowledged<T>(
+        &self,
+        addr: &str,
+        answer: Result<Result<T, tonic::Status>, tokio::time::error::Elapsed>,
+        late: impl FnOnce() -> String,
+    ) -> Result<(), RpcError> {
+        match answer {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(status)) => Err(self.failure(addr, status)),
             Err(_) => {
                 self.evict(addr);
                 Err(RpcError::Failed {
                     addr: addr.to_string(),
-                    reason: format!("no answer within {timeout:?}"),
+                    reason: late(),
                 })
             }
         }
@@ -190,17 +202,11 @@ impl RpcClient {
         timeout: Duration,
     ) -> Result<(), RpcError> {
         let mut stub = self.stub(addr).await?;
-        match tokio::time::timeout(timeout, stub.install_snapshot(Request::new(pieces))).await {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(status)) => Err(self.failure(addr, status)),
-            Err(_) => {
-                self.evict(addr);
-                Err(RpcError::Failed {
-                    addr: addr.to_string(),
-                    reason: format!("snapshot not installed within {timeout:?}"),
-                })
-            }
-        }
+        let answer =
+            tokio::time::timeout(timeout, stub.install_snapshot(Request::new(pieces))).await;
+        self.acknowledged(addr, answer, || {
+            format!("snapshot not installed within {timeout:?}")
+        })
     }
 
     /// The address other servers reach this one at.
