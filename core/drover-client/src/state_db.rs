@@ -24,6 +24,11 @@ const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 /// apart from the allocation itself, which carries its whole job and is written once.
 const ALLOC_STATUS: TableDefinition<&str, &[u8]> = TableDefinition::new("alloc_status");
 
+/// redb's page cache for the state file. redb's default (1 GiB) keeps every page written
+/// since the agent started, so the agent grew with each allocation it ever ran; the file is
+/// read back only when the agent restarts.
+const CACHE_BYTES: usize = 4 * 1024 * 1024;
+
 #[derive(Debug, thiserror::Error)]
 pub enum StateDbError {
     #[error("cannot create directory {path} for the client state: {source}")]
@@ -70,11 +75,14 @@ impl ClientStateDb {
                 source,
             })?;
         }
-        let db = Database::create(path).map_err(|source| StateDbError::Db {
-            path: path.to_path_buf(),
-            op: "open",
-            source: Box::new(source.into()),
-        })?;
+        let db = Database::builder()
+            .set_cache_size(CACHE_BYTES)
+            .create(path)
+            .map_err(|source| StateDbError::Db {
+                path: path.to_path_buf(),
+                op: "open",
+                source: Box::new(source.into()),
+            })?;
         let state = Self {
             db: Arc::new(db),
             path: path.to_path_buf(),

@@ -449,9 +449,10 @@ impl<S: StateMachine> Driver<S> {
             self.raw.advance_apply_to(self.applied);
             self.maybe_snapshot()?;
             let applied = self.applied;
+            let held_by_all = self.held_by_every_other_server();
             self.raw
                 .mut_store()
-                .release_applied(applied, self.log_memory_bytes);
+                .release_applied(applied, held_by_all, self.log_memory_bytes);
         }
         self.fail_pending_if_deposed();
         self.settle_reads();
@@ -647,6 +648,22 @@ impl<S: StateMachine> Driver<S> {
 
     /// Every `snapshot_threshold` applied entries (or when due for another reason): snapshot
     /// the state machine and compact.
+    /// The highest index every other server of the configuration holds, as far as this one
+    /// knows: the leader's lowest follower `matched`, everything when it is alone. A server
+    /// that is not leading sends no entries, so to it every entry is held.
+    fn held_by_every_other_server(&self) -> u64 {
+        let raft = &self.raw.raft;
+        if raft.state != StateRole::Leader {
+            return u64::MAX;
+        }
+        raft.prs()
+            .iter()
+            .filter(|(id, _)| **id != self.id)
+            .map(|(_, pr)| pr.matched)
+            .min()
+            .unwrap_or(u64::MAX)
+    }
+
     fn maybe_snapshot(&mut self) -> Result<(), RaftError> {
         let store = self.raw.store();
         let since = self.applied.saturating_sub(store.snapshot_meta().index);

@@ -2,7 +2,8 @@
 //!
 //! Every entry after the newest snapshot is also kept in memory, so the `raft::Storage` reads
 //! that raft does on its hot path never touch the disk, but only its index and term once it is
-//! applied and older than the newest `tail_budget` bytes of payload (`release_applied`): a plan
+//! applied and either every other server holds it or it is older than the newest
+//! `tail_budget` bytes of payload (`release_applied`): a plan
 //! entry carries a thousand allocations, and thousands of them between two snapshots would
 //! otherwise hold gigabytes. A released payload is read back from redb when raft asks for it
 //! (a follower far behind). The snapshot payload stays on disk: it is read when a follower
@@ -395,12 +396,17 @@ impl RedbStore {
     }
 
     /// Drops from memory the payloads of applied entries (every entry held here is already in
-    /// redb), oldest first, until at most `tail_budget` payload bytes remain or the next entry
-    /// is not applied yet. Raft reads unapplied entries to apply them, so those stay.
-    pub fn release_applied(&mut self, applied: u64, tail_budget: u64) {
-        while self.stats.log_bytes_in_memory > tail_budget {
+    /// redb), oldest first: every one that each other server holds already (`held_by_all`,
+    /// from the leader's view of its followers; a server that is not leading sends no entry),
+    /// then more until at most `tail_budget` payload bytes remain. Raft reads unapplied
+    /// entries to apply them, so those stay. A server alone in its cluster (a dev agent) keeps
+    /// no applied payload at all, so its memory does not grow with its log.
+    pub fn release_applied(&mut self, applied: u64, held_by_all: u64, tail_budget: u64) {
+        loop {
             let next = self.released_upto.max(self.snapshot_meta.index) + 1;
-            if next > applied {
+            if next > applied
+                || (next > held_by_all && self.stats.log_bytes_in_memory <= tail_budget)
+            {
                 break;
             }
             let Some(offset) = next
@@ -943,9 +949,9 @@ mod tests {
         store.write(None, &batch, true).unwrap();
         assert_eq!(store.stats().log_bytes_in_memory, 80);
 
-        // Applied up to 5, budget 15 bytes: 2..=5 go (40 bytes), 6..=9 stay though over
-        // budget because they are not applied yet.
-        store.release_applied(5, 15);
+        // Applied up to 5, budget 15 bytes, no follower holds anything: 2..=5 go (40 bytes),
+        // 6..=9 stay though over budget because they are not applied yet.
+        store.release_applied(5, 0, 15);
         assert_eq!(store.stats().log_bytes_in_memory, 40);
         assert!(store.entry(5).unwrap().data.is_empty());
         assert_eq!(store.entry(6).unwrap().data.len(), 10);
@@ -969,6 +975,28 @@ mod tests {
             .map(|e| e.data.to_vec())
             .collect();
         assert_eq!(datas, vec![vec![2u8; 10], vec![3u8; 10], b"new".to_vec()]);
+    }
+
+    #[test]
+    fn payloads_every_follower_holds_leave_memory_whatever_the_budget() {
+        let dir = TempDir::new("store-release-held");
+        let mut store = RedbStore::open(&dir.path().join("raft.redb")).unwrap();
+        store.bootstrap(&[1], PeerBook::new(), b"fresh").unwrap();
+        let batch: Vec<Entry> = (2..=9).map(|i| entry(i, 1, &[i as u8; 10])).collect();
+        store.write(None, &batch, true).unwrap();
+
+        // Within budget, but the followers hold up to 4: 2..=4 go, 5..=7 (applied) stay for a
+        // follower that still needs them.
+        store.release_applied(7, 4, 1_000);
+        assert_eq!(store.stats().log_bytes_in_memory, 50);
+        assert!(store.entry(4).unwrap().data.is_empty());
+        assert_eq!(store.entry(5).unwrap().data.len(), 10);
+
+        // Alone (every other server holds everything): each applied payload goes.
+        store.release_applied(7, u64::MAX, 1_000);
+        assert_eq!(store.stats().log_bytes_in_memory, 20);
+        assert!(store.entry(7).unwrap().data.is_empty());
+        assert_eq!(store.entry(8).unwrap().data.len(), 10);
     }
 
     #[test]

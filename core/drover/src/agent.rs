@@ -58,6 +58,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .max_blocking_threads(BLOCKING_THREADS)
+        .thread_keep_alive(BLOCKING_KEEP_ALIVE)
         .build()?;
     let result = rt.block_on(crate::agent_run::run(args));
     // Dropping the runtime would wait for every blocking call still running, and task runners
@@ -73,6 +74,11 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
 /// block for long (waits for an exit, stops, interactive exec sessions) run on threads of
 /// their own, never here, so they cannot fill it.
 const BLOCKING_THREADS: usize = 16;
+
+/// How long a blocking-pool thread waits idle for more work before it exits (tokio's default
+/// is 10 s). A burst of starts fills the pool; once it is over, the threads and what their
+/// stacks and allocator heaps hold go within seconds (`resident_set` then gives it back).
+const BLOCKING_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// How long the agent waits, once its own shutdown is done, for work still on its runtime.
 const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_millis(200);

@@ -563,10 +563,12 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         println!("               Node ID: {}", c.node_id());
     }
     println!("\n==> Drover agent started! Log data will stream in below:\n");
-    crate::startup_pages::drop_clean();
+    crate::resident_set::drop_clean();
+    let trimmer = tokio::spawn(crate::resident_set::trim_after_bursts());
 
     wait_for_signal(tls.as_deref()).await;
     println!("==> Caught signal: shutting down");
+    trimmer.abort();
     let _ = stop_tx.send(());
     for session in sessions {
         session.abort();

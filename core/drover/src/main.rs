@@ -12,7 +12,7 @@ mod agent_tunnels;
 mod cli;
 mod config;
 mod connect_proxy_driver;
-mod startup_pages;
+mod resident_set;
 
 /// The server allocates and frees many small objects per placement; mimalloc handles that far
 /// better than glibc's malloc (see drover-bench in BENCHMARKS.md).

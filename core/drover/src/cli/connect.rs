@@ -71,7 +71,7 @@ pub fn run_proxy(config: PathBuf) -> Exit {
     };
     match runtime.block_on(drover_mesh::proxy::run(
         config,
-        crate::startup_pages::drop_clean,
+        crate::resident_set::drop_clean,
     )) {
         Ok(()) => 0,
         Err(e) => {

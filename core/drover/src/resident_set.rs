@@ -1,8 +1,78 @@
-//! Resident pages of a long-running `drover` process that only started up: once an agent or
-//! a mesh proxy serves, it lets go of the pages of the program files it mapped to start (the
-//! binary's text is about 44 MB, of which a proxy runs a small part and an agent a larger
-//! one). What it runs afterwards is faulted back in from the page cache as it runs, so its
-//! resident set becomes its working set.
+//! What a long-running `drover` process keeps resident. Once an agent or a mesh proxy
+//! serves, it lets go of the pages of the program file it mapped to start (the binary's text
+//! is about 44 MB, of which a proxy runs a small part and an agent a larger one); what it runs
+//! afterwards is faulted back in from the page cache as it runs, so its resident set becomes
+//! its working set. An agent does the same, and gives the allocator's free memory back to the
+//! system, each time a burst of work (starting or stopping tasks, a busy API) is over: without
+//! that, the pages a burst touched stayed resident for the life of the process
+//! (BENCHMARKS.md, issue 18: 49 MB after 50 tasks were stopped and purged, against 22 MB idle).
+
+use std::time::Duration;
+
+/// How often the agent looks at its own CPU time.
+const CHECK_EVERY: Duration = Duration::from_secs(1);
+
+/// CPU time within one check interval above which the interval counts as busy, and at or
+/// below which it counts as quiet. An idle agent (heartbeats, host statistics, Raft ticks)
+/// uses about 3 ms a second.
+const QUIET_CPU: Duration = Duration::from_millis(20);
+
+/// Quiet intervals in a row after a busy one before the process is trimmed: the blocking
+/// pool's threads a burst started exit after `BLOCKING_KEEP_ALIVE` (2 s), and what they held
+/// is given back only after that.
+const QUIET_BEFORE_TRIM: u32 = 3;
+
+/// Trims the process once each time a busy interval is followed by `QUIET_BEFORE_TRIM` quiet
+/// ones. The process's start counts as busy, so the process is trimmed soon after it starts
+/// too. A trim costs about a millisecond and the minor faults of what is run again afterwards.
+pub async fn trim_after_bursts() {
+    let mut ticks = tokio::time::interval(CHECK_EVERY);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut busy_since_trim = true;
+    let mut quiet = 0;
+    let mut previous = process_cpu_time();
+    loop {
+        ticks.tick().await;
+        let now = process_cpu_time();
+        let used = now.saturating_sub(previous);
+        previous = now;
+        if used > QUIET_CPU {
+            busy_since_trim = true;
+            quiet = 0;
+            continue;
+        }
+        quiet += 1;
+        if busy_since_trim && quiet >= QUIET_BEFORE_TRIM {
+            trim();
+            busy_since_trim = false;
+            previous = process_cpu_time();
+        }
+    }
+}
+
+/// Gives back the allocator's free memory (forcing the purge of every arena page no thread
+/// uses, which mimalloc otherwise does only on later allocations) and drops the program's
+/// clean pages ([`drop_clean`]).
+pub fn trim() {
+    // SAFETY: `mi_collect` takes no pointer; it frees the calling thread's unused pages and
+    // purges free arena memory, both of which no live allocation refers to.
+    unsafe { libmimalloc_sys::mi_collect(true) };
+    drop_clean();
+}
+
+/// CPU time the whole process has used (every thread, user and system).
+fn process_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; the clock id is a constant the kernel knows.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
 
 /// Drops every clean, read-only file mapping's pages from the process (`MADV_DONTNEED`; the
 /// pages stay in the page cache, shared with other processes). BENCHMARKS.md has what it
