@@ -1,6 +1,7 @@
 //! Dev-agent benchmarks (a bench binary, not a test): submit-to-all-running time for 100 mock
 //! allocations and for 50 raw_exec sleeps; the agent's memory idle, with those 50 tasks and
-//! after they are stopped and purged, and its threads (issue 18's table).
+//! after they are stopped and purged, and its threads; then the 1,000-task shape: one agent
+//! whose node is given room for them running 1,000 raw_exec sleeps (issue 18's table).
 //!
 //! Run: `cargo build --release -p drover && DROVER_BIN=target/release/drover cargo bench -p drover-tests --bench dev_agent`
 //! Figures go in BENCHMARKS.md.
@@ -123,6 +124,45 @@ fn sleep_job(id: &str, count: usize) -> Value {
     })
 }
 
+/// The sleeps of the 1,000-task shape, with the small log and disk reservations the issue's
+/// comparison used (`logs { max_files = 1 max_file_size = 5 }`, `ephemeral_disk { size = 20 }`):
+/// Nomad's defaults (300 MB of disk each) do not fit 1,000 on one node.
+fn small_sleep_job(id: &str, count: usize) -> Value {
+    let mut job = sleep_job(id, count);
+    job["TaskGroups"][0]["EphemeralDisk"] = serde_json::json!({"SizeMB": 20});
+    job["TaskGroups"][0]["Tasks"][0]["LogConfig"] =
+        serde_json::json!({"MaxFiles": 1, "MaxFileSizeMB": 5});
+    job
+}
+
+/// The 1,000-task shape: submit-to-running and the agent's PSS 1 s after, `rounds` times.
+fn thousand_tasks(rounds: usize) -> (Vec<Duration>, Vec<u64>) {
+    let mut times = Vec::new();
+    let mut pss = Vec::new();
+    for round in 0..rounds {
+        let dir = TempDir::new("bench-1k");
+        // Room for 1,000 tasks of 20 MHz and 16 MB whatever the machine.
+        let config = dir.path().join("big-node.hcl");
+        std::fs::write(
+            &config,
+            "client {\n  cpu_total_compute = 100000\n  memory_total_mb = 65536\n}\n",
+        )
+        .expect("write agent config");
+        let config = config.to_string_lossy().to_string();
+        let agent = Agent::start_dev(dir.path(), &["--log-level", "warn", "--config", &config]);
+        let id = format!("thousand{round}");
+        times.push(submit_to_running(
+            &agent,
+            &id,
+            &small_sleep_job(&id, 1000),
+            1000,
+        ));
+        std::thread::sleep(Duration::from_secs(1));
+        pss.push(pss_kb(agent.child.id()));
+    }
+    (times, pss)
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; nothing else to parse.
     let rounds = 5;
@@ -161,6 +201,7 @@ fn main() {
         let (rss, left) = rss_kb_and_threads(pid);
         after.push((rss, pss_kb(pid), left));
     }
+    let (thousand_times, thousand_pss) = thousand_tasks(3);
     let ms = |d: &Duration| d.as_secs_f64() * 1000.0;
     let summary = |name: &str, v: &[Duration]| {
         let mut s: Vec<f64> = v.iter().map(ms).collect();
@@ -215,5 +256,13 @@ fn main() {
         mb(&column(&stopped, 1)),
         left[0],
         left[left.len() - 1]
+    );
+    summary(
+        "1,000 raw_exec sleeps on one client, submit to all running",
+        &thousand_times,
+    );
+    println!(
+        "agent PSS with those 1,000 tasks (1 s after): {}",
+        mb(&thousand_pss)
     );
 }

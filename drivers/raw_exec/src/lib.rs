@@ -1,6 +1,6 @@
 //! The `raw_exec` task driver: runs a task's `command` with `args` directly on the host, with no
 //! isolation, as Nomad's raw_exec does. The agent process itself spawns each task (no helper
-//! process) in its own session, with exactly the task's environment, in the task directory, with
+//! process) in its own process group, with exactly the task's environment, in the task directory, with
 //! stdout/stderr connected to the host's log FIFOs. Off unless the agent config enables it.
 //!
 //! `TaskConfig::mounts` is ignored: without a mount namespace nothing can be remapped. The

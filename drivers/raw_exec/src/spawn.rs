@@ -1,4 +1,4 @@
-//! Starting a task process directly from the agent: no helper process, own session, exactly the
+//! Starting a task process directly from the agent: no helper process, own process group, exactly the
 //! task's environment and working directory.
 
 use std::collections::BTreeMap;
@@ -25,6 +25,15 @@ pub struct SpawnSpec<'a> {
 /// Starts the process and returns once it has exec'ed (std reports exec failures through its
 /// own close-on-exec pipe). The caller owns reaping: dropping the returned `Child` neither waits
 /// nor kills.
+///
+/// The task leads a process group of its own (as Nomad's executor does, `Setpgid`), so a stop
+/// signals the whole group and a ^C on the agent's terminal, which goes to the terminal's
+/// foreground group, does not reach it. A task that needs nothing else is started with
+/// `posix_spawn`, which shares the agent's memory until the exec (`CLONE_VM | CLONE_VFORK`):
+/// a `fork` copies the page tables of everything the agent has resident first, and tore them
+/// down again at the exec, which made 1,000 starts cost seconds and each start slower the
+/// more tasks the agent ran (BENCHMARKS.md, issue 18). Entering a network namespace or
+/// switching users runs code between fork and exec, so those tasks are still forked.
 pub fn spawn(spec: SpawnSpec<'_>) -> io::Result<Child> {
     let mut command = Command::new(spec.program);
     command
@@ -34,21 +43,20 @@ pub fn spawn(spec: SpawnSpec<'_>) -> io::Result<Child> {
         .current_dir(spec.cwd)
         .stdin(Stdio::null())
         .stdout(spec.stdout)
-        .stderr(spec.stderr);
+        .stderr(spec.stderr)
+        .process_group(0);
     let run_as = spec.run_as;
     let netns_fd = spec.netns_fd;
+    if run_as.is_none() && netns_fd < 0 {
+        return command.spawn();
+    }
     // SAFETY: the closure runs between fork and exec and only makes async-signal-safe syscalls
-    // (setns, setsid, setgroups, setgid, setuid) on data prepared before the fork; it does not
+    // (setns, setgroups, setgid, setuid) on data prepared before the fork; it does not
     // allocate.
     unsafe {
         command.pre_exec(move || {
             // Before the user switch: entering a namespace needs the agent's privileges.
             enter_netns(netns_fd)?;
-            // A session of its own: the task is its own process group (so stop can signal the
-            // whole group) and a ^C on the agent's terminal does not reach it.
-            if libc::setsid() < 0 {
-                return Err(io::Error::last_os_error());
-            }
             if let Some(run_as) = &run_as {
                 switch_user(run_as).map_err(io::Error::from_raw_os_error)?;
             }
@@ -82,7 +90,7 @@ mod tests {
     use crate::shared::testutil::TaskDirs;
 
     #[test]
-    fn child_leads_its_own_session() {
+    fn child_leads_its_own_process_group() {
         let dirs = TaskDirs::new("spawn-session");
         let env = BTreeMap::new();
         let args = vec!["-c".to_string(), "sleep 5".to_string()];
@@ -98,9 +106,9 @@ mod tests {
         })
         .unwrap();
         let pid = child.id() as i32;
-        let sid = nix::unistd::getsid(Some(nix::unistd::Pid::from_raw(pid))).unwrap();
+        let pgid = nix::unistd::getpgid(Some(nix::unistd::Pid::from_raw(pid))).unwrap();
         child.kill().unwrap();
         child.wait().unwrap();
-        assert_eq!(sid.as_raw(), pid);
+        assert_eq!(pgid.as_raw(), pid);
     }
 }

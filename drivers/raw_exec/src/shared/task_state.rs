@@ -7,7 +7,7 @@ pub const TASK_STATE_VERSION: u32 = 1;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProcessState {
-    /// Host pid of the task's main process; also its process group and session id.
+    /// Host pid of the task's main process; also its process group id.
     pub pid: i32,
     /// `/proc/<pid>/stat` start time, to tell the task from a later process reusing the pid.
     pub start_ticks: u64,
