@@ -185,7 +185,9 @@ fn main() {
 
         let dir = TempDir::new("bench-sleep");
         let agent = Agent::start_dev(dir.path(), &["--log-level", "warn"]);
-        std::thread::sleep(Duration::from_secs(2));
+        // Idle: the agent trims itself once 3 quiet seconds follow its start-up
+        // (`resident_set`); measured after that, not during it.
+        std::thread::sleep(Duration::from_secs(5));
         let pid = agent.child.id();
         idle.push((rss_kb_and_threads(pid).0, pss_kb(pid)));
         sleep_times.push(submit_to_running(

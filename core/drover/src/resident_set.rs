@@ -28,25 +28,52 @@ const QUIET_BEFORE_TRIM: u32 = 3;
 pub async fn trim_after_bursts() {
     let mut ticks = tokio::time::interval(CHECK_EVERY);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut busy_since_trim = true;
-    let mut quiet = 0;
+    let mut bursts = BurstEnd::default();
     let mut previous = process_cpu_time();
     loop {
         ticks.tick().await;
         let now = process_cpu_time();
-        let used = now.saturating_sub(previous);
-        previous = now;
-        if used > QUIET_CPU {
-            busy_since_trim = true;
-            quiet = 0;
-            continue;
-        }
-        quiet += 1;
-        if busy_since_trim && quiet >= QUIET_BEFORE_TRIM {
+        if bursts.observe(now.saturating_sub(previous)) {
             trim();
-            busy_since_trim = false;
+            // The trim's own CPU time is not a burst.
             previous = process_cpu_time();
+        } else {
+            previous = now;
         }
+    }
+}
+
+/// Tells, from the CPU time of each check interval, when a burst of work has ended.
+#[derive(Debug)]
+struct BurstEnd {
+    busy_since_trim: bool,
+    quiet_in_a_row: u32,
+}
+
+impl Default for BurstEnd {
+    /// The process's start is a burst.
+    fn default() -> Self {
+        BurstEnd {
+            busy_since_trim: true,
+            quiet_in_a_row: 0,
+        }
+    }
+}
+
+impl BurstEnd {
+    /// Takes the CPU time of one interval; true when the process should be trimmed now.
+    fn observe(&mut self, used: Duration) -> bool {
+        if used > QUIET_CPU {
+            self.busy_since_trim = true;
+            self.quiet_in_a_row = 0;
+            return false;
+        }
+        self.quiet_in_a_row += 1;
+        if self.busy_since_trim && self.quiet_in_a_row >= QUIET_BEFORE_TRIM {
+            self.busy_since_trim = false;
+            return true;
+        }
+        false
     }
 }
 
@@ -147,6 +174,25 @@ fn clean_file_mappings(smaps: &str, path: &str) -> Vec<(usize, usize)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_burst_is_trimmed_once_after_three_quiet_intervals() {
+        let busy = Duration::from_millis(200);
+        let idle = Duration::from_millis(3);
+        let mut bursts = BurstEnd::default();
+        // The start counts as a burst.
+        assert_eq!(
+            [idle, idle, idle, idle].map(|used| bursts.observe(used)),
+            [false, false, true, false]
+        );
+        // Idle for long: nothing more to give back.
+        assert!((0..100).all(|_| !bursts.observe(idle)));
+        // A burst, interrupted quiet, then quiet for long enough: one trim.
+        assert_eq!(
+            [busy, idle, idle, busy, idle, idle, idle, idle].map(|used| bursts.observe(used)),
+            [false, false, false, false, false, false, true, false]
+        );
+    }
 
     #[test]
     fn only_clean_read_only_file_mappings_are_dropped() {
