@@ -143,12 +143,12 @@ fn task_sees_exactly_its_env() {
 }
 
 #[test]
-fn task_runs_in_its_task_dir_and_own_session() {
+fn task_runs_in_its_task_dir_and_own_process_group() {
     let dirs = TaskDirs::new("raw-cwd");
     let driver = enabled_driver();
     let out = dirs.stdout_reader();
-    // Field 6 of /proc/self/stat is the session id; $$ is the shell's pid.
-    let config = dirs.config("cwd", sh("pwd -P; echo $$; cut -d' ' -f6 /proc/$$/stat"));
+    // Field 5 of /proc/self/stat is the process group id; $$ is the shell's pid.
+    let config = dirs.config("cwd", sh("pwd -P; echo $$; cut -d' ' -f5 /proc/$$/stat"));
     driver.start_task(&config).unwrap();
     let text = out.read_until_writers_close();
     let lines: Vec<&str> = text.lines().collect();
@@ -156,7 +156,7 @@ fn task_runs_in_its_task_dir_and_own_session() {
         lines[0],
         dirs.task_dir.canonicalize().unwrap().to_str().unwrap()
     );
-    assert_eq!(lines[1], lines[2], "the task leads its own session");
+    assert_eq!(lines[1], lines[2], "the task leads its own process group");
     driver.wait_task(&config.id, LONG).unwrap().unwrap();
     driver.destroy_task(&config.id, false).unwrap();
 }
