@@ -451,7 +451,8 @@ async fn run(
         }
         tokio::select! {
             update = task_rx.recv() => {
-                let Some((name, mut state)) = update else { break };
+                let Some(update) = update else { break };
+                let (name, mut state) = *update;
                 health.keep_events(&name, &mut state);
                 states.insert(name, state);
                 if !stopping && let Some(reason) = lifecycle::kill_reason(&group.tasks, &states) {
@@ -679,7 +680,7 @@ struct HealthTracking {
     /// restart, or the servers' canary mark) until decided here.
     status: Option<AllocDeploymentStatus>,
     /// Where each task runner takes events from outside.
-    task_events: BTreeMap<String, mpsc::UnboundedSender<TaskEvent>>,
+    task_events: BTreeMap<String, crate::task_runner::OutsideEvents>,
     /// "Alloc Unhealthy" events given to task runners that have not reported them back yet.
     unreported: BTreeMap<String, TaskEvent>,
     /// What the checks say while the health waits on them (`health_check = "checks"` and
@@ -803,7 +804,7 @@ impl HealthTracking {
                     let delivered = self
                         .task_events
                         .get(&task)
-                        .is_some_and(|tx| tx.send(ev.clone()).is_ok());
+                        .is_some_and(|tx| tx.send(Box::new(ev.clone())).is_ok());
                     if let Some(s) = states.get_mut(&task) {
                         alloc_health::push_event(s, ev.clone());
                     }

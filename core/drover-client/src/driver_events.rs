@@ -16,7 +16,7 @@ use std::time::Duration;
 use drover_abi::{Driver, DriverError, DriverTaskEvent};
 use drover_structs::TaskEvent;
 use drover_structs::time::now_nanos;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
 /// Nomad's `structs.TaskDriverMessage`.
 pub const TASK_EVENT_DRIVER_MESSAGE: &str = "Driver";
@@ -49,7 +49,7 @@ pub fn task_event(event: &DriverTaskEvent) -> TaskEvent {
 struct Route {
     /// Which registration this is, so that an older guard never removes a newer route.
     serial: u64,
-    to: mpsc::UnboundedSender<TaskEvent>,
+    to: crate::task_runner::OutsideEvents,
 }
 
 /// Where each running task's driver events go, by driver task id. Cheap to clone.
@@ -86,7 +86,7 @@ impl DriverEventRouter {
 
     /// Sends the events of driver task `task_id` to `to` until the guard is dropped. A runner
     /// routes a task before asking the driver to start it, so events of the start arrive too.
-    pub fn route(&self, task_id: &str, to: mpsc::UnboundedSender<TaskEvent>) -> RouteGuard {
+    pub fn route(&self, task_id: &str, to: crate::task_runner::OutsideEvents) -> RouteGuard {
         let serial = self.serials.fetch_add(1, Ordering::Relaxed);
         self.lock()
             .insert(task_id.to_string(), Route { serial, to });
@@ -103,7 +103,7 @@ impl DriverEventRouter {
         let Some(route) = routes.get(&event.task_id) else {
             return false;
         };
-        if route.to.send(task_event(event)).is_ok() {
+        if route.to.send(Box::new(task_event(event))).is_ok() {
             return true;
         }
         // The runner is gone without dropping its guard yet.
@@ -215,6 +215,7 @@ mod tests {
     use drover_abi::*;
     use std::collections::VecDeque;
     use std::time::Instant;
+    use tokio::sync::mpsc;
 
     fn event(task_id: &str, message: &str) -> DriverTaskEvent {
         DriverTaskEvent {

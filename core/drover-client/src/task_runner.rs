@@ -80,8 +80,15 @@ pub struct TaskContext {
     pub catalog: Arc<dyn crate::template::services::ServiceCatalog>,
 }
 
-/// Sent to the allocation runner whenever the task's state changes.
-pub type TaskStateUpdate = (String, TaskState);
+/// Sent to the allocation runner whenever the task's state changes. Boxed: a channel holds
+/// its values in blocks of 32 allocated ahead, so an unboxed `TaskState` cost each allocation
+/// runner about 7 KB before the first update.
+pub type TaskStateUpdate = Box<(String, TaskState)>;
+
+/// Where events from outside a task runner (its driver, its CSI plugin's supervisor, the
+/// allocation's health watcher) reach it. Boxed for the same reason: 32 unboxed `TaskEvent`s
+/// (about 500 bytes each) were 16 KB a task, allocated when its runner was made.
+pub type OutsideEvents = mpsc::UnboundedSender<Box<TaskEvent>>;
 
 pub struct TaskRunner {
     ctx: TaskContext,
@@ -92,10 +99,7 @@ pub struct TaskRunner {
     /// The task's `csi_plugin` block, and its supervision once the task runs.
     plugin: Option<PluginTask>,
     supervisor: Option<Supervisor>,
-    plugin_events: (
-        mpsc::UnboundedSender<TaskEvent>,
-        mpsc::UnboundedReceiver<TaskEvent>,
-    ),
+    plugin_events: (OutsideEvents, mpsc::UnboundedReceiver<Box<TaskEvent>>),
     /// The driver's events of the task that runs now arrive on `plugin_events` while this lives.
     driver_route: Option<RouteGuard>,
     /// Signals and restarts asked for by the client (`alloc signal`, `alloc restart`).
@@ -169,7 +173,7 @@ impl TaskRunner {
     /// Where events from outside the runner reach it (the allocation runner's "Alloc
     /// Unhealthy" events): recorded with the task's next event or state change, or at once
     /// while the task runs. Sending fails once the runner is done.
-    pub(crate) fn outside_events(&self) -> mpsc::UnboundedSender<TaskEvent> {
+    pub(crate) fn outside_events(&self) -> OutsideEvents {
         self.plugin_events.0.clone()
     }
 
@@ -187,7 +191,7 @@ impl TaskRunner {
     fn publish(&self) {
         let _ = self
             .updates
-            .send((self.ctx.task.name.clone(), self.state.clone()));
+            .send(Box::new((self.ctx.task.name.clone(), self.state.clone())));
     }
 
     fn set_state(&mut self, state: &str) {
@@ -214,7 +218,7 @@ impl TaskRunner {
     /// was not waiting for them, so that none is lost when the task ends first.
     fn take_outside_events(&mut self) {
         while let Ok(e) = self.plugin_events.1.try_recv() {
-            self.outside_event(e);
+            self.outside_event(*e);
         }
     }
 
@@ -465,7 +469,7 @@ impl TaskRunner {
                         self.after_template_scripts(runs, &task_id).await;
                     }
                     Some(ev) = self.plugin_events.1.recv() => {
-                        self.outside_event(ev);
+                        self.outside_event(*ev);
                         self.publish();
                     }
                     Some(command) = self.commands.recv() => {

@@ -19,7 +19,7 @@ use drover_abi::{FsIsolation, MountConfig, MountPropagation};
 use drover_csi::{CallOptions, CsiClient, CsiPluginConfig, SOCKET_NAME};
 use drover_structs::csi::CsiPluginType;
 use drover_structs::{Task, TaskEvent};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
 use super::fingerprint::fingerprint;
 use super::host_mounts::{has_mounts_below, is_mount_point, make_shared_mount_point, unmount};
@@ -184,7 +184,7 @@ impl PluginTask {
     pub fn supervise(
         &self,
         manager: CsiManager,
-        events: mpsc::UnboundedSender<TaskEvent>,
+        events: crate::task_runner::OutsideEvents,
     ) -> Supervisor {
         let (stop, stop_rx) = watch::channel(false);
         let join = tokio::spawn(supervise(self.clone(), manager, events, stop_rx));
@@ -300,7 +300,7 @@ async fn register(
 async fn supervise(
     task: PluginTask,
     manager: CsiManager,
-    events: mpsc::UnboundedSender<TaskEvent>,
+    events: crate::task_runner::OutsideEvents,
     mut stop: watch::Receiver<bool>,
 ) {
     let id = task.config.id.clone();
@@ -314,19 +314,22 @@ async fn supervise(
         };
         let last_error = match result {
             Ok(()) => {
-                let _ = events.send(event(TASK_EVENT_PLUGIN_HEALTHY, format!("plugin: {id}")));
+                let _ = events.send(Box::new(event(
+                    TASK_EVENT_PLUGIN_HEALTHY,
+                    format!("plugin: {id}"),
+                )));
                 tracing::info!(plugin = %id, "CSI plugin registered");
                 break;
             }
             Err(e) => e,
         };
         if started.elapsed() > task.health_timeout() {
-            let _ = events.send(event(
+            let _ = events.send(Box::new(event(
                 TASK_EVENT_PLUGIN_UNHEALTHY,
                 format!("plugin {id} did not become healthy: {last_error}"),
-            ));
+            )));
             // Nomad kills the task, failing it: its allocation is replaced elsewhere.
-            let _ = events.send(health_timeout_kill(task.health_timeout()));
+            let _ = events.send(Box::new(health_timeout_kill(task.health_timeout())));
             manager.deregister(&id, &task.alloc_id);
             return;
         }
@@ -348,14 +351,20 @@ async fn supervise(
         match result {
             Ok(()) if !healthy => {
                 healthy = true;
-                let _ = events.send(event(TASK_EVENT_PLUGIN_HEALTHY, format!("plugin: {id}")));
+                let _ = events.send(Box::new(event(
+                    TASK_EVENT_PLUGIN_HEALTHY,
+                    format!("plugin: {id}"),
+                )));
             }
             Ok(()) => {}
             Err(e) => {
                 manager.mark_unhealthy(&id, &task.alloc_id, &e);
                 if healthy {
                     healthy = false;
-                    let _ = events.send(event(TASK_EVENT_PLUGIN_UNHEALTHY, format!("error: {e}")));
+                    let _ = events.send(Box::new(event(
+                        TASK_EVENT_PLUGIN_UNHEALTHY,
+                        format!("error: {e}"),
+                    )));
                 }
             }
         }
@@ -367,6 +376,7 @@ async fn supervise(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::sync::mpsc;
 
     fn plugin(host_root: PathBuf) -> PluginTask {
         PluginTask {
