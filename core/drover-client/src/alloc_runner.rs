@@ -249,8 +249,16 @@ async fn run(
         None => alloc,
     };
     // Group volumes are mounted before any task starts (Nomad's csi_hook, a pre-run hook).
-    let mounted = match mount_csi_volumes(&env, &alloc, &group, stop_rx.clone(), resumed_running)
-        .await
+    // Boxed: its future (8 KB) would otherwise be part of this one for the allocation's whole
+    // life, with or without volumes (BENCHMARKS.md, issue 18).
+    let mounted = match Box::pin(mount_csi_volumes(
+        &env,
+        &alloc,
+        &group,
+        stop_rx.clone(),
+        resumed_running,
+    ))
+    .await
     {
         Ok(m) => m,
         Err(err) if resumed_running => {
@@ -374,7 +382,7 @@ async fn run(
         }
         // A task taken back after an agent restart already runs: no gate to wait for.
         let gate = (!recovering).then(|| coordinator.gate(lifecycle::stage_of(task)));
-        tokio::spawn(lifecycle::run_when_allowed(runner, gate, kill_rx));
+        tokio::spawn(lifecycle::run_when_allowed(Box::new(runner), gate, kill_rx));
     }
     if prior.is_empty() {
         coordinator.task_states_updated(&states);

@@ -295,7 +295,7 @@ pub fn only_sidecars_remain(tasks: &[Task], states: &BTreeMap<String, TaskState>
 /// Runs the task once its stage's gate opens (`None`: at once), or at once when it is killed
 /// before that (the runner then ends it without starting it).
 pub async fn run_when_allowed(
-    runner: TaskRunner,
+    runner: Box<TaskRunner>,
     gate: Option<watch::Receiver<bool>>,
     kill: watch::Receiver<Option<KillReason>>,
 ) {
