@@ -59,6 +59,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         .enable_all()
         .max_blocking_threads(BLOCKING_THREADS)
         .thread_keep_alive(BLOCKING_KEEP_ALIVE)
+        .on_thread_park(crate::resident_set::collect_if_trimmed)
         .build()?;
     let result = rt.block_on(crate::agent_run::run(args));
     // Dropping the runtime would wait for every blocking call still running, and task runners
