@@ -940,13 +940,19 @@ mod tests {
         assert_eq!(stager.finish().unwrap(), 0);
     }
 
-    #[test]
-    fn released_payloads_leave_memory_and_are_read_back_from_redb() {
-        let dir = TempDir::new("store-release");
+    /// A bootstrapped store in `dir` holding entries 2..=9, each a payload of 10 bytes.
+    fn store_with_entries_2_to_9(dir: &TempDir) -> RedbStore {
         let mut store = RedbStore::open(&dir.path().join("raft.redb")).unwrap();
         store.bootstrap(&[1], PeerBook::new(), b"fresh").unwrap();
         let batch: Vec<Entry> = (2..=9).map(|i| entry(i, 1, &[i as u8; 10])).collect();
         store.write(None, &batch, true).unwrap();
+        store
+    }
+
+    #[test]
+    fn released_payloads_leave_memory_and_are_read_back_from_redb() {
+        let dir = TempDir::new("store-release");
+        let mut store = store_with_entries_2_to_9(&dir);
         assert_eq!(store.stats().log_bytes_in_memory, 80);
 
         // Applied up to 5, budget 15 bytes, no follower holds anything: 2..=5 go (40 bytes),
@@ -980,10 +986,7 @@ mod tests {
     #[test]
     fn payloads_every_follower_holds_leave_memory_whatever_the_budget() {
         let dir = TempDir::new("store-release-held");
-        let mut store = RedbStore::open(&dir.path().join("raft.redb")).unwrap();
-        store.bootstrap(&[1], PeerBook::new(), b"fresh").unwrap();
-        let batch: Vec<Entry> = (2..=9).map(|i| entry(i, 1, &[i as u8; 10])).collect();
-        store.write(None, &batch, true).unwrap();
+        let mut store = store_with_entries_2_to_9(&dir);
 
         // Within budget, but the followers hold up to 4: 2..=4 go, 5..=7 (applied) stay for a
         // follower that still needs them.
