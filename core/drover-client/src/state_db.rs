@@ -4,15 +4,18 @@
 //!
 //! Values are opaque bytes: the caller chooses the encoding. Every write is committed with
 //! immediate durability (fsynced before the call returns), because losing a task handle means
-//! losing track of a running process. All calls block on disk IO; call them from
+//! losing track of a running process; the writes many tasks make at once (task handles,
+//! removals) share their commits ([`group_commit`]). All calls block on disk IO; call them from
 //! `tokio::task::spawn_blocking` when on an async runtime.
+
+mod group_commit;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use redb::{
-    Database, Durability, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction,
-};
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
+
+use group_commit::{GroupCommit, commit_one};
 
 /// Allocation id -> the allocation as the caller serialised it.
 const ALLOCS: TableDefinition<&str, &[u8]> = TableDefinition::new("allocs");
@@ -50,6 +53,7 @@ pub enum StateDbError {
 #[derive(Clone)]
 pub struct ClientStateDb {
     db: Arc<Database>,
+    group: Arc<GroupCommit>,
     path: PathBuf,
 }
 
@@ -85,6 +89,7 @@ impl ClientStateDb {
             })?;
         let state = Self {
             db: Arc::new(db),
+            group: Arc::default(),
             path: path.to_path_buf(),
         };
         // Create every table up front so that reads never meet a missing table.
@@ -141,8 +146,6 @@ impl ClientStateDb {
         })
     }
 
-    /// Removes an allocation together with all of its task handles, in one transaction, so a
-    /// crash can never leave handles of an allocation that is gone.
     /// Saves the latest status of several allocations in one transaction.
     pub fn put_alloc_statuses(&self, statuses: &[(&str, &[u8])]) -> Result<(), StateDbError> {
         self.write("put allocation status", |txn| {
@@ -161,12 +164,18 @@ impl ClientStateDb {
         })
     }
 
+    /// Removes an allocation together with all of its task handles, in one transaction, so a
+    /// crash can never leave handles of an allocation that is gone.
     pub fn delete_alloc(&self, alloc_id: &str) -> Result<(), StateDbError> {
-        self.write("delete allocation", |txn| {
-            txn.open_table(ALLOC_STATUS)?.remove(alloc_id)?;
-            txn.open_table(ALLOCS)?.remove(alloc_id)?;
-            remove_task_handles(txn, alloc_id)
-        })
+        let alloc_id = alloc_id.to_string();
+        self.write_grouped(
+            "delete allocation",
+            Box::new(move |txn| {
+                txn.open_table(ALLOC_STATUS)?.remove(alloc_id.as_str())?;
+                txn.open_table(ALLOCS)?.remove(alloc_id.as_str())?;
+                remove_task_handles(txn, &alloc_id)
+            }),
+        )
     }
 
     /// Stores (or replaces) the handle of one task.
@@ -176,11 +185,15 @@ impl ClientStateDb {
         task: &str,
         value: &[u8],
     ) -> Result<(), StateDbError> {
-        self.write("put task handle", |txn| {
-            txn.open_table(TASK_HANDLES)?
-                .insert((alloc_id, task), value)?;
-            Ok(())
-        })
+        let (alloc_id, task, value) = (alloc_id.to_string(), task.to_string(), value.to_vec());
+        self.write_grouped(
+            "put task handle",
+            Box::new(move |txn| {
+                txn.open_table(TASK_HANDLES)?
+                    .insert((alloc_id.as_str(), task.as_str()), value.as_slice())?;
+                Ok(())
+            }),
+        )
     }
 
     /// The handles of one allocation's tasks, ordered by task name.
@@ -234,16 +247,20 @@ impl ClientStateDb {
     fn write(
         &self,
         op: &'static str,
-        body: impl FnOnce(&WriteTransaction) -> Result<(), redb::Error>,
+        body: impl Fn(&WriteTransaction) -> Result<(), redb::Error>,
     ) -> Result<(), StateDbError> {
-        let run = || -> Result<(), redb::Error> {
-            let mut txn = self.db.begin_write()?;
-            txn.set_durability(Durability::Immediate)?;
-            body(&txn)?;
-            txn.commit()?;
-            Ok(())
-        };
-        run().map_err(|source| self.error(op, source))
+        commit_one(&self.db, &body).map_err(|source| self.error(op, source))
+    }
+
+    /// As [`Self::write`], sharing the commit with the other writers waiting at the same time.
+    fn write_grouped(
+        &self,
+        op: &'static str,
+        body: group_commit::Body,
+    ) -> Result<(), StateDbError> {
+        self.group
+            .write(&self.db, body)
+            .map_err(|source| self.error(op, source))
     }
 
     fn read<T>(
