@@ -15,9 +15,11 @@ use std::time::Duration;
 const CHECK_EVERY: Duration = Duration::from_secs(1);
 
 /// CPU time within one check interval above which the interval counts as busy, and at or
-/// below which it counts as quiet. An idle agent (heartbeats, host statistics, Raft ticks)
-/// uses about 3 ms a second.
-const QUIET_CPU: Duration = Duration::from_millis(20);
+/// below which it counts as quiet. An idle dev agent (heartbeats, host statistics, Raft ticks,
+/// the deployment watcher) uses 10-14 ms a second, 30 ms in some seconds, measured per thread
+/// with `schedstat`; at 20 ms the quiet seconds after a burst were often not seen as quiet,
+/// and the trim came late or not at all. Starting or stopping even a few tasks uses more.
+const QUIET_CPU: Duration = Duration::from_millis(50);
 
 /// Quiet intervals in a row after a busy one before the process is trimmed: the blocking
 /// pool's threads a burst started exit after `BLOCKING_KEEP_ALIVE` (2 s), and what they held
