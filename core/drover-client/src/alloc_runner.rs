@@ -594,12 +594,10 @@ async fn make_network(
     let drivers = crate::network::NetworkDrivers::of_group(group, &env.drivers);
     // The plugins, and a driver's namespace (docker may pull its pause image), may take long:
     // not on the bounded blocking pool.
-    crate::task_runner::on_own_thread(move || {
-        crate::network::setup(&bridge, &alloc, resumed, &drivers)
-    })
-    .await
-    .map_err(|e| format!("setting up the network: {e}"))?
-    .map(Some)
+    crate::driver_calls::run(move || crate::network::setup(&bridge, &alloc, resumed, &drivers))
+        .await
+        .map_err(|e| format!("setting up the network: {e}"))?
+        .map(Some)
 }
 
 /// Removes what [`make_network`] made.
@@ -614,10 +612,8 @@ async fn release_network(
     };
     let drivers = crate::network::NetworkDrivers::of_group(group, &env.drivers);
     let alloc = alloc.clone();
-    let _ = crate::task_runner::on_own_thread(move || {
-        crate::network::teardown(&bridge, &alloc, &drivers)
-    })
-    .await;
+    let _ =
+        crate::driver_calls::run(move || crate::network::teardown(&bridge, &alloc, &drivers)).await;
 }
 
 /// `${...}` in a check's `text` resolved against the env of task `task` (a task without a

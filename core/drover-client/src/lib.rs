@@ -18,6 +18,7 @@ pub mod client;
 pub mod client_metrics;
 pub mod csi;
 pub mod dispatch_payload;
+mod driver_calls;
 pub mod driver_events;
 pub mod fingerprint;
 pub mod gc;
