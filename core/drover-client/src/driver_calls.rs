@@ -1,7 +1,7 @@
 //! Where driver calls that may block for an unbounded time run: a task's stop (up to its kill
 //! timeout), a blocking wait for its exit, an artifact download, an allocation network set
-//! up or torn down (CNI plugins, a driver's namespace). (Starts
-//! are bounded in number and run on the runtime's blocking pool: `task_runner`.)
+//! up or torn down (CNI plugins, a driver's namespace). Starts are bounded in number and run
+//! on the runtime's blocking pool (`task_runner`).
 //!
 //! Not on tokio's blocking pool: it is bounded, and sixteen stops waiting out their kill
 //! timeouts would hold every other blocking call (state writes, allocation directories)
