@@ -904,8 +904,8 @@ impl TaskRunner {
         } else {
             self.ctx.task.kill_signal.clone()
         };
-        // Up to the kill timeout per task: on a thread of its own, so that stopping many
-        // tasks at once neither waits for the bounded blocking pool nor fills it.
+        // Up to the kill timeout per task: on `driver_calls`, so that stopping many tasks at
+        // once neither waits for the bounded blocking pool nor fills it.
         match crate::driver_calls::run(move || driver.stop_task(&id, timeout, &signal)).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(e.to_string()),
@@ -1364,10 +1364,11 @@ async fn first_render(
     Ok(vars)
 }
 
-/// How many tasks of this agent a driver may be starting at once: half the runtime's
-/// blocking pool (16 threads, `drover::agent`). 1,000 starts on one client take 1.6-1.8 s
-/// with 8 or with 16.
-static DRIVER_STARTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(8);
+/// How many tasks of this agent a driver may be starting at once: 16 of the runtime's 24
+/// blocking-pool threads (`drover::agent`), so that 8 stay for log and state writes. With 8
+/// of 16, starts waited on each other's task-handle commits: 50 raw_exec starts took
+/// 170-206 ms against 79-102 ms now (BENCHMARKS.md, issue 18).
+static DRIVER_STARTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(16);
 
 /// The task's exit. A driver that notifies exits is awaited without a thread (then asked once
 /// for the result); others are waited on by a blocking call at a time.

@@ -69,12 +69,14 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     result
 }
 
-/// The blocking pool's bound (tokio's default is 512): it runs short driver and filesystem
-/// calls, so starting many tasks at once queues them instead of making a thread each (a burst
-/// of 50 starts made about 150 threads, whose stacks and allocator heaps stayed). Calls that
-/// block for long (waits for an exit, stops, interactive exec sessions) run on threads of
-/// their own, never here, so they cannot fill it.
-const BLOCKING_THREADS: usize = 16;
+/// The blocking pool's bound (tokio's default is 512): it runs driver starts and short
+/// filesystem calls (log writes, state writes, allocation directories), so starting many
+/// tasks at once queues them instead of making a thread each (a burst of 50 starts made about
+/// 150 threads, whose stacks and allocator heaps stayed). Starts take at most 16 of these
+/// threads (`drover_client::task_runner`), so 8 stay for the rest however long starts take.
+/// Calls that block for an unbounded time (waits for an exit, stops, interactive exec
+/// sessions) run elsewhere (`drover_client::driver_calls`), so they cannot fill it.
+const BLOCKING_THREADS: usize = 24;
 
 /// How long a blocking-pool thread waits idle for more work before it exits (tokio's default
 /// is 10 s). A burst of starts fills the pool; once it is over, the threads and what their
