@@ -160,7 +160,14 @@ mod tests {
         let mut ids = Vec::new();
         for _ in 0..20 {
             ids.push(run(|| std::thread::current().id()).await.expect("call"));
-            while lock().idle == 0 || lock().calls.len() > 0 {
+            loop {
+                let settled = {
+                    let state = lock();
+                    state.idle > 0 && state.calls.is_empty()
+                };
+                if settled {
+                    break;
+                }
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
         }
