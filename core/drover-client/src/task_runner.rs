@@ -1367,7 +1367,7 @@ async fn first_render(
 /// How many tasks of this agent a driver may be starting at once: 16 of the runtime's 24
 /// blocking-pool threads (`drover::agent`), so that 8 stay for log and state writes. With 8
 /// of 16, starts waited on each other's task-handle commits: 50 raw_exec starts took
-/// 170-206 ms against 79-102 ms now (BENCHMARKS.md, issue 18).
+/// 161-210 ms in the bench; 16 of 24 start them in 79-102 ms by hand (BENCHMARKS.md, issue 18).
 static DRIVER_STARTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(16);
 
 /// The task's exit. A driver that notifies exits is awaited without a thread (then asked once
