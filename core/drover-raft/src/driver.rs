@@ -137,9 +137,8 @@ impl<S: StateMachine> Driver<S> {
         // Just bootstrapped, the snapshot came from `sm` itself: nothing to restore.
         if snapshot_index > 0 && !bootstrapped {
             let started = Instant::now();
-            let data = store.snapshot_data()?;
-            let read = started.elapsed();
-            sm.restore(snapshot_index, &data)
+            let mut data = store.snapshot_reader()?;
+            sm.restore(snapshot_index, &mut data)
                 .map_err(|reason| RaftError::SnapshotRestore {
                     index: snapshot_index,
                     reason,
@@ -147,8 +146,6 @@ impl<S: StateMachine> Driver<S> {
             tracing::info!(
                 id = cfg.id,
                 index = snapshot_index,
-                bytes = data.len(),
-                read_ms = read.as_millis() as u64,
                 restored_ms = started.elapsed().as_millis() as u64,
                 "state restored from the snapshot"
             );
@@ -418,8 +415,8 @@ impl<S: StateMachine> Driver<S> {
                         reason,
                     }
                 })?;
-                let payload = self.raw.store().received_snapshot_data(meta)?;
-                self.install_snapshot(meta, &payload)?;
+                let mut payload = self.raw.store().received_snapshot(meta)?;
+                self.install_snapshot(meta, &mut payload)?;
                 self.raw.mut_store().set_peers(book);
             }
             let committed = rd.take_committed_entries();
@@ -481,7 +478,11 @@ impl<S: StateMachine> Driver<S> {
     }
 
     /// A snapshot from the leader replaces the state machine's whole state.
-    fn install_snapshot(&mut self, meta: &SnapshotMetadata, data: &[u8]) -> Result<(), RaftError> {
+    fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMetadata,
+        data: &mut dyn std::io::Read,
+    ) -> Result<(), RaftError> {
         tracing::info!(
             id = self.id,
             index = meta.index,
@@ -499,6 +500,19 @@ impl<S: StateMachine> Driver<S> {
     }
 
     fn apply(&mut self, entries: Vec<Entry>) -> Result<(), RaftError> {
+        let ahead: Vec<(u64, bytes::Bytes)> = entries
+            .iter()
+            .filter(|e| {
+                e.index > self.applied
+                    && e.get_entry_type() == EntryType::EntryNormal
+                    && !e.data.is_empty()
+            })
+            .map(|e| (e.index, e.data.clone()))
+            .collect();
+        if ahead.len() > 1 {
+            self.sm.prepare(&ahead);
+        }
+        drop(ahead);
         for entry in entries {
             if entry.index <= self.applied {
                 continue;

@@ -40,5 +40,7 @@ pub use peers::{PEERS_JSON, PeerBook, PeerInfo};
 pub use snapshot_pieces::{IncomingSnapshot, OutgoingSnapshot, SnapshotHandedOver};
 pub use store::StorageStats;
 
+/// A log entry's payload as `StateMachine::prepare` is given it: shared, not copied.
+pub use bytes::Bytes;
 /// The raft crate's message types, for transports.
 pub use raft::eraftpb;

@@ -28,6 +28,12 @@ pub trait StateMachine: Send + 'static {
     /// there is nothing to say); `RaftNode::propose_for_response` hands it over, and it is
     /// dropped on servers where nobody waits for the entry.
     fn apply(&mut self, index: u64, data: &[u8]) -> Vec<u8>;
+    /// The committed normal entries about to be applied, in log order, before `apply` sees
+    /// the first of them: a state machine may decode them ahead, on threads of its own,
+    /// while `apply` works through the ones before (a restart replays hundreds of entries).
+    /// Each still comes to `apply`, with the same bytes, unless the process stops first.
+    /// The default does nothing.
+    fn prepare(&mut self, _entries: &[(u64, bytes::Bytes)]) {}
     /// Serialize the whole state (taken at the last applied index). Also called once on the
     /// fresh state machine when a new cluster is bootstrapped: that snapshot, at index 1,
     /// carries the first configuration to servers added later.
@@ -40,9 +46,10 @@ pub trait StateMachine: Send + 'static {
     fn snapshot_deferred(&self) -> Option<DeferredSnapshot> {
         None
     }
-    /// Replace the whole state with a snapshot's data. A payload it cannot read (corrupt, or
-    /// an unknown version) is an error, never a silently empty state.
-    fn restore(&mut self, index: u64, data: &[u8]) -> Result<(), String>;
+    /// Replace the whole state with a snapshot's data, read from `data` as it is decoded (a
+    /// large state's payload is gigabytes, never handed over whole). A payload it cannot read
+    /// (corrupt, cut short, or an unknown version) is an error, never a silently empty state.
+    fn restore(&mut self, index: u64, data: &mut dyn std::io::Read) -> Result<(), String>;
 }
 
 /// Carries Raft messages to other servers. Called from the driver thread, so it must not

@@ -1,6 +1,7 @@
 //! A snapshot's payload in redb, in pieces: written as it is encoded ([`SnapshotStager`]) or as
-//! it arrives from the leader ([`IncomingSnapshot`]), read whole to restore the state machine
-//! ([`read_pieces`]), and read piece by piece to send it to a follower ([`OutgoingSnapshot`]).
+//! it arrives from the leader ([`IncomingSnapshot`]), read as a stream to restore the state
+//! machine ([`SnapshotReader`]), and read piece by piece to send it to a follower
+//! ([`OutgoingSnapshot`]).
 //!
 //! Every table here holds `position -> piece`. A payload is never whole in memory on its way
 //! in or out: the state of a million allocations is gigabytes, and a leader holding it once
@@ -12,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use raft::eraftpb::{Message, MessageType, SnapshotMetadata};
-use redb::{Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata};
+use redb::{Database, Durability, ReadableDatabase};
 use redb::{ReadTransaction, TableDefinition};
 use tokio::sync::oneshot;
 
@@ -173,48 +174,6 @@ impl std::io::Write for SnapshotStager {
     }
 }
 
-/// A payload from its pieces in `table`; `None` when there are none.
-pub(crate) fn read_pieces(
-    txn: &ReadTransaction,
-    table: Pieces,
-) -> Result<Option<Vec<u8>>, RaftError> {
-    let chunks = match txn.open_table(table) {
-        Ok(t) => t,
-        // A file that never stored a snapshot in pieces has no such table.
-        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
-        Err(e) => return Err(storage("open snapshot table")(e.into())),
-    };
-    // Sized once from the first piece (every piece but the last is as large): a payload of
-    // gigabytes grown by doubling would be copied and faulted in again and again.
-    let capacity = match chunks
-        .first()
-        .map_err(|e| storage("read snapshot")(e.into()))?
-    {
-        Some((_, first)) => {
-            let pieces = chunks
-                .len()
-                .map_err(|e| storage("read snapshot")(e.into()))?;
-            (pieces as usize).saturating_mul(first.value().len())
-        }
-        None => 0,
-    };
-    let mut data: Option<Vec<u8>> = None;
-    let rows = chunks
-        .range::<u32>(..)
-        .map_err(|e| storage("read snapshot")(e.into()))?;
-    for (expected, row) in (0u32..).zip(rows) {
-        let (key, value) = row.map_err(|e| storage("read snapshot")(e.into()))?;
-        if key.value() != expected {
-            return Err(RaftError::CorruptStorage(format!(
-                "snapshot piece {expected} is missing"
-            )));
-        }
-        data.get_or_insert_with(|| Vec::with_capacity(capacity))
-            .extend_from_slice(value.value());
-    }
-    Ok(data)
-}
-
 fn received_marker(index: u64, term: u64) -> [u8; 16] {
     let mut marker = [0; 16];
     marker[..8].copy_from_slice(&index.to_le_bytes());
@@ -224,7 +183,10 @@ fn received_marker(index: u64, term: u64) -> [u8; 16] {
 
 /// The payload of the snapshot at `meta` that [`IncomingSnapshot`] received whole; an error
 /// if what the table holds is another snapshot, or one cut short.
-pub(crate) fn read_received(db: &Database, meta: &SnapshotMetadata) -> Result<Vec<u8>, RaftError> {
+pub(crate) fn read_received(
+    db: &Database,
+    meta: &SnapshotMetadata,
+) -> Result<SnapshotReader, RaftError> {
     let txn = db
         .begin_read()
         .map_err(|e| storage("begin snapshot read")(e.into()))?;
@@ -240,9 +202,10 @@ pub(crate) fn read_received(db: &Database, meta: &SnapshotMetadata) -> Result<Ve
             meta.index, meta.term
         )));
     }
-    read_pieces(&txn, SNAPSHOT_RECEIVED)?.ok_or_else(|| {
+    let pieces = StoredPieces::of_table(&txn, SNAPSHOT_RECEIVED)?.ok_or_else(|| {
         RaftError::CorruptStorage(format!("received snapshot {} has no pieces", meta.index))
-    })
+    })?;
+    Ok(SnapshotReader::new(pieces))
 }
 
 /// Changes the `META` table in a transaction of its own (made durable with the next durable one).
@@ -271,23 +234,47 @@ pub(crate) fn forget_received(meta: &mut redb::Table<&str, &[u8]>) -> Result<(),
         .map_err(|e| storage("drop received snapshot marker")(e.into()))
 }
 
-/// The installed snapshot's payload, piece by piece, as one read transaction saw it: a newer
-/// snapshot installed meanwhile does not change what this one sends.
-pub struct OutgoingSnapshot {
+/// The pieces of a stored payload in order, as one read transaction saw them: a snapshot
+/// installed meanwhile does not change what is read.
+struct StoredPieces {
     rows: Option<redb::Range<'static, u32, &'static [u8]>>,
-    /// A payload stored as one value (files written before pieces), sent in pieces.
+    /// A payload stored as one value (files written before pieces), given in pieces.
     whole: Option<(Vec<u8>, usize)>,
     expected: u32,
 }
 
-impl OutgoingSnapshot {
-    /// Opens the installed snapshot if it is the one at `index` and `term` (the one a
-    /// `MsgSnapshot` names); an error if another one replaced it meanwhile.
-    pub(crate) fn open(
+impl StoredPieces {
+    /// `None` when there is no such table (nothing was ever stored there).
+    fn of_table(txn: &ReadTransaction, table: Pieces) -> Result<Option<StoredPieces>, RaftError> {
+        let table = match txn.open_table(table) {
+            Ok(t) => t,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+            Err(e) => return Err(storage("open snapshot table")(e.into())),
+        };
+        let rows = table
+            .range::<u32>(..)
+            .map_err(|e| storage("read snapshot")(e.into()))?;
+        Ok(Some(StoredPieces {
+            rows: Some(rows),
+            whole: None,
+            expected: 0,
+        }))
+    }
+
+    fn whole(payload: Vec<u8>) -> StoredPieces {
+        StoredPieces {
+            rows: None,
+            whole: Some((payload, 0)),
+            expected: 0,
+        }
+    }
+
+    /// The installed snapshot's pieces if it is the one at `index` and `term`; an error if
+    /// another one replaced it meanwhile. `None` for either: whatever is installed.
+    fn installed(
         db: &Database,
-        index: u64,
-        term: u64,
-    ) -> Result<OutgoingSnapshot, RaftError> {
+        expect: Option<(u64, u64)>,
+    ) -> Result<StoredPieces, RaftError> {
         let txn = db
             .begin_read()
             .map_err(|e| storage("begin snapshot read")(e.into()))?;
@@ -295,7 +282,9 @@ impl OutgoingSnapshot {
             .open_table(META)
             .map_err(|e| storage("open meta table")(e.into()))?;
         let stored: SnapshotMetadata = read_proto(&meta, KEY_SNAPSHOT_META)?.unwrap_or_default();
-        if (stored.index, stored.term) != (index, term) {
+        if let Some((index, term)) = expect
+            && (stored.index, stored.term) != (index, term)
+        {
             return Err(RaftError::SnapshotTransfer(format!(
                 "snapshot {index} (term {term}) is no longer stored (the newest is {} of term {})",
                 stored.index, stored.term
@@ -305,25 +294,18 @@ impl OutgoingSnapshot {
             .get(KEY_SNAPSHOT_DATA)
             .map_err(|e| storage("read snapshot")(e.into()))?
         {
-            return Ok(OutgoingSnapshot {
-                rows: None,
-                whole: Some((whole.value().to_vec(), 0)),
-                expected: 0,
-            });
+            return Ok(StoredPieces::whole(whole.value().to_vec()));
         }
-        let rows = txn
-            .open_table(SNAPSHOT_CHUNKS)
-            .and_then(|t| t.range::<u32>(..).map_err(Into::into))
-            .map_err(|e| storage("read snapshot")(e.into()))?;
-        Ok(OutgoingSnapshot {
-            rows: Some(rows),
-            whole: None,
-            expected: 0,
+        StoredPieces::of_table(&txn, SNAPSHOT_CHUNKS)?.ok_or_else(|| {
+            RaftError::CorruptStorage(format!(
+                "snapshot {} has metadata but no payload",
+                stored.index
+            ))
         })
     }
 }
 
-impl Iterator for OutgoingSnapshot {
+impl Iterator for StoredPieces {
     type Item = Result<Vec<u8>, RaftError>;
 
     fn next(&mut self) -> Option<Self::Item> {
@@ -347,6 +329,71 @@ impl Iterator for OutgoingSnapshot {
             Ok((_, value)) => Ok(value.value().to_vec()),
             Err(e) => Err(storage("read snapshot")(e.into())),
         })
+    }
+}
+
+/// The installed snapshot's payload, piece by piece, to send to a follower.
+pub struct OutgoingSnapshot(StoredPieces);
+
+impl OutgoingSnapshot {
+    /// Opens the installed snapshot if it is the one at `index` and `term` (the one a
+    /// `MsgSnapshot` names); an error if another one replaced it meanwhile.
+    pub(crate) fn open(
+        db: &Database,
+        index: u64,
+        term: u64,
+    ) -> Result<OutgoingSnapshot, RaftError> {
+        StoredPieces::installed(db, Some((index, term))).map(OutgoingSnapshot)
+    }
+}
+
+impl Iterator for OutgoingSnapshot {
+    type Item = Result<Vec<u8>, RaftError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.0.next()
+    }
+}
+
+/// A stored payload as a byte stream, for the state machine to decode as it is read: at most
+/// one piece (a few MiB) of it is in memory, never the gigabytes of a large state.
+pub struct SnapshotReader {
+    pieces: StoredPieces,
+    piece: Vec<u8>,
+    at: usize,
+}
+
+impl SnapshotReader {
+    fn new(pieces: StoredPieces) -> SnapshotReader {
+        SnapshotReader {
+            pieces,
+            piece: Vec::new(),
+            at: 0,
+        }
+    }
+
+    /// The installed snapshot's payload.
+    pub(crate) fn installed(db: &Database) -> Result<SnapshotReader, RaftError> {
+        StoredPieces::installed(db, None).map(SnapshotReader::new)
+    }
+}
+
+impl std::io::Read for SnapshotReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.at >= self.piece.len() {
+            match self.pieces.next() {
+                None => return Ok(0),
+                Some(Err(e)) => return Err(std::io::Error::other(e)),
+                Some(Ok(piece)) => {
+                    self.piece = piece;
+                    self.at = 0;
+                }
+            }
+        }
+        let n = buf.len().min(self.piece.len() - self.at);
+        buf[..n].copy_from_slice(&self.piece[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
     }
 }
 

@@ -25,8 +25,9 @@ use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinitio
 use crate::error::RaftError;
 use crate::peers::{PeerBook, decode_book, encode_book, wrap_snapshot_reference};
 use crate::snapshot_pieces::{
-    SNAPSHOT_CHUNK_BYTES, SNAPSHOT_CHUNKS, SNAPSHOT_RECEIVED, SNAPSHOT_STAGED, SnapshotStager,
-    forget_received, read_pieces, read_received,
+    SNAPSHOT_CHUNK_BYTES, SNAPSHOT_CHUNKS, SNAPSHOT_RECEIVED, SNAPSHOT_STAGED, SnapshotReader,
+    SnapshotStager,
+    forget_received, read_received,
 };
 
 /// Raft log: index -> protobuf-encoded `Entry`.
@@ -465,33 +466,25 @@ impl RedbStore {
         self.db.clone()
     }
 
-    /// The payload of the snapshot at `meta` as received from the leader.
-    pub fn received_snapshot_data(&self, meta: &SnapshotMetadata) -> Result<Vec<u8>, RaftError> {
+    /// The payload of the snapshot at `meta` as received from the leader, as a stream.
+    pub fn received_snapshot(&self, meta: &SnapshotMetadata) -> Result<SnapshotReader, RaftError> {
         read_received(&self.db, meta)
     }
 
-    /// Reads the newest snapshot's payload.
+    /// The newest snapshot's payload, as a stream.
+    pub fn snapshot_reader(&self) -> Result<SnapshotReader, RaftError> {
+        SnapshotReader::installed(&self.db)
+    }
+
+    /// The newest snapshot's payload, whole (small payloads only: tests).
+    #[cfg(test)]
     pub fn snapshot_data(&self) -> Result<Vec<u8>, RaftError> {
-        let txn = self
-            .db
-            .begin_read()
-            .map_err(|e| RaftError::storage("begin snapshot read", e))?;
-        let meta = txn
-            .open_table(META)
-            .map_err(|e| RaftError::storage("open meta table", e))?;
-        let data = match meta
-            .get(KEY_SNAPSHOT_DATA)
-            .map_err(|e| RaftError::storage("read snapshot", e))?
-        {
-            Some(v) => Some(v.value().to_vec()),
-            None => read_pieces(&txn, SNAPSHOT_CHUNKS)?,
-        };
-        data.ok_or_else(|| {
-            RaftError::CorruptStorage(format!(
-                "snapshot {} has metadata but no payload",
-                self.snapshot_meta.index
-            ))
-        })
+        use std::io::Read;
+        let mut data = Vec::new();
+        self.snapshot_reader()?
+            .read_to_end(&mut data)
+            .map_err(|e| RaftError::CorruptStorage(e.to_string()))?;
+        Ok(data)
     }
 
     /// Persists, in ONE redb transaction: an optional snapshot (dropping the log it covers),

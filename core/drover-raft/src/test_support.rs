@@ -71,8 +71,11 @@ impl StateMachine for RecordingSm {
         out
     }
 
-    fn restore(&mut self, index: u64, data: &[u8]) -> Result<(), String> {
-        let body = data
+    fn restore(&mut self, index: u64, data: &mut dyn std::io::Read) -> Result<(), String> {
+        let mut whole = Vec::new();
+        data.read_to_end(&mut whole)
+            .map_err(|e| format!("reading the snapshot: {e}"))?;
+        let body = whole
             .strip_prefix(SNAPSHOT_MAGIC)
             .ok_or_else(|| "unknown snapshot format".to_string())?;
         let entries: AppliedLog =

@@ -26,7 +26,10 @@ impl StateMachine for ListSm {
     fn snapshot(&self) -> Vec<u8> {
         self.0.lock().unwrap().join(&b'\n')
     }
-    fn restore(&mut self, _index: u64, data: &[u8]) -> Result<(), String> {
+    fn restore(&mut self, _index: u64, data: &mut dyn std::io::Read) -> Result<(), String> {
+        let mut whole = Vec::new();
+        data.read_to_end(&mut whole).map_err(|e| e.to_string())?;
+        let data = whole;
         *self.0.lock().unwrap() = if data.is_empty() {
             Vec::new()
         } else {

@@ -519,6 +519,8 @@ pub struct Fsm {
     pub(crate) proposed: Arc<crate::proposed::ProposedEntries>,
     /// Where the changes of applied entries go (`/v1/event/stream`).
     pub(crate) events: Arc<crate::events::EventBroker>,
+    /// Entries of a long run (replay, catch-up) decoded while earlier ones apply.
+    pub(crate) decode_ahead: crate::decode_ahead::DecodeAhead,
 }
 
 impl drover_raft::StateMachine for Fsm {
@@ -542,7 +544,10 @@ impl drover_raft::StateMachine for Fsm {
         }
         let entry = match self.proposed.take(data) {
             Some(entry) => Ok(entry),
-            None => LogEntry::decode(data),
+            None => match self.decode_ahead.take(index, data) {
+                Some(decoded) => decoded,
+                None => LogEntry::decode(data),
+            },
         };
         let result = entry.and_then(|e| {
             // What the entry touches is read before it is consumed; the events themselves
@@ -574,20 +579,33 @@ impl drover_raft::StateMachine for Fsm {
         }
     }
 
+    /// Entries this server proposed are decoded already, and a restore entry is not JSON:
+    /// the rest are decoded ahead (`crate::decode_ahead`).
+    fn prepare(&mut self, entries: &[(u64, drover_raft::Bytes)]) {
+        let to_decode = entries
+            .iter()
+            .filter(|(_, data)| {
+                !data.starts_with(RESTORE_ENTRY_MAGIC) && !self.proposed.holds(data)
+            })
+            .cloned()
+            .collect();
+        self.decode_ahead.start(to_decode);
+    }
+
     fn snapshot(&self) -> Vec<u8> {
         self.state.snapshot().encode()
     }
 
     /// The state store's snapshots cost nothing to take and stay as they were while the store
-    /// moves on: a million allocations are encoded (gigabytes of JSON, tens of seconds) without
+    /// moves on: a million allocations are encoded (gigabytes, tens of seconds) without
     /// holding up the log, and written into the Raft store piece by piece as they are encoded.
     fn snapshot_deferred(&self) -> Option<drover_raft::DeferredSnapshot> {
         let snap = self.state.snapshot();
         Some(Box::new(move |out| snap.encode_to(out)))
     }
 
-    fn restore(&mut self, _index: u64, data: &[u8]) -> Result<(), String> {
-        self.state.restore(data).map_err(|e| e.to_string())
+    fn restore(&mut self, _index: u64, data: &mut dyn std::io::Read) -> Result<(), String> {
+        self.state.restore_from(data).map_err(|e| e.to_string())
     }
 }
 

@@ -17,6 +17,7 @@ mod cluster_tests;
 pub mod csi;
 mod deployment_watcher;
 pub mod deployments;
+mod decode_ahead;
 mod dispatch;
 pub mod drainer;
 pub mod events;

@@ -51,6 +51,12 @@ impl ProposedEntries {
         ticket
     }
 
+    /// Whether an entry is kept for exactly these bytes.
+    pub(crate) fn holds(&self, bytes: &[u8]) -> bool {
+        let waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        waiting.list.iter().any(|w| w.bytes == bytes)
+    }
+
     /// The entry kept for exactly these bytes, if any.
     pub(crate) fn take(&self, bytes: &[u8]) -> Option<LogEntry> {
         let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());

@@ -398,6 +398,7 @@ impl Server {
             state: state.clone(),
             proposed: proposed.clone(),
             events: events.clone(),
+            decode_ahead: Default::default(),
         };
         let raft = RaftNode::start(raft_config, fsm, net.raft_transport())?;
         net.attach(raft.clone());

@@ -400,7 +400,7 @@ impl StateSnapshot {
         }
         let mut out = HashWriter(std::collections::hash_map::DefaultHasher::new());
         // Hashing cannot fail, nor can serialising plain data structs.
-        let _ = crate::snapshot_codec::encode_to(self, &mut out);
+        let _ = self.encode_to(&mut out);
         out.0.finish()
     }
 }

@@ -320,7 +320,7 @@ impl crate::StateMachine for DeferredSm {
             out.write_all(rest)
         }))
     }
-    fn restore(&mut self, index: u64, data: &[u8]) -> Result<(), String> {
+    fn restore(&mut self, index: u64, data: &mut dyn std::io::Read) -> Result<(), String> {
         self.inner.restore(index, data)
     }
 }

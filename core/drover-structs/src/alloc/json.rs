@@ -198,6 +198,16 @@ impl Serialize for AllocationAsHeld<'_> {
     }
 }
 
+/// An allocation as held ([`AllocationAsHeld`]) and without its linked job: what a state
+/// snapshot stores when it stores that job version too, so restore links it again.
+pub struct AllocationHeldWithoutJob<'a>(pub &'a Allocation);
+
+impl Serialize for AllocationHeldWithoutJob<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize_fields(serializer, Derived::OmittedWithoutJob)
+    }
+}
+
 /// `serialize_with` for a list of allocations to be written as held ([`AllocationAsHeld`]).
 pub fn serialize_allocations_as_held<S: Serializer>(
     allocs: &[Allocation],
@@ -215,6 +225,8 @@ fn is_default<T: Default + PartialEq>(value: &T) -> bool {
 enum Derived {
     WrittenOut,
     Omitted,
+    /// `Omitted`, and the linked job left out too.
+    OmittedWithoutJob,
 }
 
 impl Allocation {
@@ -225,7 +237,7 @@ impl Allocation {
     ) -> Result<S::Ok, S::Error> {
         let legacy = match derived {
             Derived::WrittenOut => self.dropped_legacy_resources(),
-            Derived::Omitted => None,
+            Derived::Omitted | Derived::OmittedWithoutJob => None,
         };
         let (resources, shared_resources, task_resources) = match &legacy {
             Some(l) => (Some(&l.total), Some(&l.shared), Some(&l.tasks)),
@@ -242,7 +254,7 @@ impl Allocation {
         macro_rules! field {
             ($name:literal, $value:expr) => {{
                 let value = $value;
-                if derived == Derived::Omitted && is_default(value) {
+                if derived != Derived::WrittenOut && is_default(value) {
                     st.skip_field($name)?;
                 } else {
                     st.serialize_field($name, value)?;
@@ -256,7 +268,11 @@ impl Allocation {
         field!("NodeID", &self.node_id);
         field!("NodeName", &self.node_name);
         field!("JobID", &self.job_id);
-        field!("Job", &self.job);
+        if derived == Derived::OmittedWithoutJob {
+            st.skip_field("Job")?;
+        } else {
+            field!("Job", &self.job);
+        }
         field!("TaskGroup", &self.task_group);
         field!("Resources", &resources);
         field!("SharedResources", &shared_resources);

@@ -1,0 +1,183 @@
+//! The tables rebuilt from a snapshot's rows, with every index the store keeps beside them:
+//! what both encodings decode into, row by row.
+
+use std::sync::Arc;
+
+use drover_structs::{
+    Allocation, AclPolicy, AclToken, CsiPlugin, CsiVolume, Deployment, Evaluation, Job,
+    JobSubmission, JobSummary, Namespace, Node, PeriodicLaunch, ScalingEvents, Variable,
+    mesh::Intention,
+};
+
+use super::SnapshotError;
+use crate::tables::{AllocKey, Table, Tables};
+
+/// An allocation as a snapshot stores it: without its job, and the version of the job it
+/// runs (linked again from the job versions, which come before it).
+pub(super) struct DecodedAlloc {
+    pub alloc: Arc<Allocation>,
+    pub job_version: Option<u64>,
+}
+
+#[derive(Default)]
+pub(super) struct TablesBuilder {
+    t: Tables,
+}
+
+impl TablesBuilder {
+    pub fn latest_index(&mut self, index: u64) {
+        self.t.latest_index = index;
+    }
+
+    /// A table's index by its name; names this server does not know are left out.
+    pub fn table_index(&mut self, name: &str, index: u64) {
+        if let Some(table) = Table::ALL.iter().find(|tb| tb.name() == name) {
+            self.t.indexes.insert(*table, index);
+        }
+    }
+
+    pub fn job_version(&mut self, j: Job) {
+        let k = (j.namespace.clone(), j.id.clone());
+        self.t.job_versions.insert((k, j.version), Arc::new(j));
+    }
+
+    /// The current version of a job, which must be among the job versions already read.
+    pub fn job(&mut self, ns: String, id: String, version: u64) -> Result<(), SnapshotError> {
+        let k = (ns, id);
+        let Some(j) = self.t.job_versions.get(&(k.clone(), version)).cloned() else {
+            return Err(SnapshotError::Malformed(format!(
+                "job {}/{} version {version} missing from job versions",
+                k.0, k.1
+            )));
+        };
+        self.t.jobs.insert(k, j);
+        Ok(())
+    }
+
+    pub fn summary(&mut self, s: JobSummary) {
+        self.t
+            .job_summaries
+            .insert((s.namespace.clone(), s.job_id.clone()), Arc::new(s));
+    }
+
+    pub fn eval(&mut self, e: Evaluation) {
+        self.t
+            .evals_by_job
+            .entry((e.namespace.clone(), e.job_id.clone()))
+            .or_default()
+            .insert(e.id.clone());
+        self.t.evals.insert(e.id.clone(), Arc::new(e));
+    }
+
+    pub fn alloc(&mut self, decoded: DecodedAlloc) {
+        let DecodedAlloc {
+            alloc: mut shared,
+            job_version,
+        } = decoded;
+        let t = &mut self.t;
+        // Just decoded, so not shared: `make_mut` changes it in place.
+        let alloc = Arc::make_mut(&mut shared);
+        let k = (alloc.namespace.clone(), alloc.job_id.clone());
+        alloc.job = job_version.and_then(|v| t.job_versions.get(&(k.clone(), v)).cloned());
+        alloc.drop_derivable_legacy_resources();
+        let id = AllocKey::from(alloc.id.as_str());
+        t.allocs_by_node
+            .entry(alloc.node_id.clone())
+            .or_default()
+            .insert(id.clone());
+        t.allocs_by_job.entry(k).or_default().insert(id.clone());
+        if !alloc.terminal() {
+            let u = t.node_usage.entry(alloc.node_id.clone()).or_default();
+            Arc::make_mut(u).add(alloc);
+        }
+        t.allocs.insert(id, shared);
+    }
+
+    pub fn node(&mut self, n: Node) {
+        self.t.nodes.insert(n.id.clone(), Arc::new(n));
+    }
+
+    pub fn scheduler_config(&mut self, c: Option<drover_structs::SchedulerConfiguration>) {
+        self.t.scheduler_config = c.map(Arc::new);
+    }
+
+    pub fn periodic_launch(&mut self, l: PeriodicLaunch) {
+        self.t
+            .periodic_launches
+            .insert((l.namespace.clone(), l.id.clone()), Arc::new(l));
+    }
+
+    pub fn csi_volume(&mut self, v: CsiVolume) {
+        let k = (v.namespace.clone(), v.id.clone());
+        self.t
+            .csi_volumes_by_plugin
+            .entry(v.plugin_id.clone())
+            .or_default()
+            .insert(k.clone());
+        self.t.csi_volumes.insert(k, Arc::new(v));
+    }
+
+    pub fn csi_plugin(&mut self, p: CsiPlugin) {
+        self.t.csi_plugins.insert(p.id.clone(), Arc::new(p));
+    }
+
+    pub fn deployment(&mut self, d: Deployment) {
+        self.t
+            .deployments_by_job
+            .entry((d.namespace.clone(), d.job_id.clone()))
+            .or_default()
+            .insert(d.id.clone());
+        self.t.deployments.insert(d.id.clone(), Arc::new(d));
+    }
+
+    pub fn scaling_events(&mut self, ns: String, id: String, events: ScalingEvents) {
+        self.t.scaling_events.insert((ns, id), Arc::new(events));
+    }
+
+    pub fn namespace(&mut self, n: Namespace) {
+        self.t.namespaces.insert(n.name.clone(), Arc::new(n));
+    }
+
+    pub fn acl_policy(&mut self, p: AclPolicy) {
+        self.t.acl_policies.insert(p.name.clone(), Arc::new(p));
+    }
+
+    pub fn acl_token(&mut self, tok: AclToken) {
+        self.t
+            .acl_tokens_by_secret
+            .insert(tok.secret_id.clone(), tok.accessor_id.clone());
+        self.t.acl_tokens.insert(tok.accessor_id.clone(), Arc::new(tok));
+    }
+
+    pub fn acl_bootstrap_index(&mut self, index: u64) {
+        self.t.acl_bootstrap_index = index;
+    }
+
+    pub fn job_submission(&mut self, s: JobSubmission) {
+        let k = (s.namespace.clone(), s.job_id.clone());
+        self.t.job_submissions.insert((k, s.version), Arc::new(s));
+    }
+
+    pub fn variable(&mut self, v: Variable) {
+        self.t
+            .variables
+            .insert((v.namespace.clone(), v.path.clone()), Arc::new(v));
+    }
+
+    pub fn mesh_ca(&mut self, ca: Option<drover_structs::mesh::MeshCa>) {
+        self.t.mesh_ca = ca.map(Arc::new);
+    }
+
+    pub fn intention(&mut self, i: Intention) {
+        let k = (
+            i.namespace.clone(),
+            i.source_name.clone(),
+            i.destination_name.clone(),
+        );
+        self.t.intentions.insert(k, Arc::new(i));
+    }
+
+    pub fn finish(self) -> Tables {
+        self.t
+    }
+}
