@@ -356,15 +356,37 @@ impl Iterator for OutgoingSnapshot {
 }
 
 /// A stored payload as a byte stream, for the state machine to decode as it is read: at most
-/// one piece (a few MiB) of it is in memory, never the gigabytes of a large state.
+/// a few pieces (a few MiB each) of it are in memory, never the gigabytes of a large state.
+/// The pieces are read from redb by a thread of its own, two ahead of the reader, so reading
+/// the file overlaps with decoding.
 pub struct SnapshotReader {
-    pieces: StoredPieces,
+    pieces: std::sync::mpsc::Receiver<Result<Vec<u8>, RaftError>>,
     piece: Vec<u8>,
     at: usize,
 }
 
+/// Pieces read ahead of the reader.
+const READ_AHEAD: usize = 2;
+
 impl SnapshotReader {
-    fn new(pieces: StoredPieces) -> SnapshotReader {
+    fn new(stored: StoredPieces) -> SnapshotReader {
+        let (send, pieces) = std::sync::mpsc::sync_channel(READ_AHEAD);
+        let failed = send.clone();
+        let spawned = std::thread::Builder::new()
+            .name("drover-snap-read".into())
+            .spawn(move || {
+                for piece in stored {
+                    // The reader is gone (done, or it stopped at an error).
+                    if send.send(piece).is_err() {
+                        return;
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            let _ = failed.try_send(Err(RaftError::Stopped {
+                reason: format!("cannot start a thread to read the snapshot: {e}"),
+            }));
+        }
         SnapshotReader {
             pieces,
             piece: Vec::new(),
@@ -381,10 +403,11 @@ impl SnapshotReader {
 impl std::io::Read for SnapshotReader {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         while self.at >= self.piece.len() {
-            match self.pieces.next() {
-                None => return Ok(0),
-                Some(Err(e)) => return Err(std::io::Error::other(e)),
-                Some(Ok(piece)) => {
+            match self.pieces.recv() {
+                // Every piece was read (the thread ended).
+                Err(_) => return Ok(0),
+                Ok(Err(e)) => return Err(std::io::Error::other(e)),
+                Ok(Ok(piece)) => {
                     self.piece = piece;
                     self.at = 0;
                 }

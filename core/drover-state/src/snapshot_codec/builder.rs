@@ -10,13 +10,47 @@ use drover_structs::{
 };
 
 use super::SnapshotError;
-use crate::tables::{AllocKey, Table, Tables};
+use imbl::OrdMap;
+
+use crate::tables::{AllocKey, NsKey, Table, Tables};
+
+/// The job versions table, as allocations are linked against it.
+pub(super) type JobVersions = OrdMap<(NsKey, u64), Arc<Job>>;
 
 /// An allocation as a snapshot stores it: without its job, and the version of the job it
 /// runs (linked again from the job versions, which come before it).
 pub(super) struct DecodedAlloc {
     pub alloc: Arc<Allocation>,
     pub job_version: Option<u64>,
+}
+
+/// An allocation linked to its job again and keyed, ready for its tables.
+pub(super) struct LinkedAlloc {
+    key: AllocKey,
+    alloc: Arc<Allocation>,
+}
+
+impl DecodedAlloc {
+    /// Links the job version the allocation ran and drops what the store derives from it;
+    /// needs only the job versions, so threads decoding allocations do it too.
+    pub fn link(self, job_versions: &JobVersions) -> LinkedAlloc {
+        let DecodedAlloc {
+            alloc: mut shared,
+            job_version,
+        } = self;
+        // Just decoded, so not shared: `make_mut` changes it in place.
+        let alloc = Arc::make_mut(&mut shared);
+        alloc.job = job_version.and_then(|v| {
+            job_versions
+                .get(&((alloc.namespace.clone(), alloc.job_id.clone()), v))
+                .cloned()
+        });
+        alloc.drop_derivable_legacy_resources();
+        LinkedAlloc {
+            key: AllocKey::from(alloc.id.as_str()),
+            alloc: shared,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -69,28 +103,32 @@ impl TablesBuilder {
         self.t.evals.insert(e.id.clone(), Arc::new(e));
     }
 
+    /// The job versions read so far (all of them once allocations come).
+    pub fn job_versions(&self) -> JobVersions {
+        self.t.job_versions.clone()
+    }
+
     pub fn alloc(&mut self, decoded: DecodedAlloc) {
-        let DecodedAlloc {
-            alloc: mut shared,
-            job_version,
-        } = decoded;
+        let linked = decoded.link(&self.t.job_versions);
+        self.linked_alloc(linked);
+    }
+
+    pub fn linked_alloc(&mut self, linked: LinkedAlloc) {
+        let LinkedAlloc { key, alloc } = linked;
         let t = &mut self.t;
-        // Just decoded, so not shared: `make_mut` changes it in place.
-        let alloc = Arc::make_mut(&mut shared);
-        let k = (alloc.namespace.clone(), alloc.job_id.clone());
-        alloc.job = job_version.and_then(|v| t.job_versions.get(&(k.clone(), v)).cloned());
-        alloc.drop_derivable_legacy_resources();
-        let id = AllocKey::from(alloc.id.as_str());
         t.allocs_by_node
             .entry(alloc.node_id.clone())
             .or_default()
-            .insert(id.clone());
-        t.allocs_by_job.entry(k).or_default().insert(id.clone());
+            .insert(key.clone());
+        t.allocs_by_job
+            .entry((alloc.namespace.clone(), alloc.job_id.clone()))
+            .or_default()
+            .insert(key.clone());
         if !alloc.terminal() {
             let u = t.node_usage.entry(alloc.node_id.clone()).or_default();
-            Arc::make_mut(u).add(alloc);
+            Arc::make_mut(u).add(&alloc);
         }
-        t.allocs.insert(id, shared);
+        t.allocs.insert(key, alloc);
     }
 
     pub fn node(&mut self, n: Node) {

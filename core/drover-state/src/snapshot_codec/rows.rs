@@ -21,7 +21,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::SnapshotError;
-use super::builder::{DecodedAlloc, TablesBuilder};
+use super::builder::{DecodedAlloc, JobVersions, LinkedAlloc, TablesBuilder};
 use crate::tables::{StateSnapshot, Tables};
 
 /// What a version 2 payload opens with: the version as version 1 documents carried it, so
@@ -186,29 +186,27 @@ pub(super) fn encode_to(s: &StateSnapshot, out: &mut dyn Write) -> std::io::Resu
 /// Allocation rows handed to a decoding thread together (about this many bytes).
 const BATCH_BYTES: usize = 256 * 1024;
 
-/// Consecutive allocation rows, their bodies end to end.
+/// Consecutive allocation rows, their bodies end to end, and the job versions to link them to.
 struct AllocBatch {
     /// Position of the first among all allocations, to name a bad one.
     first: usize,
     bytes: Vec<u8>,
     ends: Vec<usize>,
+    job_versions: JobVersions,
 }
 
 impl AllocBatch {
-    fn new(first: usize) -> AllocBatch {
+    fn new(first: usize, job_versions: JobVersions) -> AllocBatch {
         AllocBatch {
             first,
             bytes: Vec::with_capacity(BATCH_BYTES + 16 * 1024),
             ends: Vec::new(),
+            job_versions,
         }
     }
 
-    fn push(&mut self, body: &[u8]) {
-        self.bytes.extend_from_slice(body);
-        self.ends.push(self.bytes.len());
-    }
-
-    fn decode(&self) -> Result<Vec<DecodedAlloc>, SnapshotError> {
+    /// Decodes every allocation and links it to its job.
+    fn decode(&self) -> Result<Vec<LinkedAlloc>, SnapshotError> {
         let mut start = 0;
         let mut decoded = Vec::with_capacity(self.ends.len());
         for (i, &end) in self.ends.iter().enumerate() {
@@ -222,16 +220,17 @@ impl AllocBatch {
                 .ok_or_else(|| bad("shorter than its job version".into()))?;
             let alloc: Allocation = serde_json::from_slice(json).map_err(|e| bad(e.to_string()))?;
             let version = u64::from_le_bytes(*version);
-            decoded.push(DecodedAlloc {
+            let alloc = DecodedAlloc {
                 alloc: Arc::new(alloc),
                 job_version: (version != NO_JOB_VERSION).then_some(version),
-            });
+            };
+            decoded.push(alloc.link(&self.job_versions));
         }
         Ok(decoded)
     }
 }
 
-type Decoded = Result<Vec<DecodedAlloc>, SnapshotError>;
+type Decoded = Result<Vec<LinkedAlloc>, SnapshotError>;
 
 /// Decodes the rows after [`HEADER`]: this thread reads them and builds the tables while
 /// threads of their own parse the allocations.
@@ -263,14 +262,14 @@ pub(super) fn decode(r: &mut dyn Read) -> Result<Tables, SnapshotError> {
         let mut linked = read;
         for result in decoded {
             if linked.is_ok() {
-                linked = result.map(|allocs| allocs.into_iter().for_each(|a| b.alloc(a)));
+                linked = result.map(|allocs| allocs.into_iter().for_each(|a| b.linked_alloc(a)));
             }
         }
         linked.map(|()| b.finish())
     })
 }
 
-/// Reads every row up to [`kind::END`] into `b`, handing allocations to `work` and linking the
+/// Reads every row up to [`kind::END`] into `b`, handing allocations to `work` and adding the
 /// decoded ones as they come back.
 fn read_rows(
     r: &mut dyn Read,
@@ -281,32 +280,38 @@ fn read_rows(
     let mut body = Vec::new();
     let mut rows: u64 = 0;
     let mut allocs = 0usize;
-    let mut batch = AllocBatch::new(0);
-    let link_decoded = |b: &mut TablesBuilder| -> Result<(), SnapshotError> {
+    // Made at the first allocation: every job version is read by then.
+    let mut batch: Option<AllocBatch> = None;
+    let add_decoded = |b: &mut TablesBuilder| -> Result<(), SnapshotError> {
         loop {
             match decoded.try_recv() {
-                Ok(result) => result?.into_iter().for_each(|a| b.alloc(a)),
+                Ok(result) => result?.into_iter().for_each(|a| b.linked_alloc(a)),
                 Err(TryRecvError::Empty | TryRecvError::Disconnected) => return Ok(()),
             }
         }
     };
+    let stopped = |_| SnapshotError::Malformed("allocation decoders stopped".into());
     loop {
-        let Some(kind) = read_row(r, &mut body)? else {
+        let Some((kind, len)) = read_head(r)? else {
             return Err(SnapshotError::Malformed(format!(
                 "cut short after {rows} rows (no end row)"
             )));
         };
         if kind == kind::ALLOC {
-            batch.push(&body);
+            let full = batch.get_or_insert_with(|| AllocBatch::new(0, b.job_versions()));
+            // Straight into the batch: allocations are most of the payload.
+            read_body(r, len, &mut full.bytes)?;
+            full.ends.push(full.bytes.len());
             allocs += 1;
-            if batch.bytes.len() >= BATCH_BYTES {
-                let full = std::mem::replace(&mut batch, AllocBatch::new(allocs));
-                work.send(full).map_err(|_| {
-                    SnapshotError::Malformed("allocation decoders stopped".into())
-                })?;
-                link_decoded(b)?;
+            if full.bytes.len() >= BATCH_BYTES {
+                let next = AllocBatch::new(allocs, full.job_versions.clone());
+                let full = std::mem::replace(full, next);
+                work.send(full).map_err(stopped)?;
+                add_decoded(b)?;
             }
         } else if kind == kind::END {
+            body.clear();
+            read_body(r, len, &mut body)?;
             let counted = body
                 .as_slice()
                 .try_into()
@@ -317,13 +322,13 @@ fn read_rows(
                     "{rows} rows read, the end row counts {counted}"
                 )));
             }
-            if !batch.ends.is_empty() {
-                work.send(batch).map_err(|_| {
-                    SnapshotError::Malformed("allocation decoders stopped".into())
-                })?;
+            if let Some(last) = batch.filter(|last| !last.ends.is_empty()) {
+                work.send(last).map_err(stopped)?;
             }
-            return link_decoded(b);
+            return add_decoded(b);
         } else {
+            body.clear();
+            read_body(r, len, &mut body)?;
             table_row(kind, &body, b)
                 .map_err(|why| SnapshotError::Malformed(format!("row {rows}: {why}")))?;
         }
@@ -331,8 +336,8 @@ fn read_rows(
     }
 }
 
-/// One row's kind and body (into `body`); `None` at the end of the payload.
-fn read_row(r: &mut dyn Read, body: &mut Vec<u8>) -> Result<Option<u8>, SnapshotError> {
+/// A row's kind and its body's length; `None` at the end of the payload.
+fn read_head(r: &mut dyn Read) -> Result<Option<(u8, usize)>, SnapshotError> {
     let mut head = [0u8; 5];
     let mut got = 0;
     while got < head.len() {
@@ -345,15 +350,20 @@ fn read_row(r: &mut dyn Read, body: &mut Vec<u8>) -> Result<Option<u8>, Snapshot
         }
     }
     let len = u32::from_le_bytes([head[1], head[2], head[3], head[4]]) as usize;
-    body.clear();
+    Ok(Some((head[0], len)))
+}
+
+/// Appends a body of `len` bytes to `out`.
+fn read_body(r: &mut dyn Read, len: usize, out: &mut Vec<u8>) -> Result<(), SnapshotError> {
     // Grown as bytes arrive: a corrupt length does not allocate gigabytes up front.
-    r.take(len as u64)
-        .read_to_end(body)
+    let read = r
+        .take(len as u64)
+        .read_to_end(out)
         .map_err(SnapshotError::Read)?;
-    if body.len() != len {
+    if read != len {
         return Err(SnapshotError::Malformed("cut short inside a row".into()));
     }
-    Ok(Some(head[0]))
+    Ok(())
 }
 
 fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, String> {
