@@ -121,7 +121,14 @@ impl<S: StateMachine> Driver<S> {
         commands: Receiver<Command>,
         published: Arc<Published>,
     ) -> Result<Driver<S>, RaftError> {
+        let opening = Instant::now();
         let mut store = RedbStore::open(&cfg.db_path())?;
+        tracing::info!(
+            id = cfg.id,
+            log_bytes = store.stats().log_bytes_in_memory,
+            open_ms = opening.elapsed().as_millis() as u64,
+            "raft store opened"
+        );
         let recovery = read_recovery(&cfg.recovery_path())?;
         let mut bootstrapped = false;
         if !store.is_initialized() && recovery.is_none() && !cfg.initial_voters.is_empty() {

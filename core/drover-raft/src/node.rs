@@ -420,7 +420,7 @@ impl RaftNode {
         if !cfg.db_path().exists() {
             return Ok(false);
         }
-        Ok(crate::store::RedbStore::open(&cfg.db_path())?.is_initialized())
+        crate::store::RedbStore::holds_configuration(&cfg.db_path())
     }
 
     /// Where member `id` is reached, if known.

@@ -305,8 +305,30 @@ impl StoredPieces {
     }
 }
 
+/// One piece as read: still in redb's buffer, or (from a payload stored whole) a copy.
+enum Piece {
+    Stored(redb::AccessGuard<'static, &'static [u8]>),
+    Owned(Vec<u8>),
+}
+
+impl Piece {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Piece::Stored(guard) => guard.value(),
+            Piece::Owned(bytes) => bytes,
+        }
+    }
+
+    fn into_vec(self) -> Vec<u8> {
+        match self {
+            Piece::Stored(guard) => guard.value().to_vec(),
+            Piece::Owned(bytes) => bytes,
+        }
+    }
+}
+
 impl Iterator for StoredPieces {
-    type Item = Result<Vec<u8>, RaftError>;
+    type Item = Result<Piece, RaftError>;
 
     fn next(&mut self) -> Option<Self::Item> {
         if let Some((whole, at)) = &mut self.whole {
@@ -317,7 +339,7 @@ impl Iterator for StoredPieces {
             let piece = whole[*at..end].to_vec();
             *at = end;
             self.expected += 1;
-            return Some(Ok(piece));
+            return Some(Ok(Piece::Owned(piece)));
         }
         let row = self.rows.as_mut()?.next()?;
         let expected = self.expected;
@@ -326,7 +348,7 @@ impl Iterator for StoredPieces {
             Ok((key, _)) if key.value() != expected => Err(RaftError::CorruptStorage(format!(
                 "snapshot piece {expected} is missing"
             ))),
-            Ok((_, value)) => Ok(value.value().to_vec()),
+            Ok((_, value)) => Ok(Piece::Stored(value)),
             Err(e) => Err(storage("read snapshot")(e.into())),
         })
     }
@@ -351,7 +373,7 @@ impl Iterator for OutgoingSnapshot {
     type Item = Result<Vec<u8>, RaftError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        self.0.next()
+        self.0.next().map(|piece| piece.map(Piece::into_vec))
     }
 }
 
@@ -360,8 +382,8 @@ impl Iterator for OutgoingSnapshot {
 /// The pieces are read from redb by a thread of its own, two ahead of the reader, so reading
 /// the file overlaps with decoding.
 pub struct SnapshotReader {
-    pieces: std::sync::mpsc::Receiver<Result<Vec<u8>, RaftError>>,
-    piece: Vec<u8>,
+    pieces: std::sync::mpsc::Receiver<Result<Piece, RaftError>>,
+    piece: Piece,
     at: usize,
 }
 
@@ -389,7 +411,7 @@ impl SnapshotReader {
         }
         SnapshotReader {
             pieces,
-            piece: Vec::new(),
+            piece: Piece::Owned(Vec::new()),
             at: 0,
         }
     }
@@ -402,7 +424,7 @@ impl SnapshotReader {
 
 impl std::io::Read for SnapshotReader {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        while self.at >= self.piece.len() {
+        while self.at >= self.piece.bytes().len() {
             match self.pieces.recv() {
                 // Every piece was read (the thread ended).
                 Err(_) => return Ok(0),
@@ -413,8 +435,9 @@ impl std::io::Read for SnapshotReader {
                 }
             }
         }
-        let n = buf.len().min(self.piece.len() - self.at);
-        buf[..n].copy_from_slice(&self.piece[self.at..self.at + n]);
+        let piece = self.piece.bytes();
+        let n = buf.len().min(piece.len() - self.at);
+        buf[..n].copy_from_slice(&piece[self.at..self.at + n]);
         self.at += n;
         Ok(n)
     }

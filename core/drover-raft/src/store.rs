@@ -220,6 +220,25 @@ impl RedbStore {
         Ok(())
     }
 
+    /// Whether the file at `path` holds a configuration (see `is_initialized`), read without
+    /// loading the log: a large log takes a while to load, and starting loads it anyway.
+    pub fn holds_configuration(path: &Path) -> Result<bool, RaftError> {
+        let db = Database::builder()
+            .set_cache_size(REDB_CACHE_BYTES)
+            .create(path)
+            .map_err(|e| RaftError::storage("open database", e))?;
+        let txn = db
+            .begin_read()
+            .map_err(|e| RaftError::storage("begin read", e))?;
+        let meta = match txn.open_table(META) {
+            Ok(meta) => meta,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(false),
+            Err(e) => return Err(RaftError::storage("open meta table", e)),
+        };
+        let conf_state: ConfState = read_proto(&meta, KEY_CONF_STATE)?.unwrap_or_default();
+        Ok(conf_state != ConfState::default())
+    }
+
     /// True once a configuration was bootstrapped or received with a snapshot.
     pub fn is_initialized(&self) -> bool {
         self.conf_state != ConfState::default()
@@ -794,6 +813,19 @@ mod tests {
             conf_state: Some(ConfState::from((voters, Vec::<u64>::new()))).into(),
             ..SnapshotMetadata::default()
         }
+    }
+
+    #[test]
+    fn a_configuration_is_seen_without_opening_the_store() {
+        let dir = TempDir::new("store-holds-configuration");
+        let path = dir.path().join("raft.redb");
+        RedbStore::open(&path).unwrap();
+        assert!(!RedbStore::holds_configuration(&path).unwrap());
+        RedbStore::open(&path)
+            .unwrap()
+            .bootstrap(&[1], PeerBook::new(), b"fresh")
+            .unwrap();
+        assert!(RedbStore::holds_configuration(&path).unwrap());
     }
 
     #[test]

@@ -218,7 +218,9 @@ impl AllocBatch {
             let (version, json) = body
                 .split_first_chunk::<8>()
                 .ok_or_else(|| bad("shorter than its job version".into()))?;
-            let alloc: Allocation = serde_json::from_slice(json).map_err(|e| bad(e.to_string()))?;
+            // Checked whole once: parsing a `str` does not check every string in it again.
+            let json = std::str::from_utf8(json).map_err(|e| bad(e.to_string()))?;
+            let alloc: Allocation = serde_json::from_str(json).map_err(|e| bad(e.to_string()))?;
             let version = u64::from_le_bytes(*version);
             let alloc = DecodedAlloc {
                 alloc: Arc::new(alloc),
