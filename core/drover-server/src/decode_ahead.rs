@@ -55,6 +55,11 @@ impl DecodeAhead {
         }
     }
 
+    /// Whether a run of entries is being applied (some of it may still be decoding).
+    pub(crate) fn running(&self) -> bool {
+        self.decoded.is_some() || self.peeked.is_some()
+    }
+
     /// The entry at `index` if it was decoded ahead from exactly `data`.
     pub(crate) fn take(&mut self, index: u64, data: &[u8]) -> Option<Result<LogEntry, FsmError>> {
         loop {

@@ -196,8 +196,13 @@ struct Buffer {
     newest: watch::Sender<u64>,
 }
 
-/// One applied entry waiting to become a batch.
-type Applied = (u64, EntryEvents, drover_state::StateSnapshot);
+/// One applied entry on its way to the buffer.
+enum Applied {
+    /// What it touched and the state it left, to be looked up on the broker's thread.
+    Touched(u64, EntryEvents, drover_state::StateSnapshot),
+    /// Its batch, built by the FSM.
+    Built(EventBatch),
+}
 
 impl Buffer {
     fn push(&self, batch: EventBatch) {
@@ -232,9 +237,13 @@ impl EventBroker {
                 std::thread::Builder::new()
                     .name("drover-events".into())
                     .spawn(move || {
-                        for (index, touched, state) in rx {
-                            let batch = touched.into_batch(index, &state);
-                            drop(state);
+                        for applied in rx {
+                            let batch = match applied {
+                                Applied::Touched(index, touched, state) => {
+                                    touched.into_batch(index, &state)
+                                }
+                                Applied::Built(batch) => batch,
+                            };
                             buffer.push(batch);
                         }
                     })
@@ -265,12 +274,33 @@ impl EventBroker {
         state: drover_state::StateSnapshot,
     ) {
         match &self.pending {
-            Some(tx) => {
-                if lock(tx).send((index, touched, state)).is_err() {
-                    tracing::warn!(index, "the event broker's thread is gone; event dropped");
-                }
-            }
+            Some(_) => self.send(index, Applied::Touched(index, touched, state)),
             None => self.publish(touched.into_batch(index, &state)),
+        }
+    }
+
+    /// Like `publish_applied`, but the batch is built here, from `state`, which is not kept:
+    /// while the FSM applies a long run of entries (replay, catch-up), every state version
+    /// still held when the next entry writes makes that write copy what it touches.
+    pub(crate) fn publish_built(
+        &self,
+        index: u64,
+        touched: EntryEvents,
+        state: &drover_state::StateSnapshot,
+    ) {
+        let batch = touched.into_batch(index, state);
+        match &self.pending {
+            // Through the broker's thread all the same, behind the batches it still builds.
+            Some(_) => self.send(index, Applied::Built(batch)),
+            None => self.publish(batch),
+        }
+    }
+
+    fn send(&self, index: u64, applied: Applied) {
+        if let Some(tx) = &self.pending
+            && lock(tx).send(applied).is_err()
+        {
+            tracing::warn!(index, "the event broker's thread is gone; event dropped");
         }
     }
 

@@ -559,8 +559,13 @@ impl drover_raft::StateMachine for Fsm {
             };
             apply_entry(&self.state, index, e)?;
             if let Some(touched) = touched {
-                self.events
-                    .publish_applied(index, touched, self.state.snapshot());
+                if self.decode_ahead.running() {
+                    self.events
+                        .publish_built(index, touched, &self.state.snapshot());
+                } else {
+                    self.events
+                        .publish_applied(index, touched, self.state.snapshot());
+                }
             }
             Ok(())
         });
