@@ -74,6 +74,7 @@ struct SnapshotEncoding {
     /// Makes its writes fail, so it ends early.
     abandon: Arc<std::sync::atomic::AtomicBool>,
     thread: std::thread::JoinHandle<()>,
+    started: Instant,
 }
 
 pub(crate) struct Driver<S: StateMachine> {
@@ -707,8 +708,9 @@ impl<S: StateMachine> Driver<S> {
                 self.applied
             )));
         };
+        let index = self.applied;
         let meta = SnapshotMetadata {
-            index: self.applied,
+            index,
             term,
             conf_state: Some(store.conf_state().clone()).into(),
             ..SnapshotMetadata::default()
@@ -725,10 +727,12 @@ impl<S: StateMachine> Driver<S> {
                 });
             match spawned {
                 Ok(thread) => {
+                    tracing::info!(id = self.id, index, "snapshot encoding off the raft thread");
                     self.snapshot_encoding = Some(SnapshotEncoding {
                         done: rx,
                         abandon,
                         thread,
+                        started: Instant::now(),
                     })
                 }
                 Err(e) => tracing::error!(id = self.id, error = %e, "snapshot thread not started"),
@@ -768,6 +772,7 @@ impl<S: StateMachine> Driver<S> {
                 return Ok(());
             }
         };
+        let took = encoding.started.elapsed();
         self.snapshot_encoding = None;
         let bytes = match written {
             Ok(bytes) => bytes,
@@ -780,11 +785,12 @@ impl<S: StateMachine> Driver<S> {
         if meta.index <= self.raw.store().snapshot_meta().index {
             return Ok(());
         }
-        tracing::debug!(
+        tracing::info!(
             id = self.id,
             index = meta.index,
             bytes,
-            "snapshot taken off the raft thread"
+            encode_ms = took.as_millis() as u64,
+            "snapshot encoded off the raft thread, installing"
         );
         // As in `maybe_snapshot`: made durable by the next durable commit.
         let data = SnapshotData::Staged;

@@ -101,8 +101,17 @@ pub(crate) struct RedbStore {
     entries: VecDeque<Entry>,
     /// Highest index whose payload was released from memory (0: none).
     released_upto: u64,
+    /// Lowest index the log table may still hold at or below the snapshot: entries a snapshot
+    /// covers are deleted a few per write ([`COMPACT_PER_WRITE`]), not all in the write that
+    /// installs it.
+    compacted_from: u64,
     stats: StorageStats,
 }
+
+/// Entries covered by the snapshot deleted from the log table per write. Deleting them all
+/// when a snapshot is installed (7,500 entries, 1.4 GB, at a million allocations) held the
+/// log up for a second.
+const COMPACT_PER_WRITE: u64 = 32;
 
 impl RedbStore {
     /// Opens (or creates) the file and loads hard state, conf state, snapshot metadata and the
@@ -130,6 +139,7 @@ impl RedbStore {
             snapshot_meta: SnapshotMetadata::default(),
             entries: VecDeque::new(),
             released_upto: 0,
+            compacted_from: 0,
             stats: StorageStats::default(),
         };
         store.load()?;
@@ -184,8 +194,13 @@ impl RedbStore {
             let log = txn
                 .open_table(LOG)
                 .map_err(|e| RaftError::storage("open log table", e))?;
+            // Entries the snapshot covers may still be there, waiting to be deleted.
+            self.compacted_from = log
+                .first()
+                .map_err(|e| RaftError::storage("scan log", e))?
+                .map_or(0, |(key, _)| key.value());
             let rows = log
-                .range::<u64>(..)
+                .range::<u64>(self.snapshot_meta.index + 1..)
                 .map_err(|e| RaftError::storage("scan log", e))?;
             for (expected, row) in (self.snapshot_meta.index + 1..).zip(rows) {
                 let (key, value) = row.map_err(|e| RaftError::storage("scan log", e))?;
@@ -559,6 +574,11 @@ impl RedbStore {
             )));
         }
 
+        // A few of the entries the snapshot covers are deleted, oldest first.
+        let covered_upto = snapshot
+            .as_ref()
+            .map_or(self.snapshot_meta.index, |snap| snap.meta.index);
+        let compact_upto = covered_upto.min(self.compacted_from + COMPACT_PER_WRITE - 1);
         let mut txn = self
             .db
             .begin_write()
@@ -576,10 +596,18 @@ impl RedbStore {
             let mut meta = txn
                 .open_table(META)
                 .map_err(|e| RaftError::storage("open meta table", e))?;
-            if let Some(snap) = &snapshot {
-                let drop_upto = if keep_tail { snap.meta.index } else { u64::MAX };
-                log.retain_in(..=drop_upto, |_, _| false)
+            if let Some(snap) = &snapshot
+                && !keep_tail
+            {
+                // A log that disagrees with the snapshot goes now; what it covers goes below.
+                log.retain_in(snap.meta.index + 1.., |_, _| false)
+                    .map_err(|e| RaftError::storage("replace log", e))?;
+            }
+            if self.compacted_from <= compact_upto {
+                log.retain_in(self.compacted_from..=compact_upto, |_, _| false)
                     .map_err(|e| RaftError::storage("compact log", e))?;
+            }
+            if let Some(snap) = &snapshot {
                 meta.insert(KEY_SNAPSHOT_META, encode(&snap.meta)?.as_slice())
                     .map_err(|e| RaftError::storage("write snapshot metadata", e))?;
                 meta.remove(KEY_SNAPSHOT_DATA)
@@ -649,6 +677,7 @@ impl RedbStore {
             }
         }
         txn.commit().map_err(|e| RaftError::storage("commit", e))?;
+        self.compacted_from = self.compacted_from.max(compact_upto + 1);
         self.stats.commits += 1;
         if durable {
             self.stats.durable_commits += 1;
@@ -1088,6 +1117,45 @@ mod tests {
         assert_eq!(
             store.entries_between(2, 3, None).unwrap()[0].data.to_vec(),
             b"B".to_vec()
+        );
+    }
+
+    /// Keys of the log table as stored.
+    fn stored_log_keys(store: &RedbStore) -> Vec<u64> {
+        let txn = store.db.begin_read().unwrap();
+        let log = txn.open_table(LOG).unwrap();
+        log.range::<u64>(..)
+            .unwrap()
+            .map(|row| row.unwrap().0.value())
+            .collect()
+    }
+
+    #[test]
+    fn entries_a_snapshot_covers_leave_the_table_a_few_per_write() {
+        let dir = TempDir::new("store-compact-gradually");
+        let path = dir.path().join("raft.redb");
+        let covered = COMPACT_PER_WRITE * 2 + 5;
+        {
+            let mut store = RedbStore::open(&path).unwrap();
+            let batch: Vec<Entry> = (1..=covered + 3).map(|i| entry(i, 1, b"x")).collect();
+            store.write(None, &batch, true).unwrap();
+            let snapshot = SnapshotToSave {
+                meta: snapshot_meta(covered, 1, vec![1]),
+                data: SnapshotData::Bytes(b"state"),
+            };
+            store.write(Some(snapshot), &[], true).unwrap();
+            let keys = stored_log_keys(&store);
+            assert_eq!(keys.first(), Some(&(COMPACT_PER_WRITE + 1)), "only the oldest went");
+            assert_eq!((store.first_index(), store.last_index()), (covered + 1, covered + 3));
+        }
+        // Reopened halfway: the covered entries still stored are not taken for the log.
+        let mut store = RedbStore::open(&path).unwrap();
+        assert_eq!((store.first_index(), store.last_index()), (covered + 1, covered + 3));
+        store.write(None, &[], true).unwrap();
+        store.write(None, &[], true).unwrap();
+        assert_eq!(
+            stored_log_keys(&store),
+            vec![covered + 1, covered + 2, covered + 3]
         );
     }
 

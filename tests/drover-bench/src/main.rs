@@ -484,12 +484,16 @@ async fn main() -> anyhow::Result<()> {
     // The longest time the placed count stood still once placing began (a snapshot or a
     // compaction holding up the log shows here), sampled every 20 ms.
     let mut longest_stall = Duration::ZERO;
+    // When it began (seconds since placing began) and how many were placed then.
+    let mut longest_stall_at = (0.0, 0);
     let (mut last_count, mut last_change) = (0, Instant::now());
     loop {
         let placed = server.snapshot().alloc_count();
         if placed != last_count {
-            if last_count > 0 {
-                longest_stall = longest_stall.max(last_change.elapsed());
+            if last_count > 0 && last_change.elapsed() > longest_stall {
+                longest_stall = last_change.elapsed();
+                let began = last_change.duration_since(start).as_secs_f64();
+                longest_stall_at = ((began * 10.0).round() / 10.0, last_count);
             }
             (last_count, last_change) = (placed, Instant::now());
         }
@@ -567,6 +571,7 @@ async fn main() -> anyhow::Result<()> {
         "node_register_seconds": (nodes_secs * 1000.0).round() / 1000.0,
         "rss_grown_per_alloc_bytes": (rss_placed * 1048576.0 / placements.max(1) as f64).round(),
         "longest_stall_ms": longest_stall.as_millis(),
+        "longest_stall_at": {"seconds": longest_stall_at.0, "placed": longest_stall_at.1},
         "snapshot_wait_seconds": (snapshot_wait * 10.0).round() / 10.0,
         "raft_log": {
             "first": raft.first_log_index,
