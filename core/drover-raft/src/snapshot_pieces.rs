@@ -271,10 +271,7 @@ impl StoredPieces {
 
     /// The installed snapshot's pieces if it is the one at `index` and `term`; an error if
     /// another one replaced it meanwhile. `None` for either: whatever is installed.
-    fn installed(
-        db: &Database,
-        expect: Option<(u64, u64)>,
-    ) -> Result<StoredPieces, RaftError> {
+    fn installed(db: &Database, expect: Option<(u64, u64)>) -> Result<StoredPieces, RaftError> {
         let txn = db
             .begin_read()
             .map_err(|e| storage("begin snapshot read")(e.into()))?;

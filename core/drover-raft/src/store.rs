@@ -26,8 +26,7 @@ use crate::error::RaftError;
 use crate::peers::{PeerBook, decode_book, encode_book, wrap_snapshot_reference};
 use crate::snapshot_pieces::{
     SNAPSHOT_CHUNK_BYTES, SNAPSHOT_CHUNKS, SNAPSHOT_RECEIVED, SNAPSHOT_STAGED, SnapshotReader,
-    SnapshotStager,
-    forget_received, read_received,
+    SnapshotStager, forget_received, read_received,
 };
 
 /// Raft log: index -> protobuf-encoded `Entry`.
@@ -1145,12 +1144,22 @@ mod tests {
             };
             store.write(Some(snapshot), &[], true).unwrap();
             let keys = stored_log_keys(&store);
-            assert_eq!(keys.first(), Some(&(COMPACT_PER_WRITE + 1)), "only the oldest went");
-            assert_eq!((store.first_index(), store.last_index()), (covered + 1, covered + 3));
+            assert_eq!(
+                keys.first(),
+                Some(&(COMPACT_PER_WRITE + 1)),
+                "only the oldest went"
+            );
+            assert_eq!(
+                (store.first_index(), store.last_index()),
+                (covered + 1, covered + 3)
+            );
         }
         // Reopened halfway: the covered entries still stored are not taken for the log.
         let mut store = RedbStore::open(&path).unwrap();
-        assert_eq!((store.first_index(), store.last_index()), (covered + 1, covered + 3));
+        assert_eq!(
+            (store.first_index(), store.last_index()),
+            (covered + 1, covered + 3)
+        );
         store.write(None, &[], true).unwrap();
         store.write(None, &[], true).unwrap();
         assert_eq!(

@@ -93,10 +93,7 @@ mod tests {
     fn entry(n: usize) -> Bytes {
         // Large enough together to be decoded ahead.
         let id = format!("{n}{}", "x".repeat(MIN_BYTES / 2));
-        Bytes::from(
-            LogEntry::EvalDelete { ids: vec![id] }
-            .encode(),
-        )
+        Bytes::from(LogEntry::EvalDelete { ids: vec![id] }.encode())
     }
 
     #[test]

@@ -198,8 +198,9 @@ struct Buffer {
 
 /// One applied entry on its way to the buffer.
 enum Applied {
-    /// What it touched and the state it left, to be looked up on the broker's thread.
-    Touched(u64, EntryEvents, drover_state::StateSnapshot),
+    /// What it touched and the state it left, to be looked up on the broker's thread (boxed:
+    /// the state's table roots are most of a kilobyte).
+    Touched(Box<(u64, EntryEvents, drover_state::StateSnapshot)>),
     /// Its batch, built by the FSM.
     Built(EventBatch),
 }
@@ -239,7 +240,8 @@ impl EventBroker {
                     .spawn(move || {
                         for applied in rx {
                             let batch = match applied {
-                                Applied::Touched(index, touched, state) => {
+                                Applied::Touched(applied) => {
+                                    let (index, touched, state) = *applied;
                                     touched.into_batch(index, &state)
                                 }
                                 Applied::Built(batch) => batch,
@@ -274,7 +276,7 @@ impl EventBroker {
         state: drover_state::StateSnapshot,
     ) {
         match &self.pending {
-            Some(_) => self.send(index, Applied::Touched(index, touched, state)),
+            Some(_) => self.send(index, Applied::Touched(Box::new((index, touched, state)))),
             None => self.publish(touched.into_batch(index, &state)),
         }
     }

@@ -15,9 +15,9 @@ mod cluster;
 #[cfg(test)]
 mod cluster_tests;
 pub mod csi;
+mod decode_ahead;
 mod deployment_watcher;
 pub mod deployments;
-mod decode_ahead;
 mod dispatch;
 pub mod drainer;
 pub mod events;

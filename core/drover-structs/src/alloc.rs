@@ -12,7 +12,8 @@ use crate::vec_map::VecMap;
 mod json;
 mod scorer;
 pub use json::{
-    AllocationAsHeld, AllocationHeldWithoutJob, LegacyResources, legacy_resources, serialize_allocations_as_held,
+    AllocationAsHeld, AllocationHeldWithoutJob, LegacyResources, legacy_resources,
+    serialize_allocations_as_held,
 };
 pub use scorer::{
     SCORE_BINPACK, SCORE_JOB_ANTI_AFFINITY, SCORE_NODE_AFFINITY, SCORE_PREEMPTION,

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use drover_structs::{
-    Allocation, AclPolicy, AclToken, CsiPlugin, CsiVolume, Deployment, Evaluation, Job,
+    AclPolicy, AclToken, Allocation, CsiPlugin, CsiVolume, Deployment, Evaluation, Job,
     JobSubmission, JobSummary, Namespace, Node, PeriodicLaunch, ScalingEvents, Variable,
     mesh::Intention,
 };
@@ -184,7 +184,9 @@ impl TablesBuilder {
         self.t
             .acl_tokens_by_secret
             .insert(tok.secret_id.clone(), tok.accessor_id.clone());
-        self.t.acl_tokens.insert(tok.accessor_id.clone(), Arc::new(tok));
+        self.t
+            .acl_tokens
+            .insert(tok.accessor_id.clone(), Arc::new(tok));
     }
 
     pub fn acl_bootstrap_index(&mut self, index: u64) {

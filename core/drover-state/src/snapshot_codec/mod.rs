@@ -6,9 +6,9 @@
 
 mod builder;
 mod rows;
-mod v1;
 #[cfg(test)]
 mod tests;
+mod v1;
 
 use std::io::{Read, Write};
 

@@ -240,7 +240,13 @@ fn small_state() -> StateStore {
     let s = StateStore::new();
     s.upsert_job(5, job("a"));
     let allocs = (0..3)
-        .map(|i| alloc_of_a(&format!("al{i}"), &format!("n{}", i % 2), ALLOC_CLIENT_RUNNING))
+        .map(|i| {
+            alloc_of_a(
+                &format!("al{i}"),
+                &format!("n{}", i % 2),
+                ALLOC_CLIENT_RUNNING,
+            )
+        })
         .collect();
     let jv = s.snapshot().job("default", "a");
     s.upsert_plan_results(6, jv, vec![], allocs, vec![]);
@@ -311,8 +317,14 @@ fn a_row_of_an_unknown_kind_is_refused() {
 fn allocations_are_stored_without_their_job_when_the_snapshot_holds_it() {
     let s = small_state();
     let data = s.snapshot().encode();
-    assert!(find(&data, br#""Job":"#).is_none(), "no allocation carries its job");
-    assert!(find(&data, br#""TaskResources""#).is_none(), "nor derived fields");
+    assert!(
+        find(&data, br#""Job":"#).is_none(),
+        "no allocation carries its job"
+    );
+    assert!(
+        find(&data, br#""TaskResources""#).is_none(),
+        "nor derived fields"
+    );
 }
 
 /// Written by servers before version 2: one JSON document.

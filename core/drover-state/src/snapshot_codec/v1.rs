@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use drover_structs::{Allocation, Evaluation, Job, JobSummary, Node, PeriodicLaunch};
 use drover_structs::SchedulerConfiguration;
+use drover_structs::{Allocation, Evaluation, Job, JobSummary, Node, PeriodicLaunch};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 

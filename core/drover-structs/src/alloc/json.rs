@@ -204,7 +204,8 @@ pub struct AllocationHeldWithoutJob<'a>(pub &'a Allocation);
 
 impl Serialize for AllocationHeldWithoutJob<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        self.0.serialize_fields(serializer, Derived::OmittedWithoutJob)
+        self.0
+            .serialize_fields(serializer, Derived::OmittedWithoutJob)
     }
 }
 
