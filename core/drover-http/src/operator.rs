@@ -235,17 +235,16 @@ mod tests {
             .to_bytes();
         api.register(web_job("dropped")).await;
 
-        let truncated = String::from_utf8_lossy(&archive[..archive.len() - 3]).into_owned();
+        let truncated = archive[..archive.len() - 3].to_vec();
         let r = api
-            .call(Method::PUT, "/v1/operator/snapshot", Some(&truncated))
+            .call_bytes(Method::PUT, "/v1/operator/snapshot", Some(truncated))
             .await;
         assert_eq!(r.status, StatusCode::BAD_REQUEST);
         assert!(r.text().contains("truncated"), "{}", r.text());
         assert_eq!(api.get("/v1/job/dropped").await.status, StatusCode::OK);
 
-        let whole = String::from_utf8(archive.to_vec()).expect("archives of JSON state are text");
         let r = api
-            .call(Method::PUT, "/v1/operator/snapshot", Some(&whole))
+            .call_bytes(Method::PUT, "/v1/operator/snapshot", Some(archive.to_vec()))
             .await;
         assert_eq!(r.status, StatusCode::OK, "{}", r.text());
         assert_eq!(api.get("/v1/job/kept").await.status, StatusCode::OK);

@@ -154,10 +154,21 @@ impl TestApi {
 
     /// The response as it comes, its body not yet read (for streams).
     pub async fn raw(&self, method: Method, uri: &str, body: Option<&str>) -> Response<Body> {
+        self.raw_bytes(method, uri, body.map(|b| b.as_bytes().to_vec()))
+            .await
+    }
+
+    /// As [`TestApi::raw`], with a body that need not be text (snapshot archives).
+    pub async fn raw_bytes(
+        &self,
+        method: Method,
+        uri: &str,
+        body: Option<Vec<u8>>,
+    ) -> Response<Body> {
         let request = Request::builder()
             .method(method)
             .uri(uri)
-            .body(body.map(|b| Body::from(b.to_string())).unwrap_or_default())
+            .body(body.map(Body::from).unwrap_or_default())
             .expect("request");
         self.router
             .clone()
@@ -167,7 +178,18 @@ impl TestApi {
     }
 
     pub async fn call(&self, method: Method, uri: &str, body: Option<&str>) -> TestResponse {
-        let response = self.raw(method, uri, body).await;
+        self.call_bytes(method, uri, body.map(|b| b.as_bytes().to_vec()))
+            .await
+    }
+
+    /// As [`TestApi::call`], with a body that need not be text.
+    pub async fn call_bytes(
+        &self,
+        method: Method,
+        uri: &str,
+        body: Option<Vec<u8>>,
+    ) -> TestResponse {
+        let response = self.raw_bytes(method, uri, body).await;
         let status = response.status();
         let headers = response.headers().clone();
         let body = response

@@ -1160,11 +1160,16 @@ mod tests {
             (store.first_index(), store.last_index()),
             (covered + 1, covered + 3)
         );
-        store.write(None, &[], true).unwrap();
-        store.write(None, &[], true).unwrap();
+        // Writes with nothing in them are skipped; the log's next appends carry the deletes.
+        store
+            .write(None, &[entry(covered + 4, 1, b"y")], true)
+            .unwrap();
+        store
+            .write(None, &[entry(covered + 5, 1, b"y")], true)
+            .unwrap();
         assert_eq!(
             stored_log_keys(&store),
-            vec![covered + 1, covered + 2, covered + 3]
+            (covered + 1..=covered + 5).collect::<Vec<_>>()
         );
     }
 

@@ -1018,10 +1018,11 @@ fn job_status(t: &Tables, k: &NsKey, job: &Job) -> &'static str {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn job(id: &str, count: i64) -> Job {
+    /// A service job `id` with one group `g` of `count`.
+    pub(crate) fn job(id: &str, count: i64) -> Job {
         Job {
             id: id.into(),
             name: id.into(),

@@ -242,23 +242,29 @@ pub(super) fn decode(r: &mut dyn Read) -> Result<Tables, SnapshotError> {
     let batches = Mutex::new(batches);
     let (results, decoded) = std::sync::mpsc::channel::<Decoded>();
     std::thread::scope(|scope| {
+        let mut started = 0;
         for _ in 0..workers {
             let results = results.clone();
             let batches = &batches;
-            scope.spawn(move || {
-                loop {
-                    // Poisoned only by a panicking worker; the receiver is still sound.
-                    let next = batches.lock().unwrap_or_else(|e| e.into_inner()).recv();
-                    let Ok(batch) = next else { break };
-                    if results.send(batch.decode()).is_err() {
-                        break;
+            let worker = std::thread::Builder::new()
+                .name("drover-snap-decode".into())
+                .spawn_scoped(scope, move || {
+                    loop {
+                        // Poisoned only by a panicking worker; the receiver is still sound.
+                        let next = batches.lock().unwrap_or_else(|e| e.into_inner()).recv();
+                        let Ok(batch) = next else { break };
+                        if results.send(batch.decode()).is_err() {
+                            break;
+                        }
                     }
-                }
-            });
+                });
+            started += usize::from(worker.is_ok());
         }
         drop(results);
         let mut b = TablesBuilder::default();
-        let read = read_rows(r, &mut b, &work, &decoded);
+        // Without a thread to decode them, batches are decoded here as they fill.
+        let work = (started > 0).then_some(work);
+        let read = read_rows(r, &mut b, work.as_ref(), &decoded);
         // The workers finish what is queued and stop; their last results are linked here.
         drop(work);
         let mut linked = read;
@@ -276,7 +282,7 @@ pub(super) fn decode(r: &mut dyn Read) -> Result<Tables, SnapshotError> {
 fn read_rows(
     r: &mut dyn Read,
     b: &mut TablesBuilder,
-    work: &SyncSender<AllocBatch>,
+    work: Option<&SyncSender<AllocBatch>>,
     decoded: &Receiver<Decoded>,
 ) -> Result<(), SnapshotError> {
     let mut body = Vec::new();
@@ -292,7 +298,17 @@ fn read_rows(
             }
         }
     };
-    let stopped = |_| SnapshotError::Malformed("allocation decoders stopped".into());
+    let dispatch = |b: &mut TablesBuilder, batch: AllocBatch| -> Result<(), SnapshotError> {
+        match work {
+            Some(work) => work
+                .send(batch)
+                .map_err(|_| SnapshotError::Malformed("allocation decoders stopped".into())),
+            None => {
+                batch.decode()?.into_iter().for_each(|a| b.linked_alloc(a));
+                Ok(())
+            }
+        }
+    };
     loop {
         let Some((kind, len)) = read_head(r)? else {
             return Err(SnapshotError::Malformed(format!(
@@ -308,7 +324,7 @@ fn read_rows(
             if full.bytes.len() >= BATCH_BYTES {
                 let next = AllocBatch::new(allocs, full.job_versions.clone());
                 let full = std::mem::replace(full, next);
-                work.send(full).map_err(stopped)?;
+                dispatch(b, full)?;
                 add_decoded(b)?;
             }
         } else if kind == kind::END {
@@ -325,7 +341,7 @@ fn read_rows(
                 )));
             }
             if let Some(last) = batch.filter(|last| !last.ends.is_empty()) {
-                work.send(last).map_err(stopped)?;
+                dispatch(b, last)?;
             }
             return add_decoded(b);
         } else {

@@ -6,19 +6,7 @@ use crate::store::StateStore;
 use drover_structs::*;
 
 fn job(id: &str) -> Job {
-    Job {
-        id: id.into(),
-        name: id.into(),
-        namespace: "default".into(),
-        job_type: "service".into(),
-        priority: 50,
-        task_groups: vec![TaskGroup {
-            name: "g".into(),
-            count: 1,
-            ..Default::default()
-        }],
-        ..Default::default()
-    }
+    crate::store::tests::job(id, 1)
 }
 
 /// An allocation of job `a`'s group `g`, meant to run.
