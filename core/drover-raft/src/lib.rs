@@ -8,6 +8,9 @@
 //! Snapshots for followers travel beside the Raft message: `RaftNode::outgoing_snapshot` reads
 //! the payload piece by piece from redb, `RaftNode::incoming_snapshot` writes it piece by piece
 //! on the receiving server, and only then is the message stepped. A transport carries both.
+//! A state machine restores a snapshot as a stream (`SnapshotReader`, pieces read ahead on a
+//! thread of its own), and is shown a run of committed entries before applying them
+//! (`StateMachine::prepare`), so it can decode ahead.
 //!
 //! Membership: voters are raft ids; their RPC addresses (the `PeerBook`) travel in conf change
 //! contexts and in snapshots, so every server knows them. Reads can be made linearizable on any
