@@ -16,8 +16,11 @@ use crate::fsm::{FsmError, LogEntry};
 
 /// Decoded entries waiting for `apply` at most: bounds the memory held ahead of it.
 const AHEAD: usize = 4;
-/// A run is decoded ahead only from this many bytes: below, a thread costs more than it saves.
-const MIN_BYTES: usize = 256 * 1024;
+/// A run is decoded ahead only from this many entries and bytes: a replay or a catch-up, not
+/// the few entries of one Ready on a busy server, where waiting on another thread for each
+/// entry costs more than decoding it here.
+const MIN_ENTRIES: usize = 32;
+const MIN_BYTES: usize = 4 * 1024 * 1024;
 
 type Decoded = (u64, Bytes, Result<LogEntry, FsmError>);
 
@@ -34,7 +37,7 @@ impl DecodeAhead {
         self.decoded = None;
         self.peeked = None;
         let bytes: usize = entries.iter().map(|(_, b)| b.len()).sum();
-        if entries.len() < 2 || bytes < MIN_BYTES {
+        if entries.len() < MIN_ENTRIES || bytes < MIN_BYTES {
             return;
         }
         let (send, decoded) = sync_channel(AHEAD);
@@ -91,14 +94,16 @@ mod tests {
     use crate::fsm::LogEntry;
 
     fn entry(n: usize) -> Bytes {
-        // Large enough together to be decoded ahead.
-        let id = format!("{n}{}", "x".repeat(MIN_BYTES / 2));
+        // A run of `MIN_ENTRIES` of them is large enough to be decoded ahead.
+        let id = format!("{n}{}", "x".repeat(MIN_BYTES / MIN_ENTRIES));
         Bytes::from(LogEntry::EvalDelete { ids: vec![id] }.encode())
     }
 
     #[test]
     fn entries_decoded_ahead_are_given_only_for_their_index_and_bytes() {
-        let run: Vec<_> = (1..=4u64).map(|i| (i, entry(i as usize))).collect();
+        let run: Vec<_> = (1..=MIN_ENTRIES as u64)
+            .map(|i| (i, entry(i as usize)))
+            .collect();
         let mut ahead = DecodeAhead::default();
         ahead.start(run.clone());
         assert!(ahead.take(1, &run[0].1).unwrap().is_ok());
@@ -107,13 +112,17 @@ mod tests {
         // Index 3 skipped by the caller: 4 is still given.
         assert!(ahead.take(4, &run[3].1).unwrap().is_ok());
         assert!(ahead.take(5, &run[3].1).is_none());
+        // Past the run's end: nothing more.
+        let last = MIN_ENTRIES as u64;
+        assert!(ahead.take(last + 1, &run[3].1).is_none());
     }
 
     #[test]
-    fn a_small_run_is_not_decoded_ahead() {
-        let small = Bytes::from_static(b"{}");
+    fn a_short_run_is_not_decoded_ahead() {
+        let few: Vec<_> = (1..=4u64).map(|i| (i, entry(i as usize))).collect();
         let mut ahead = DecodeAhead::default();
-        ahead.start(vec![(1, small.clone()), (2, small.clone())]);
-        assert!(ahead.take(1, &small).is_none());
+        ahead.start(few.clone());
+        assert!(!ahead.running());
+        assert!(ahead.take(1, &few[0].1).is_none());
     }
 }
