@@ -19,7 +19,7 @@ const AHEAD: usize = 4;
 /// A run is decoded ahead only from this many entries and bytes: a replay or a catch-up, not
 /// the few entries of one Ready on a busy server, where waiting on another thread for each
 /// entry costs more than decoding it here.
-const MIN_ENTRIES: usize = 32;
+pub(crate) const MIN_ENTRIES: usize = 32;
 const MIN_BYTES: usize = 4 * 1024 * 1024;
 
 type Decoded = (u64, Bytes, Result<LogEntry, FsmError>);

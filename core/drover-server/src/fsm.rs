@@ -587,6 +587,11 @@ impl drover_raft::StateMachine for Fsm {
     /// Entries this server proposed are decoded already, and a restore entry is not JSON:
     /// the rest are decoded ahead (`crate::decode_ahead`).
     fn prepare(&mut self, entries: &[(u64, drover_raft::Bytes)]) {
+        // Most Readies on a leader are a few entries: not worth comparing with the kept ones.
+        if entries.len() < crate::decode_ahead::MIN_ENTRIES {
+            self.decode_ahead.start(Vec::new());
+            return;
+        }
         let to_decode = entries
             .iter()
             .filter(|(_, data)| {

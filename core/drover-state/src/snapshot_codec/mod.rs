@@ -44,7 +44,7 @@ fn leading_version(data: &[u8]) -> Option<u32> {
 }
 
 /// Reads into `buf` until it is full or the payload ends; how many bytes it holds.
-fn read_up_to(r: &mut dyn Read, buf: &mut [u8]) -> Result<usize, SnapshotError> {
+pub(super) fn read_up_to(r: &mut dyn Read, buf: &mut [u8]) -> Result<usize, SnapshotError> {
     let mut got = 0;
     while got < buf.len() {
         match r.read(&mut buf[got..]) {

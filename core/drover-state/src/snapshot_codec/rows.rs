@@ -20,8 +20,8 @@ use drover_structs::{Allocation, AllocationHeldWithoutJob};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use super::SnapshotError;
 use super::builder::{DecodedAlloc, JobVersions, LinkedAlloc, TablesBuilder};
+use super::{SnapshotError, read_up_to};
 use crate::tables::{StateSnapshot, Tables};
 
 /// What a version 2 payload opens with: the version as version 1 documents carried it, so
@@ -357,18 +357,14 @@ fn read_rows(
 /// A row's kind and its body's length; `None` at the end of the payload.
 fn read_head(r: &mut dyn Read) -> Result<Option<(u8, usize)>, SnapshotError> {
     let mut head = [0u8; 5];
-    let mut got = 0;
-    while got < head.len() {
-        match r.read(&mut head[got..]) {
-            Ok(0) if got == 0 => return Ok(None),
-            Ok(0) => return Err(SnapshotError::Malformed("cut short inside a row".into())),
-            Ok(n) => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(SnapshotError::Read(e)),
+    match read_up_to(r, &mut head)? {
+        0 => Ok(None),
+        5 => {
+            let len = u32::from_le_bytes([head[1], head[2], head[3], head[4]]) as usize;
+            Ok(Some((head[0], len)))
         }
+        _ => Err(SnapshotError::Malformed("cut short inside a row".into())),
     }
-    let len = u32::from_le_bytes([head[1], head[2], head[3], head[4]]) as usize;
-    Ok(Some((head[0], len)))
 }
 
 /// Appends a body of `len` bytes to `out`.
