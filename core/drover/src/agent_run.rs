@@ -413,6 +413,11 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     ));
     let mut server = None;
     let mut server_tunnels = None;
+    if server_enabled && !client_enabled {
+        // Before the state is restored. An agent that also runs tasks keeps mimalloc's
+        // default: its memory per task is what counts there (BENCHMARKS.md, issue 18).
+        crate::resident_set::keep_freed_memory_for_reuse();
+    }
     if server_enabled {
         // Bound before anything starts: a busy port is an error, not a silent cluster split.
         let rpc_listener = tokio::net::TcpListener::bind(rpc_addr)
