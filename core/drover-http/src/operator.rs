@@ -70,16 +70,25 @@ pub(crate) async fn remove_peer(
     Ok(response)
 }
 
-/// `GET /v1/operator/snapshot`: the whole state as a checksummed archive.
+/// `GET /v1/operator/snapshot`: the whole state as a checksummed archive, streamed as it is
+/// encoded. A failure half-way aborts the transfer, so the client never gets a short archive
+/// that looks complete (and the archive's checksum would refuse it anyway).
 pub(crate) async fn snapshot_save(State(s): State<AppState>) -> Result<Response, ApiError> {
-    let archive = s.server.save_snapshot().await?;
-    let index = drover_server::snapshot_archive::open(&archive)
-        .map(|(meta, _)| meta.index)
-        .unwrap_or(0);
+    let (tx, body) = crate::stream::channel_body();
+    let writer = crate::stream::PieceWriter::new(tx.clone());
+    let index = s
+        .server
+        .save_snapshot_to(writer, move |written| {
+            if let Err(e) = written {
+                tracing::warn!(error = %e, "operator snapshot not sent whole");
+                let _ = tx.blocking_send(Err(e));
+            }
+        })
+        .await?;
     let mut response = (
         StatusCode::OK,
         [(header::CONTENT_TYPE, "application/octet-stream")],
-        archive,
+        body,
     )
         .into_response();
     QueryMeta::new(&s, index).apply(response.headers_mut());

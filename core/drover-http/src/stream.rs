@@ -30,3 +30,51 @@ pub(crate) fn channel_body() -> (mpsc::Sender<Piece>, Body) {
     let (tx, rx) = mpsc::channel(STREAM_BUFFER);
     (tx, Body::from_stream(ChannelStream(rx)))
 }
+
+/// A `Write` that feeds a channel body in pieces of `PIECE_BYTES`, for producers that write
+/// (an encoder on a thread of its own): it blocks while the connection is behind, and fails
+/// with `BrokenPipe` once the client went away. `flush` sends what is buffered.
+pub(crate) struct PieceWriter {
+    tx: mpsc::Sender<Piece>,
+    buf: Vec<u8>,
+}
+
+/// The size of the pieces a [`PieceWriter`] sends.
+const PIECE_BYTES: usize = 1024 * 1024;
+
+impl PieceWriter {
+    /// Must be used off the async runtime: writing blocks the calling thread.
+    pub(crate) fn new(tx: mpsc::Sender<Piece>) -> PieceWriter {
+        PieceWriter {
+            tx,
+            buf: Vec::with_capacity(PIECE_BYTES),
+        }
+    }
+
+    fn send_buffered(&mut self) -> io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let piece = Bytes::from(std::mem::replace(
+            &mut self.buf,
+            Vec::with_capacity(PIECE_BYTES),
+        ));
+        self.tx
+            .blocking_send(Ok(piece))
+            .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "the client went away"))
+    }
+}
+
+impl io::Write for PieceWriter {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        self.buf.extend_from_slice(data);
+        if self.buf.len() >= PIECE_BYTES {
+            self.send_buffered()?;
+        }
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.send_buffered()
+    }
+}

@@ -6,6 +6,7 @@ use drover_state::StateStore;
 
 use crate::ServerError;
 use crate::server::Server;
+use crate::snapshot_archive::{ArchiveMeta, ArchiveWriter};
 
 /// One server of the Raft configuration (Nomad's `RaftServer`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -178,18 +179,47 @@ impl Server {
         Ok(self.inner.raft.add_voter(id, peer).await?)
     }
 
-    /// The whole state as an operator snapshot archive, taken once this server caught up with
-    /// the leader.
+    /// The whole state as an operator snapshot archive in memory, taken once this server
+    /// caught up with the leader (small states: tests; the API streams it).
     pub async fn save_snapshot(&self) -> Result<Vec<u8>, ServerError> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.save_snapshot_to(Vec::new(), move |written| {
+            let _ = tx.send(written);
+        })
+        .await?;
+        let written = rx.await.map_err(|_| {
+            ServerError::Internal("the snapshot writer ended without a result".into())
+        })?;
+        written
+            .map(|(archive, _)| archive)
+            .map_err(|e| ServerError::Internal(format!("writing the snapshot archive: {e}")))
+    }
+
+    /// Writes the whole state as an operator snapshot archive into `out`, on a thread of its
+    /// own, as it is encoded: the archive is never held in memory, whatever the state's size.
+    /// The state is taken once this server caught up with the leader, and its index returned
+    /// at once; `done` gets the writer back and the archive's metadata, or why writing failed
+    /// (a reader that went away makes `out` fail, which ends the encoding early).
+    pub async fn save_snapshot_to<W, F>(&self, out: W, done: F) -> Result<u64, ServerError>
+    where
+        W: std::io::Write + Send + 'static,
+        F: FnOnce(std::io::Result<(W, ArchiveMeta)>) + Send + 'static,
+    {
         self.read_barrier().await?;
-        let status = self.inner.raft.status();
+        let term = self.inner.raft.status().term;
         let snap = self.inner.state.snapshot();
         let index = snap.latest_index();
-        Ok(crate::snapshot_archive::build(
-            index,
-            status.term,
-            &snap.encode(),
-        ))
+        std::thread::Builder::new()
+            .name("drover-snapshot-save".into())
+            .spawn(move || {
+                let written = ArchiveWriter::new(out, index, term).and_then(|mut archive| {
+                    snap.encode_to(&mut archive)?;
+                    archive.finish()
+                });
+                done(written);
+            })
+            .map_err(|e| ServerError::Internal(format!("cannot start the snapshot writer: {e}")))?;
+        Ok(index)
     }
 
     /// On the leader: replaces the whole state with `state` (already checked) through one log

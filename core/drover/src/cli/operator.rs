@@ -2,7 +2,7 @@
 //! `drover operator snapshot save | restore`, over `/v1/operator/...` (the scheduler
 //! configuration commands are in `operator_scheduler`).
 
-use std::io::Read as _;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -192,17 +192,37 @@ fn state_digest(conn: &ConnArgs, stale: bool) -> anyhow::Result<Exit> {
 
 fn save(conn: &ConnArgs, file: &Path) -> anyhow::Result<Exit> {
     let raw = RawApi::new(conn)?;
-    let (status, body) = raw.send("GET", "/v1/operator/snapshot", &[], None)?;
+    let (status, mut answer) = raw.open("GET", "/v1/operator/snapshot", &[], None)?;
     if !(200..300).contains(&status) {
+        let mut body = Vec::new();
+        let _ = answer.read_to_end(&mut body);
         ui::err(&format!(
             "Failed to get snapshot file: Unexpected response code: {status} ({})",
             String::from_utf8_lossy(&body).trim_end()
         ));
         return Ok(1);
     }
-    // Written aside and renamed: an interrupted save never leaves a truncated FILE behind.
+    // Written aside as it arrives (the archive of a large state is gigabytes), checked, then
+    // renamed: an interrupted or damaged save never leaves a bad FILE behind.
     let tmp = file.with_extension("tmp-drover");
-    std::fs::write(&tmp, &body).with_context(|| format!("writing {}", tmp.display()))?;
+    let written = std::fs::File::create(&tmp)
+        .and_then(|mut out| std::io::copy(&mut answer, &mut out).and_then(|_| out.sync_all()));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        ui::err(&format!("Failed to get snapshot file: {e}"));
+        return Ok(1);
+    }
+    let checked = std::fs::File::open(&tmp)
+        .map_err(|e| e.to_string())
+        .and_then(|f| {
+            drover_server::snapshot_archive::check(&mut std::io::BufReader::new(f))
+                .map_err(|e| e.to_string())
+        });
+    if let Err(e) = checked {
+        let _ = std::fs::remove_file(&tmp);
+        ui::err(&format!("Failed to get snapshot file: {e}"));
+        return Ok(1);
+    }
     std::fs::rename(&tmp, file).with_context(|| format!("writing {}", file.display()))?;
     ui::out(&format!("State file written to {}", file.display()));
     Ok(0)
@@ -252,13 +272,14 @@ impl RawApi {
         })
     }
 
-    fn send(
+    /// Sends a request; the status and the answer's body, to be read as it arrives.
+    fn open(
         &self,
         method: &str,
         path: &str,
         query: &[(&str, &str)],
         body: Option<&[u8]>,
-    ) -> anyhow::Result<(u16, Vec<u8>)> {
+    ) -> anyhow::Result<(u16, impl Read + use<>)> {
         let url = format!("{}{path}", self.base);
         let mut pairs: Vec<(&str, &str)> = query.to_vec();
         if let Some(region) = self.conn.region.as_deref().filter(|r| !r.is_empty()) {
@@ -298,10 +319,19 @@ impl RawApi {
         }
         .map_err(unreachable)?;
         let status = response.status().as_u16();
+        Ok((status, response.into_body().into_reader()))
+    }
+
+    fn send(
+        &self,
+        method: &str,
+        path: &str,
+        query: &[(&str, &str)],
+        body: Option<&[u8]>,
+    ) -> anyhow::Result<(u16, Vec<u8>)> {
+        let (status, mut answer) = self.open(method, path, query, body)?;
         let mut bytes = Vec::new();
-        response
-            .into_body()
-            .into_reader()
+        answer
             .read_to_end(&mut bytes)
             .with_context(|| format!("reading the answer of {path}"))?;
         Ok((status, bytes))
