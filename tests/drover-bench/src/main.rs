@@ -115,6 +115,11 @@ struct Args {
     /// its own (so the run's memory is not counted), and print what it measured.
     #[arg(long, hide = true)]
     restart_only: Option<std::path::PathBuf>,
+    /// With `--restart-only`: once the server serves, write an operator snapshot archive of
+    /// the whole state into this file (as `GET /v1/operator/snapshot` streams it) and record
+    /// its time, size and the RSS meanwhile.
+    #[arg(long, requires = "restart_only")]
+    save_snapshot: Option<std::path::PathBuf>,
     /// Once all are placed (and a snapshot in flight is written), start a second server in a
     /// process of its own that joins this one: reports how long until it holds the same
     /// state (digests compared), and this server's memory while it sends its snapshot.
@@ -383,7 +388,11 @@ fn restart_in_child(args: &Args, dir: &std::path::Path) -> anyhow::Result<serde_
 
 /// Starts the server again on the data directory the run left: the snapshot is restored and
 /// the log after it replayed before it can lead.
-async fn restart(config: ServerConfig, jobs: usize) -> anyhow::Result<serde_json::Value> {
+async fn restart(
+    config: ServerConfig,
+    jobs: usize,
+    save_to: Option<&std::path::Path>,
+) -> anyhow::Result<serde_json::Value> {
     let rss_before = rss_mb();
     let start = Instant::now();
     let server = Server::start(config).await?;
@@ -398,8 +407,12 @@ async fn restart(config: ServerConfig, jobs: usize) -> anyhow::Result<serde_json
     );
     let allocs = server.snapshot().alloc_count();
     let rss_after = rss_mb();
-    server.shutdown();
     let round = |s: f64| (s * 1000.0).round() / 1000.0;
+    let saved = match save_to {
+        Some(path) => Some(save_snapshot(&server, path).await?),
+        None => None,
+    };
+    server.shutdown();
     Ok(serde_json::json!({
         "state_restored_seconds": round(started),
         "leader_seconds": round(leading),
@@ -408,6 +421,40 @@ async fn restart(config: ServerConfig, jobs: usize) -> anyhow::Result<serde_json
         "rss_before_mb": rss_before.round(),
         "rss_after_mb": rss_after.round(),
         "peak_rss_mb": peak_rss_mb().round(),
+        "operator_snapshot": saved,
+    }))
+}
+
+/// Writes an operator snapshot archive of the whole state into `path` and measures it: the
+/// seconds it took, its size, and the process's RSS sampled every 100 ms meanwhile.
+async fn save_snapshot(
+    server: &Server,
+    path: &std::path::Path,
+) -> anyhow::Result<serde_json::Value> {
+    let file = std::io::BufWriter::with_capacity(
+        1024 * 1024,
+        std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
+    );
+    let rss_before = rss_mb();
+    let start = Instant::now();
+    let (tx, mut rx) = tokio::sync::oneshot::channel();
+    server
+        .save_snapshot_to(file, move |written| {
+            let _ = tx.send(written.map(|(_, meta)| meta));
+        })
+        .await?;
+    let mut rss_max = rss_before;
+    let meta = loop {
+        match tokio::time::timeout(Duration::from_millis(100), &mut rx).await {
+            Ok(done) => break done.context("the snapshot writer ended without a result")??,
+            Err(_) => rss_max = rss_max.max(rss_mb()),
+        }
+    };
+    Ok(serde_json::json!({
+        "seconds": (start.elapsed().as_secs_f64() * 1000.0).round() / 1000.0,
+        "bytes": meta.size,
+        "rss_before_mb": rss_before.round(),
+        "rss_max_mb": rss_max.round(),
     }))
 }
 
@@ -438,7 +485,12 @@ async fn main() -> anyhow::Result<()> {
         return follow(&args, leader, &dir).await;
     }
     if let Some(dir) = &args.restart_only {
-        let measured = restart(config_for(&args, dir), args.jobs).await?;
+        let measured = restart(
+            config_for(&args, dir),
+            args.jobs,
+            args.save_snapshot.as_deref(),
+        )
+        .await?;
         println!("{measured}");
         return Ok(());
     }
