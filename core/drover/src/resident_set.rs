@@ -115,14 +115,15 @@ pub fn collect_if_trimmed() {
     unsafe { libmimalloc_sys::mi_collect(true) };
 }
 
-/// mimalloc's `mi_option_purge_delay`: its place in v2's `mi_option_e` (the Rust bindings name
-/// no constant for it). The test below checks it reads mimalloc's documented default.
+/// mimalloc's `mi_option_purge_delay`: its place in `mi_option_e` (the same in mimalloc v2 and
+/// v3; libmimalloc-sys builds v3 and names no constant for it). The test below checks that it
+/// reads v3's documented default.
 const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
 /// How long a server's allocator keeps memory it freed before giving it back to the system.
-/// mimalloc's default, 10 ms, gives back much of what a plan entry freed before the next one
-/// allocates it again, so the kernel faults in and zeroes the same pages again (BENCHMARKS.md,
-/// issue 21: the C1M shape takes 15% fewer page faults with 5 s, 855,000 - 867,000 against
+/// mimalloc's default, 1 s, gives back part of what the plan entries freed before later ones
+/// allocate it again, so the kernel faults in and zeroes those pages again (BENCHMARKS.md,
+/// issue 21: the C1M shape takes 15% fewer page faults with 5 s, 854,000 - 867,000 against
 /// 1,006,000 - 1,029,000, and placed 7% faster on average over four alternating pairs). A
 /// restart did not measurably change. [`trim`] still forces the purge whatever the delay.
 pub const SERVER_PURGE_DELAY_MS: i64 = 5_000;
@@ -232,10 +233,11 @@ mod tests {
             return;
         }
         // No test of this binary calls `keep_freed_memory_for_reuse`, so the option is still
-        // at its default; its neighbours in `mi_option_e` default to 1 and 0.
+        // at its default, 1,000 ms in v3 (10 in v2); its neighbours in `mi_option_e` default
+        // to 1 and 0.
         // SAFETY: reads an integer option; no pointer is involved.
         let delay = unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) };
-        assert_eq!(delay, 10);
+        assert_eq!(delay, 1000);
     }
 
     #[test]

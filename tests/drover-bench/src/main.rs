@@ -459,8 +459,8 @@ async fn save_snapshot(
 }
 
 /// As the `drover` agent does when it runs a server (`resident_set::keep_freed_memory_for_reuse`,
-/// where the measurements behind it are): mimalloc keeps freed memory 5 s before purging it,
-/// unless `MIMALLOC_PURGE_DELAY` says otherwise. mimalloc's option 15 is `mi_option_purge_delay`.
+/// where the measurements behind it are): mimalloc keeps freed memory 5 s (1 s by default) before
+/// purging it, unless `MIMALLOC_PURGE_DELAY` says otherwise. mimalloc's option 15 is `mi_option_purge_delay`.
 fn keep_freed_memory_for_reuse() {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
         // SAFETY: sets an integer option; no pointer is involved.
