@@ -919,6 +919,29 @@ job "long" {{
     pid.expect("eventually returned only once the process was found")
 }
 
+/// The job file of job `name` of type `kind`: one task on the mock driver that runs for
+/// `run_for` (a Go duration), with small resources.
+pub fn mock_job(name: &str, kind: &str, run_for: &str) -> String {
+    format!(
+        r#"
+job "{name}" {{
+  datacenters = ["dc1"]
+  type = "{kind}"
+  group "g" {{
+    task "t" {{
+      driver = "mock_driver"
+      config {{ run_for = "{run_for}" }}
+      resources {{
+        cpu    = 10
+        memory = 10
+      }}
+    }}
+  }}
+}}
+"#
+    )
+}
+
 /// Runs a batch job `name` of one task "say" on `driver` running `/bin/sh -c <script>` through
 /// the CLI, waits until its allocation completes and returns the task's stdout as
 /// `drover alloc logs` prints it.

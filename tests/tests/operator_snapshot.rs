@@ -3,30 +3,13 @@
 //! brings back the state it was taken from; a damaged file is refused with a non-zero exit
 //! and changes nothing.
 
-use drover_tests::{Agent, TempDir, output_text, write_job};
+use drover_tests::{Agent, TempDir, mock_job, output_text, write_job};
 
 fn job_file(dir: &TempDir, name: &str) -> String {
     write_job(
         dir,
         &format!("{name}.nomad"),
-        &format!(
-            r#"
-job "{name}" {{
-  datacenters = ["dc1"]
-  type        = "batch"
-  group "g" {{
-    task "t" {{
-      driver = "mock_driver"
-      config {{ run_for = "50ms" }}
-      resources {{
-        cpu    = 10
-        memory = 10
-      }}
-    }}
-  }}
-}}
-"#
-        ),
+        &mock_job(name, "batch", "50ms"),
     )
 }
 

@@ -3,28 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use drover_tests::{Agent, TempDir, http_call, output_text, write_job};
-
-fn job(name: &str, kind: &str, run_for: &str) -> String {
-    format!(
-        r#"
-job "{name}" {{
-  datacenters = ["dc1"]
-  type = "{kind}"
-  group "g" {{
-    task "t" {{
-      driver = "mock_driver"
-      config {{ run_for = "{run_for}" }}
-      resources {{
-        cpu    = 10
-        memory = 10
-      }}
-    }}
-  }}
-}}
-"#
-    )
-}
+use drover_tests::{Agent, TempDir, http_call, mock_job, output_text, write_job};
 
 fn status(agent: &Agent, path: &str) -> u16 {
     http_call("GET", &format!("{}{path}", agent.addr()), None)
@@ -63,7 +42,11 @@ fn forced_gc_purges_ended_jobs_with_their_evaluations_and_allocations_and_keeps_
         ("stopped", "service", "10m"),
         ("serving", "service", "10m"),
     ] {
-        let file = write_job(&dir, &format!("{name}.nomad"), &job(name, kind, run_for));
+        let file = write_job(
+            &dir,
+            &format!("{name}.nomad"),
+            &mock_job(name, kind, run_for),
+        );
         let out = agent.cli(&["job", "run", &file]);
         assert!(out.status.success(), "{name}: {}", output_text(&out));
     }
