@@ -100,8 +100,22 @@ pub(crate) async fn snapshot_save(State(s): State<AppState>) -> Result<Response,
 /// nothing.
 pub(crate) async fn snapshot_restore(
     State(s): State<AppState>,
-    body: Bytes,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Result<Response, ApiError> {
+    let body = body.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            // Saving streams at any size; restoring still goes through one log entry.
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "snapshot archive is larger than {} MiB: restoring a state this large is not supported yet",
+                    MAX_SNAPSHOT_BYTES / (1024 * 1024)
+                ),
+            )
+        } else {
+            ApiError::bad_request(format!("snapshot archive not received: {rejection}"))
+        }
+    })?;
     let index = s.server.restore_snapshot(body.to_vec()).await?;
     let mut response = StatusCode::OK.into_response();
     QueryMeta::new(&s, index).apply(response.headers_mut());
@@ -250,6 +264,15 @@ mod tests {
             .await;
         assert_eq!(r.status, StatusCode::BAD_REQUEST);
         assert!(r.text().contains("truncated"), "{}", r.text());
+        assert_eq!(api.get("/v1/job/dropped").await.status, StatusCode::OK);
+
+        let mut oversized = archive.to_vec();
+        oversized.resize(super::MAX_SNAPSHOT_BYTES + 1, b'x');
+        let r = api
+            .call_bytes(Method::PUT, "/v1/operator/snapshot", Some(oversized))
+            .await;
+        assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE);
+        assert!(r.text().contains("larger than 256 MiB"), "{}", r.text());
         assert_eq!(api.get("/v1/job/dropped").await.status, StatusCode::OK);
 
         let r = api
