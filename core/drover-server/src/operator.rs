@@ -180,8 +180,9 @@ impl Server {
     }
 
     /// The whole state as an operator snapshot archive in memory, taken once this server
-    /// caught up with the leader (small states: tests; the API streams it).
-    pub async fn save_snapshot(&self) -> Result<Vec<u8>, ServerError> {
+    /// caught up with the leader (tests; the API streams it with `save_snapshot_to`).
+    #[cfg(test)]
+    pub(crate) async fn save_snapshot(&self) -> Result<Vec<u8>, ServerError> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.save_snapshot_to(Vec::new(), move |written| {
             let _ = tx.send(written);

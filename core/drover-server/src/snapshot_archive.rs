@@ -153,9 +153,12 @@ pub fn build(index: u64, term: u64, state: &[u8]) -> Vec<u8> {
 /// Returns the metadata and the length of the archive's head (where the state starts).
 pub fn check(input: &mut dyn Read) -> Result<(ArchiveMeta, usize), ArchiveError> {
     let read_err = |e: io::Error| ArchiveError::Read(e.to_string());
-    let mut magic = [0u8; MAGIC_V1.len()];
-    let got = read_up_to(input, &mut magic).map_err(read_err)?;
-    let v2 = match &magic[..got] {
+    let mut magic = Vec::with_capacity(MAGIC_V1.len());
+    input
+        .take(MAGIC_V1.len() as u64)
+        .read_to_end(&mut magic)
+        .map_err(read_err)?;
+    let v2 = match magic.as_slice() {
         m if m == MAGIC_V1 => false,
         m if m == MAGIC_V2 => true,
         _ => return Err(ArchiveError::NotAnArchive),
@@ -237,29 +240,16 @@ fn hash_to_end(
     }
 }
 
-/// Fills `buf` as far as `input` goes; returns how much it filled.
-fn read_up_to(input: &mut dyn Read, buf: &mut [u8]) -> io::Result<usize> {
-    let mut filled = 0;
-    while filled < buf.len() {
-        match input.read(&mut buf[filled..]) {
-            Ok(0) => break,
-            Ok(n) => filled += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(filled)
-}
-
 /// A metadata line, without its newline: at most 4 KiB, or it is not one.
+// The line is under 100 bytes, and the callers read from a slice or a `BufReader`.
+#[allow(clippy::unbuffered_bytes)]
 fn read_line(input: &mut dyn Read) -> io::Result<Vec<u8>> {
     let mut line = Vec::new();
-    let mut byte = [0u8; 1];
-    while line.len() <= 4096 {
-        if read_up_to(input, &mut byte)? == 0 || byte[0] == b'\n' {
-            return Ok(line);
+    for byte in input.take(4097).bytes() {
+        match byte? {
+            b'\n' => break,
+            b => line.push(b),
         }
-        line.push(byte[0]);
     }
     Ok(line)
 }
