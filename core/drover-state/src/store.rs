@@ -12,7 +12,7 @@ use drover_structs::*;
 use tokio::sync::watch;
 
 use crate::StateError;
-use crate::tables::{AllocKey, NsKey, StateSnapshot, Table, Tables};
+use crate::tables::{AllocKey, NsKey, NsRef, StateSnapshot, Table, Tables, with_entry};
 
 pub struct StateStore {
     tables: RwLock<Tables>,
@@ -793,16 +793,25 @@ impl UsagePending {
             return;
         }
         let node = &new.node_id;
-        let u = self.nodes.entry(node.clone()).or_insert_with(|| {
-            t.node_usage
-                .get(node)
-                .map(|u| (**u).clone())
-                .unwrap_or_default()
-        });
-        if let Some(o) = old_live {
-            u.remove(o);
+        let apply = |u: &mut NodeAllocUsage| {
+            if let Some(o) = old_live {
+                u.remove(o);
+            }
+            u.add(new);
+        };
+        // Most writes touch a node already pending: its id is copied only the first time.
+        match self.nodes.get_mut(node) {
+            Some(u) => apply(u),
+            None => {
+                let mut u = t
+                    .node_usage
+                    .get(node)
+                    .map(|u| (**u).clone())
+                    .unwrap_or_default();
+                apply(&mut u);
+                self.nodes.insert(node.clone(), u);
+            }
         }
-        u.add(new);
     }
 
     fn flush(self, t: &mut Tables) {
@@ -841,14 +850,22 @@ fn insert_alloc(
 }
 
 fn index_alloc(t: &mut Tables, id: &AllocKey, a: &Allocation) {
-    t.allocs_by_node
-        .entry(a.node_id.clone())
-        .or_default()
-        .insert(id.clone());
-    t.allocs_by_job
-        .entry(key(&a.namespace, &a.job_id))
-        .or_default()
-        .insert(id.clone());
+    with_entry(
+        &mut t.allocs_by_node,
+        a.node_id.as_str(),
+        || a.node_id.clone(),
+        |ids| {
+            ids.insert(id.clone());
+        },
+    );
+    with_entry(
+        &mut t.allocs_by_job,
+        &NsRef(&a.namespace, &a.job_id),
+        || key(&a.namespace, &a.job_id),
+        |ids| {
+            ids.insert(id.clone());
+        },
+    );
 }
 
 /// Notes the allocation's job for the summaries refreshed after the write; a plan touches one

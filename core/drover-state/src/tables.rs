@@ -140,6 +140,61 @@ fn key(ns: &str, id: &str) -> NsKey {
     (ns.to_string(), id.to_string())
 }
 
+/// An [`NsKey`] looked up without building one: the tables are searched with borrowed
+/// strings, so a read allocates no copy of the namespace and id (a restore of a million
+/// allocations looks up a key for each).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NsRef<'a>(pub &'a str, pub &'a str);
+
+impl equivalent::Equivalent<NsKey> for NsRef<'_> {
+    fn equivalent(&self, key: &NsKey) -> bool {
+        self.0 == key.0 && self.1 == key.1
+    }
+}
+
+impl equivalent::Comparable<NsKey> for NsRef<'_> {
+    /// The order of `NsKey` itself: namespace, then id.
+    fn compare(&self, key: &NsKey) -> std::cmp::Ordering {
+        self.0
+            .cmp(key.0.as_str())
+            .then_with(|| self.1.cmp(key.1.as_str()))
+    }
+}
+
+/// Runs `f` on the value under `q` in an index map, inserted at its default first when
+/// missing: the owned key is built only then, not for every row added to an existing entry.
+pub(crate) fn with_entry<K, V, Q>(
+    map: &mut OrdMap<K, V>,
+    q: &Q,
+    owned: impl FnOnce() -> K,
+    f: impl FnOnce(&mut V),
+) where
+    K: Ord + Clone,
+    V: Clone + Default,
+    Q: equivalent::Comparable<K> + ?Sized,
+{
+    match map.get_mut(q) {
+        Some(v) => f(v),
+        None => f(map.entry(owned()).or_default()),
+    }
+}
+
+/// A `(NsKey, version)` key (job versions, submissions) looked up without building one.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct VersionRef<'a>(pub NsRef<'a>, pub u64);
+
+impl equivalent::Equivalent<(NsKey, u64)> for VersionRef<'_> {
+    fn equivalent(&self, key: &(NsKey, u64)) -> bool {
+        self.1 == key.1 && self.0.equivalent(&key.0)
+    }
+}
+
+impl equivalent::Comparable<(NsKey, u64)> for VersionRef<'_> {
+    fn compare(&self, key: &(NsKey, u64)) -> std::cmp::Ordering {
+        self.0.compare(&key.0).then_with(|| self.1.cmp(&key.1))
+    }
+}
+
 impl StateSnapshot {
     /// Raft index of the newest entry this view includes.
     pub fn latest_index(&self) -> u64 {
@@ -161,7 +216,7 @@ impl StateSnapshot {
     }
 
     pub fn job(&self, ns: &str, id: &str) -> Option<Arc<Job>> {
-        self.t.jobs.get(&key(ns, id)).cloned()
+        self.t.jobs.get(&NsRef(ns, id)).cloned()
     }
 
     /// Jobs of a namespace (`None` = all namespaces), ordered by namespace and id.
@@ -175,7 +230,10 @@ impl StateSnapshot {
     }
 
     pub fn job_version(&self, ns: &str, id: &str, version: u64) -> Option<Arc<Job>> {
-        self.t.job_versions.get(&(key(ns, id), version)).cloned()
+        self.t
+            .job_versions
+            .get(&VersionRef(NsRef(ns, id), version))
+            .cloned()
     }
 
     /// The native service registrations of allocation `id` (none unless it runs).
@@ -227,7 +285,10 @@ impl StateSnapshot {
 
     /// The job file version `version` of a job was registered from, if it was sent.
     pub fn job_submission(&self, ns: &str, id: &str, version: u64) -> Option<Arc<JobSubmission>> {
-        self.t.job_submissions.get(&(key(ns, id), version)).cloned()
+        self.t
+            .job_submissions
+            .get(&VersionRef(NsRef(ns, id), version))
+            .cloned()
     }
 
     /// Every stored version of a job, newest first.
@@ -244,7 +305,7 @@ impl StateSnapshot {
     }
 
     pub fn job_summary(&self, ns: &str, id: &str) -> Option<Arc<JobSummary>> {
-        self.t.job_summaries.get(&key(ns, id)).cloned()
+        self.t.job_summaries.get(&NsRef(ns, id)).cloned()
     }
 
     pub fn eval(&self, id: &str) -> Option<Arc<Evaluation>> {
@@ -258,7 +319,7 @@ impl StateSnapshot {
     pub fn evals_by_job(&self, ns: &str, job_id: &str) -> Vec<Arc<Evaluation>> {
         self.t
             .evals_by_job
-            .get(&key(ns, job_id))
+            .get(&NsRef(ns, job_id))
             .map(|ids| {
                 ids.iter()
                     .filter_map(|id| self.t.evals.get(id).cloned())
@@ -283,7 +344,7 @@ impl StateSnapshot {
     pub fn allocs_by_job(&self, ns: &str, job_id: &str) -> Vec<Arc<Allocation>> {
         self.t
             .allocs_by_job
-            .get(&key(ns, job_id))
+            .get(&NsRef(ns, job_id))
             .map(|ids| {
                 ids.iter()
                     .filter_map(|id| self.t.allocs.get(id).cloned())
@@ -371,7 +432,7 @@ impl StateSnapshot {
         ns: &str,
         job_id: &str,
     ) -> Option<Arc<drover_structs::ScalingEvents>> {
-        self.t.scaling_events.get(&key(ns, job_id)).cloned()
+        self.t.scaling_events.get(&NsRef(ns, job_id)).cloned()
     }
 
     pub fn nodes_by_prefix(&self, prefix: &str) -> Vec<Arc<Node>> {
@@ -402,5 +463,67 @@ impl StateSnapshot {
         // Hashing cannot fail, nor can serialising plain data structs.
         let _ = self.encode_to(&mut out);
         out.0.finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use equivalent::Comparable;
+
+    fn keys() -> Vec<NsKey> {
+        // Prefixes of each other on both sides, so the field boundary matters.
+        [
+            ("a", "bc"),
+            ("ab", "c"),
+            ("a", "b"),
+            ("", "x"),
+            ("b", ""),
+            ("default", "web"),
+        ]
+        .iter()
+        .map(|(ns, id)| key(ns, id))
+        .collect()
+    }
+
+    #[test]
+    fn borrowed_keys_order_exactly_as_the_owned_keys() {
+        for a in keys() {
+            for b in keys() {
+                assert_eq!(NsRef(&a.0, &a.1).compare(&b), a.cmp(&b), "{a:?} {b:?}");
+                for (va, vb) in [(1, 1), (1, 2), (2, 1)] {
+                    let owned = ((a.clone(), va), (b.clone(), vb));
+                    assert_eq!(
+                        VersionRef(NsRef(&a.0, &a.1), va).compare(&owned.1),
+                        owned.0.cmp(&owned.1)
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn borrowed_keys_find_what_owned_keys_find_and_with_entry_copies_a_key_only_when_missing() {
+        let mut map: OrdMap<NsKey, u32> = keys().into_iter().zip(0u32..).collect();
+        for (k, v) in keys().into_iter().zip(0u32..) {
+            assert_eq!(map.get(&NsRef(&k.0, &k.1)), Some(&v));
+        }
+        assert_eq!(map.get(&NsRef("a", "bcd")), None);
+
+        let mut copies = 0;
+        for (ns, id) in [("default", "web"), ("default", "api"), ("default", "api")] {
+            with_entry(
+                &mut map,
+                &NsRef(ns, id),
+                || {
+                    copies += 1;
+                    key(ns, id)
+                },
+                |n| *n += 100,
+            );
+        }
+        assert_eq!(copies, 1);
+        assert_eq!(map.get(&NsRef("default", "web")), Some(&105));
+        assert_eq!(map.get(&NsRef("default", "api")), Some(&200));
     }
 }

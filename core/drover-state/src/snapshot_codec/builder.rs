@@ -12,7 +12,7 @@ use drover_structs::{
 use super::SnapshotError;
 use imbl::OrdMap;
 
-use crate::tables::{AllocKey, NsKey, Table, Tables};
+use crate::tables::{AllocKey, NsKey, NsRef, Table, Tables, VersionRef, with_entry};
 
 /// The job versions table, as allocations are linked against it.
 pub(super) type JobVersions = OrdMap<(NsKey, u64), Arc<Job>>;
@@ -42,7 +42,7 @@ impl DecodedAlloc {
         let alloc = Arc::make_mut(&mut shared);
         alloc.job = job_version.and_then(|v| {
             job_versions
-                .get(&((alloc.namespace.clone(), alloc.job_id.clone()), v))
+                .get(&VersionRef(NsRef(&alloc.namespace, &alloc.job_id), v))
                 .cloned()
         });
         alloc.drop_derivable_legacy_resources();
@@ -116,17 +116,30 @@ impl TablesBuilder {
     pub fn linked_alloc(&mut self, linked: LinkedAlloc) {
         let LinkedAlloc { key, alloc } = linked;
         let t = &mut self.t;
-        t.allocs_by_node
-            .entry(alloc.node_id.clone())
-            .or_default()
-            .insert(key.clone());
-        t.allocs_by_job
-            .entry((alloc.namespace.clone(), alloc.job_id.clone()))
-            .or_default()
-            .insert(key.clone());
-        if !alloc.terminal() {
-            let u = t.node_usage.entry(alloc.node_id.clone()).or_default();
-            Arc::make_mut(u).add(&alloc);
+        let a = &*alloc;
+        with_entry(
+            &mut t.allocs_by_node,
+            a.node_id.as_str(),
+            || a.node_id.clone(),
+            |ids| {
+                ids.insert(key.clone());
+            },
+        );
+        with_entry(
+            &mut t.allocs_by_job,
+            &NsRef(&a.namespace, &a.job_id),
+            || (a.namespace.clone(), a.job_id.clone()),
+            |ids| {
+                ids.insert(key.clone());
+            },
+        );
+        if !a.terminal() {
+            with_entry(
+                &mut t.node_usage,
+                a.node_id.as_str(),
+                || a.node_id.clone(),
+                |u| Arc::make_mut(u).add(a),
+            );
         }
         t.allocs.insert(key, alloc);
     }

@@ -72,9 +72,15 @@ impl Allocation {
     /// and the server keeps about 2 KB less per allocation. An allocation without its job
     /// keeps its `TaskLifecycles`.
     pub fn drop_derivable_legacy_resources(&mut self) {
-        if let Some(derived) = self.job_task_lifecycles()
+        // Checked before deriving: a held allocation (decoded from a log entry or snapshot)
+        // has none, and deriving them builds a map per allocation.
+        let holds_lifecycles = self
+            .allocated_resources
+            .as_ref()
+            .is_some_and(|ar| !ar.task_lifecycles.is_empty());
+        if holds_lifecycles
+            && let Some(derived) = self.job_task_lifecycles()
             && let Some(ar) = self.allocated_resources.as_mut()
-            && !ar.task_lifecycles.is_empty()
             && ar.task_lifecycles == derived
         {
             ar.task_lifecycles = BTreeMap::new();
