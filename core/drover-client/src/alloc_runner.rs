@@ -243,7 +243,7 @@ async fn run(
     // Tasks see the allocation's address (`NOMAD_ALLOC_IP_*`) through its network status.
     let alloc = match &network_status {
         Some(status) => Arc::new(Allocation {
-            network_status: Some(status.clone()),
+            network_status: Some(Box::new(status.clone())),
             ..(*alloc).clone()
         }),
         None => alloc,

@@ -273,10 +273,10 @@ mod tests {
     fn legacy_resources_count_when_allocated_resources_are_missing() {
         let n = node(1000, 1000);
         let a = Allocation {
-            resources: Some(drover_structs::Resources {
+            resources: Some(Box::new(drover_structs::Resources {
                 cpu: 1001,
                 ..Default::default()
-            }),
+            })),
             ..Default::default()
         };
         assert_eq!(allocs_fit(&n, &[&a]).unwrap_err().dimension(), "cpu");

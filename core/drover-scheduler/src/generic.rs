@@ -380,7 +380,8 @@ impl GenericScheduler<'_> {
         if let Some(prev) = &p.previous {
             alloc.previous_allocation = prev.id.clone();
             if p.reschedule {
-                alloc.reschedule_tracker = Some(next_tracker(prev, policy(prev, Some(job)), now));
+                alloc.reschedule_tracker =
+                    Some(Box::new(next_tracker(prev, policy(prev, Some(job)), now)));
             }
         }
         alloc

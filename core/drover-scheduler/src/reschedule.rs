@@ -205,7 +205,7 @@ mod tests {
             node_id: "n1".into(),
             client_status: ALLOC_CLIENT_FAILED.into(),
             modify_time: at,
-            reschedule_tracker: (!ev.is_empty()).then(|| tracker_json(&ev)),
+            reschedule_tracker: (!ev.is_empty()).then(|| Box::new(tracker_json(&ev))),
             ..Default::default()
         }
     }
@@ -271,7 +271,7 @@ mod tests {
         let prev = failed(100 * SEC, &[(10 * SEC, 5 * SEC)]);
         let tracker = next_tracker(&prev, Some(&p), 200 * SEC);
         let next = Allocation {
-            reschedule_tracker: Some(tracker),
+            reschedule_tracker: Some(Box::new(tracker)),
             ..Default::default()
         };
         let events = tracker_events(&next);

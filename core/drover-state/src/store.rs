@@ -391,7 +391,7 @@ impl StateStore {
                         a.task_states = u.task_states;
                     }
                     if u.network_status.is_some() {
-                        a.network_status = u.network_status;
+                        a.network_status = u.network_status.map(Box::new);
                     }
                     if let Some(status) = u.deployment_status {
                         // The canary mark is the scheduler's, kept whatever the client says.

@@ -153,8 +153,8 @@ fn placed_allocations_are_stored_without_legacy_resources_and_written_out_the_sa
         job_id: "a".into(),
         node_id: "n1".into(),
         task_group: "g".into(),
-        resources: Some(legacy.total),
-        shared_resources: Some(legacy.shared),
+        resources: Some(Box::new(legacy.total)),
+        shared_resources: Some(Box::new(legacy.shared)),
         task_resources: Some(legacy.tasks),
         allocated_resources: Some(ar),
         ..Default::default()

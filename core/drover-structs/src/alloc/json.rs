@@ -99,7 +99,7 @@ impl Allocation {
             return;
         }
         let derived = legacy_resources(ar);
-        if *total == derived.total && *shared == derived.shared && *tasks == derived.tasks {
+        if **total == derived.total && **shared == derived.shared && *tasks == derived.tasks {
             self.resources = None;
             self.shared_resources = None;
             self.task_resources = Some(BTreeMap::new());
@@ -145,8 +145,8 @@ impl Allocation {
             self.allocated_resources = Some(full);
         }
         if let Some(l) = self.dropped_legacy_resources() {
-            self.resources = Some(l.total);
-            self.shared_resources = Some(l.shared);
+            self.resources = Some(Box::new(l.total));
+            self.shared_resources = Some(Box::new(l.shared));
             self.task_resources = Some(l.tasks);
         }
     }
@@ -169,8 +169,8 @@ impl Allocation {
             return Some(derived);
         }
         Some(LegacyResources {
-            total: self.resources.clone()?,
-            shared: self.shared_resources.clone()?,
+            total: self.resources.as_deref()?.clone(),
+            shared: self.shared_resources.as_deref()?.clone(),
             tasks: self.task_resources.clone()?,
         })
     }
@@ -249,8 +249,8 @@ impl Allocation {
         let (resources, shared_resources, task_resources) = match &legacy {
             Some(l) => (Some(&l.total), Some(&l.shared), Some(&l.tasks)),
             None => (
-                self.resources.as_ref(),
-                self.shared_resources.as_ref(),
+                self.resources.as_deref(),
+                self.shared_resources.as_deref(),
                 self.task_resources.as_ref(),
             ),
         };
@@ -400,8 +400,8 @@ mod tests {
         let legacy = legacy_resources(&ar);
         Allocation {
             id: "a1".into(),
-            resources: Some(legacy.total),
-            shared_resources: Some(legacy.shared),
+            resources: Some(Box::new(legacy.total)),
+            shared_resources: Some(Box::new(legacy.shared)),
             task_resources: Some(legacy.tasks),
             allocated_resources: Some(ar),
             ..Default::default()
