@@ -136,7 +136,7 @@ fn small_sleep_job(id: &str, count: usize) -> Value {
 }
 
 /// The 1,000-task shape: submit-to-running and the agent's PSS 1 s after, `rounds` times.
-fn thousand_tasks(rounds: usize) -> (Vec<Duration>, Vec<u64>) {
+fn thousand_tasks(rounds: usize, kept: &mut Vec<TempDir>) -> (Vec<Duration>, Vec<u64>) {
     let mut times = Vec::new();
     let mut pss = Vec::new();
     for round in 0..rounds {
@@ -159,8 +159,20 @@ fn thousand_tasks(rounds: usize) -> (Vec<Duration>, Vec<u64>) {
         ));
         std::thread::sleep(Duration::from_secs(1));
         pss.push(pss_kb(agent.child.id()));
+        drop(agent);
+        keep_until_the_end(dir, kept);
     }
     (times, pss)
+}
+
+/// Stops a finished round's tasks but leaves its files until every round is measured. On a
+/// file system without a journal (ext4 as this machine mounts it), inodes deleted in the last
+/// minutes are skipped one by one when new ones are allocated: removing a round's files right
+/// before the next round (14,000 inodes for 1,000 tasks) made that round's 14,000 new ones
+/// pay for it, which is the harness measuring itself.
+fn keep_until_the_end(dir: TempDir, kept: &mut Vec<TempDir>) {
+    drover_tests::kill_processes_working_under(dir.path());
+    kept.push(dir);
 }
 
 fn main() {
@@ -172,6 +184,7 @@ fn main() {
     let mut idle = Vec::new();
     let mut threads = Vec::new();
     let mut after = Vec::new();
+    let mut kept = Vec::new();
     for round in 0..rounds {
         let dir = TempDir::new("bench");
         let agent = Agent::start_dev(dir.path(), &["--log-level", "warn"]);
@@ -182,6 +195,7 @@ fn main() {
             100,
         ));
         drop(agent);
+        keep_until_the_end(dir, &mut kept);
 
         let dir = TempDir::new("bench-sleep");
         let agent = Agent::start_dev(dir.path(), &["--log-level", "warn"]);
@@ -202,8 +216,10 @@ fn main() {
         stop_and_purge(&agent, &format!("sleep{round}"));
         let (rss, left) = rss_kb_and_threads(pid);
         after.push((rss, pss_kb(pid), left));
+        drop(agent);
+        keep_until_the_end(dir, &mut kept);
     }
-    let (thousand_times, thousand_pss) = thousand_tasks(3);
+    let (thousand_times, thousand_pss) = thousand_tasks(3, &mut kept);
     let ms = |d: &Duration| d.as_secs_f64() * 1000.0;
     let summary = |name: &str, v: &[Duration]| {
         let mut s: Vec<f64> = v.iter().map(ms).collect();
