@@ -849,7 +849,8 @@ fn insert_alloc(
     crate::csi::alloc_written(t, old.as_deref(), &a);
 }
 
-fn index_alloc(t: &mut Tables, id: &AllocKey, a: &Allocation) {
+/// Adds an allocation to the by-node and by-job indexes (writes, and restores).
+pub(crate) fn index_alloc(t: &mut Tables, id: &AllocKey, a: &Allocation) {
     with_entry(
         &mut t.allocs_by_node,
         a.node_id.as_str(),

@@ -117,22 +117,7 @@ impl TablesBuilder {
         let LinkedAlloc { key, alloc } = linked;
         let t = &mut self.t;
         let a = &*alloc;
-        with_entry(
-            &mut t.allocs_by_node,
-            a.node_id.as_str(),
-            || a.node_id.clone(),
-            |ids| {
-                ids.insert(key.clone());
-            },
-        );
-        with_entry(
-            &mut t.allocs_by_job,
-            &NsRef(&a.namespace, &a.job_id),
-            || (a.namespace.clone(), a.job_id.clone()),
-            |ids| {
-                ids.insert(key.clone());
-            },
-        );
+        crate::store::index_alloc(t, &key, a);
         if !a.terminal() {
             with_entry(
                 &mut t.node_usage,
