@@ -428,7 +428,7 @@ mod tests {
             alloc_id: "a".into(),
             job_name: "j".into(),
             group_name: "g".into(),
-            env: BTreeMap::new(),
+            env: Default::default(),
             driver_config: serde_json::json!({}),
             resources: Default::default(),
             user: String::new(),

@@ -27,6 +27,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -191,7 +192,9 @@ pub struct TaskConfig {
     /// The task group's name.
     pub group_name: String,
     /// The full task environment (NOMAD_* and the task's `env`), already interpolated.
-    pub env: BTreeMap<String, String>,
+    /// Shared: the task runner, the driver's record of the task and its handle hold one map
+    /// between them (it carries the agent's environment, kilobytes per task).
+    pub env: Arc<BTreeMap<String, String>>,
     /// The task's `config` block as JSON, with `${...}` runtime references already interpolated.
     pub driver_config: serde_json::Value,
     /// What the scheduler granted the task.

@@ -783,7 +783,7 @@ impl TaskRunner {
             alloc_id: c.alloc.id.clone(),
             job_name: c.alloc.job_id.clone(),
             group_name: c.group.name.clone(),
-            env,
+            env: std::sync::Arc::new(env),
             driver_config,
             resources: TaskResources {
                 cpu_mhz: c.task.resources.cpu.max(0) as u64,

@@ -58,7 +58,10 @@ impl AllocDirs {
             alloc_id: self.alloc_id.clone(),
             job_name: "bench".into(),
             group_name: "g".into(),
-            env: BTreeMap::from([("NOMAD_ALLOC_ID".to_string(), self.alloc_id.clone())]),
+            env: std::sync::Arc::new(BTreeMap::from([(
+                "NOMAD_ALLOC_ID".to_string(),
+                self.alloc_id.clone(),
+            )])),
             driver_config: json!({
                 "image": testing::TEST_IMAGE,
                 "command": "/bin/sleep",

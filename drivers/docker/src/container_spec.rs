@@ -137,7 +137,7 @@ fn labels(
 /// The task's environment with its directories at their container paths. TMPDIR names a host
 /// directory that is not mounted, so the image's default applies instead.
 fn environment(task: &TaskConfig, rewrite: &PathRewrite) -> Vec<String> {
-    let mut env = task.env.clone();
+    let mut env = (*task.env).clone();
     env.insert(
         "NOMAD_ALLOC_DIR".into(),
         crate::paths::ALLOC_DIR_IN_CONTAINER.into(),
@@ -617,7 +617,7 @@ mod tests {
             alloc_id: "a1".into(),
             job_name: "job".into(),
             group_name: "g".into(),
-            env,
+            env: std::sync::Arc::new(env),
             driver_config: json!({}),
             resources: TaskResources {
                 cpu_mhz: 500,

@@ -97,7 +97,7 @@ mod tests {
             alloc_id: "a".into(),
             job_name: "j".into(),
             group_name: "g".into(),
-            env: BTreeMap::new(),
+            env: Default::default(),
             driver_config: serde_json::Value::Null,
             resources: Default::default(),
             user: String::new(),

@@ -37,7 +37,7 @@ pub fn exec_streaming(
     command
         .args(args)
         .env_clear()
-        .envs(&config.env)
+        .envs(config.env.iter())
         .current_dir(&config.task_dir)
         .stdin(Stdio::from(stdin))
         .stdout(Stdio::from(stdout))

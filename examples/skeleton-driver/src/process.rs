@@ -90,7 +90,7 @@ impl Process {
         let child = Command::new(&program)
             .args(&command.args)
             .env_clear()
-            .envs(&config.env)
+            .envs(config.env.iter())
             .current_dir(&config.task_dir)
             .stdin(Stdio::null())
             .stdout(stdout)

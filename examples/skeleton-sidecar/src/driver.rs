@@ -66,7 +66,7 @@ fn exec_in(
     let mut child = Command::new(program)
         .args(args)
         .env_clear()
-        .envs(&config.env)
+        .envs(config.env.iter())
         .current_dir(&config.task_dir)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -210,7 +210,7 @@ mod tests {
             alloc_id: "a".into(),
             job_name: "j".into(),
             group_name: "g".into(),
-            env: [("GREETING".to_string(), "hi".to_string())].into(),
+            env: std::sync::Arc::new([("GREETING".to_string(), "hi".to_string())].into()),
             driver_config: serde_json::json!({}),
             resources: Default::default(),
             user: String::new(),

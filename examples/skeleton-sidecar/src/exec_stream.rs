@@ -75,7 +75,7 @@ pub fn exec_streaming_in(
     let mut child = Command::new(program)
         .args(args)
         .env_clear()
-        .envs(&config.env)
+        .envs(config.env.iter())
         .current_dir(&config.task_dir)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

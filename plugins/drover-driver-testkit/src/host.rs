@@ -72,7 +72,7 @@ impl TaskDirs {
             alloc_id: "kit-alloc".to_string(),
             job_name: "kit".to_string(),
             group_name: "kit".to_string(),
-            env,
+            env: std::sync::Arc::new(env),
             driver_config,
             resources: TaskResources {
                 cpu_mhz: 100,

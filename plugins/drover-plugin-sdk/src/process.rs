@@ -137,7 +137,7 @@ impl HostProcesses {
         let child = command
             .current_dir(&config.task_dir)
             .env_clear()
-            .envs(&config.env)
+            .envs(config.env.iter())
             .stdin(Stdio::null())
             .stdout(log(&config.stdout_path)?)
             .stderr(log(&config.stderr_path)?)
@@ -258,7 +258,7 @@ mod tests {
             task_dir: dir.to_path_buf(),
             stdout_path: out.clone(),
             stderr_path: out,
-            env: [("GREETING".to_string(), "hi".to_string())].into(),
+            env: std::sync::Arc::new([("GREETING".to_string(), "hi".to_string())].into()),
             ..Default::default()
         }
     }

@@ -77,7 +77,7 @@ pub fn task_config(c: &pb::TaskConfig) -> Result<TaskConfig, Status> {
         alloc_id: c.alloc_id.clone(),
         job_name: c.job_name.clone(),
         group_name: c.task_group_name.clone(),
-        env: c.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        env: std::sync::Arc::new(c.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect()),
         driver_config,
         resources: TaskResources {
             cpu_mhz: non_negative(

@@ -149,7 +149,7 @@ impl Fixture {
             alloc_id: self.alloc_id.clone(),
             job_name: "job".to_string(),
             group_name: "group".to_string(),
-            env,
+            env: std::sync::Arc::new(env),
             driver_config,
             resources: TaskResources {
                 cpu_mhz: 100,
@@ -593,11 +593,10 @@ fn a_group_port_is_published_on_its_host_port() {
     }));
     // The client interpolates the config; here by hand.
     cfg.driver_config["args"][2] = json!("8080");
-    cfg.env.insert("NOMAD_PORT_http".into(), "8080".into());
-    cfg.env
+    std::sync::Arc::make_mut(&mut cfg.env).insert("NOMAD_PORT_http".into(), "8080".into());
+    std::sync::Arc::make_mut(&mut cfg.env)
         .insert("NOMAD_HOST_PORT_http".into(), host_port.to_string());
-    cfg.env
-        .insert("NOMAD_HOST_IP_http".into(), "127.0.0.1".into());
+    std::sync::Arc::make_mut(&mut cfg.env).insert("NOMAD_HOST_IP_http".into(), "127.0.0.1".into());
     d.start_task(&cfg).unwrap();
     let deadline = Instant::now() + WAIT;
     let body = loop {

@@ -12,7 +12,7 @@ fn running_task(dirs: &TaskDirs, name: &str) -> (ExecDriver, TaskConfig) {
     let script = "echo inside > /local/marker; exec sleep 120";
     let mut config = dirs.config(name, json!({"command": "/bin/sh", "args": ["-c", script]}));
     let local = dirs.task_dir.join("local").display().to_string();
-    config.env.insert("NOMAD_TASK_DIR".into(), local);
+    std::sync::Arc::make_mut(&mut config.env).insert("NOMAD_TASK_DIR".into(), local);
     driver.start_task(&config).unwrap();
     let marker = dirs.task_dir.join("local/marker");
     let deadline = std::time::Instant::now() + Duration::from_secs(20);

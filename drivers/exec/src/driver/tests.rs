@@ -577,14 +577,11 @@ fn chroot_env_is_read_only_even_for_root_and_alloc_is_shared() {
     );
     config.user = "root".into();
     let host = |p: &str| dirs.root.join(p).display().to_string();
-    config.env.insert("NOMAD_ALLOC_DIR".into(), host("alloc"));
-    config
-        .env
-        .insert("NOMAD_TASK_DIR".into(), host("task/local"));
-    config
-        .env
-        .insert("NOMAD_SECRETS_DIR".into(), host("task/secrets"));
-    config.env.insert("TMPDIR".into(), host("task/tmp"));
+    let env = std::sync::Arc::make_mut(&mut config.env);
+    env.insert("NOMAD_ALLOC_DIR".into(), host("alloc"));
+    env.insert("NOMAD_TASK_DIR".into(), host("task/local"));
+    env.insert("NOMAD_SECRETS_DIR".into(), host("task/secrets"));
+    env.insert("TMPDIR".into(), host("task/tmp"));
     let (out, _) = run(&driver, &dirs, &config);
     let lines: Vec<&str> = out.lines().collect();
     assert!(lines[0].contains("Read-only file system"), "{out}");

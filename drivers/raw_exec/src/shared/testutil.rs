@@ -76,7 +76,7 @@ impl TaskDirs {
             alloc_id: "alloc-1".to_string(),
             job_name: "job".to_string(),
             group_name: "group".to_string(),
-            env,
+            env: std::sync::Arc::new(env),
             driver_config,
             resources: TaskResources::default(),
             user: String::new(),
